@@ -1,0 +1,342 @@
+"""The Claude Agent SDK bridge: run the Claude Code CLI on any node.
+
+:class:`NodeTransport` is a ``claude_agent_sdk.Transport`` built from a
+:data:`~nodeprov.spawn.SpawnFn` and a ``ClaudeAgentOptions``. Use it with ``query`` or
+``ClaudeSDKClient``::
+
+    async with await provider.provision() as node:
+        options = ClaudeAgentOptions(permission_mode="acceptEdits")
+        async for message in query(prompt="...", options=options,
+                                   transport=NodeTransport.for_node(node, options)):
+            ...
+
+The SDK applies no CLI flags to a custom transport, so this one builds the command line
+itself, with the SDK's own builder: the argument vector is exactly what the SDK's
+subprocess transport would run for the same options, with the CLI path of the node. The
+environment is ``options.env`` plus what the SDK itself adds (entrypoint, SDK version,
+session-state frames, checkpointing, PWD, trace context) and never the control plane's own
+environment; the node's base environment lies under it.
+
+Differences from the SDK's subprocess transport, all deliberate:
+
+- stdout is framed as bytes and must be UTF-8: invalid bytes, a malformed JSON line or a
+  line over ``options.max_buffer_size`` end the stream with :class:`AgentOutputError`.
+- stderr is always drained (a full pipe would stall the agent), forwarded line by line to
+  ``options.stderr`` when given, and its last lines are kept for :class:`AgentExitError`.
+- A process that closes stdout but keeps running is stopped after ``exit_timeout`` and
+  reported, instead of being waited for forever.
+- ``options.user`` is refused: a node's user is the provider's business.
+- With ``options.sandbox`` and a settings *file*, the SDK reads that file on the control
+  plane, and so does this bridge; pass settings as JSON for a remote node.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import claude_agent_sdk
+from claude_agent_sdk import ClaudeAgentOptions, Transport
+
+# Private SDK parts, pinned by the version range in pyproject.toml and covered by tests:
+# the command builder keeps our argv identical to the SDK's own transport.
+from claude_agent_sdk._internal._client_app import DERIVED_CLIENT_APP_ENV, EXPLICIT_CLIENT_APP_ENV
+from claude_agent_sdk._internal._task_compat import TaskHandle, spawn_detached
+from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
+from claude_agent_sdk.types import _configure_can_use_tool
+
+from .errors import AgentError, AgentExitError, AgentOutputError, ConfigError
+from .node import NodeHandle
+from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
+
+__all__ = ["NodeTransport", "agent_command", "agent_environment", "bundled_cli_path"]
+
+logger = logging.getLogger("nodeprov.claude")
+
+DEFAULT_MAX_LINE = 1024 * 1024  # the SDK's default max_buffer_size
+_STDERR_TAIL_LINES = 20
+_SESSION_STATE_ENV = "CLAUDE_CODE_SDK_READS_SESSION_STATE"
+
+
+def bundled_cli_path() -> str | None:
+    """Path of the Claude Code CLI bundled in the installed claude-agent-sdk wheel, if any."""
+    path = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+    return str(path) if path.is_file() else None
+
+
+def agent_command(options: ClaudeAgentOptions, cli_path: str) -> list[str]:
+    """The argument vector the SDK's subprocess transport would run for ``options``.
+
+    ``can_use_tool`` routes permission prompts over stdio, as ``query`` and
+    ``ClaudeSDKClient`` arrange before building their own transport.
+
+    Raises:
+        ConfigError: the options are inconsistent (the SDK's validation message).
+    """
+    try:
+        configured = _configure_can_use_tool(options)
+        builder = SubprocessCLITransport(prompt="", options=replace(configured, cli_path=cli_path))
+        return builder._build_command()
+    except (ValueError, TypeError, claude_agent_sdk.ClaudeSDKError) as error:
+        raise ConfigError(f"invalid agent options: {error}") from error
+
+
+def agent_environment(options: ClaudeAgentOptions) -> dict[str, str]:
+    """The environment the SDK gives the CLI, less the control plane's own environment."""
+    env = {
+        "CLAUDE_CODE_ENTRYPOINT": "sdk-py",
+        **options.env,
+        "CLAUDE_AGENT_SDK_VERSION": claude_agent_sdk.__version__,
+    }
+    env.pop(DERIVED_CLIENT_APP_ENV, None)
+    if options.client_app is not None:
+        env[EXPLICIT_CLIENT_APP_ENV] = options.client_app
+    if not any(key.upper() == _SESSION_STATE_ENV for key in env):
+        env[_SESSION_STATE_ENV] = "1"
+    if options.enable_file_checkpointing:
+        env["CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING"] = "true"
+    if options.cwd:
+        env["PWD"] = str(options.cwd)
+    env.update({k: v for k, v in _trace_context().items() if k not in options.env})
+    return env
+
+
+def _trace_context() -> dict[str, str]:
+    """The active OpenTelemetry trace context, as the SDK propagates it (if installed)."""
+    try:
+        from opentelemetry import propagate  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return {}
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return {k.upper(): v for k, v in carrier.items()} if "traceparent" in carrier else {}
+
+
+class NodeTransport(Transport):
+    """A ``claude_agent_sdk.Transport`` that runs the CLI through a :data:`SpawnFn`.
+
+    ``cli_path`` is where the CLI is *on the node*; it defaults to ``options.cli_path``,
+    then ``"claude"`` on the node's PATH. ``stop_policy`` governs :meth:`close` (stdin EOF,
+    then SIGTERM, then SIGKILL); ``exit_timeout`` bounds the wait for the process to exit
+    once it has closed its stdout.
+
+    Errors (raised from ``connect``, ``write`` and the message stream, and so from the
+    SDK's ``query`` and ``ClaudeSDKClient``): :class:`~nodeprov.errors.ConfigError`,
+    :class:`~nodeprov.errors.SpawnError` and its subclasses, :class:`AgentOutputError`,
+    :class:`AgentExitError`, and :class:`AgentError` for writes to a process that is gone.
+    """
+
+    def __init__(
+        self,
+        spawn: SpawnFn,
+        options: ClaudeAgentOptions | None = None,
+        *,
+        cli_path: str | None = None,
+        stop_policy: StopPolicy | None = None,
+        exit_timeout: float = 10.0,
+    ) -> None:
+        self._spawn = spawn
+        self._options = options or ClaudeAgentOptions()
+        self.cli_path = cli_path or (str(self._options.cli_path) if self._options.cli_path else "claude")
+        self._stop_policy = stop_policy or StopPolicy()
+        self._exit_timeout = exit_timeout
+        self._max_line = self._options.max_buffer_size or DEFAULT_MAX_LINE
+        self._process: SpawnedProcess | None = None
+        self._ready = False
+        self._write_lock = anyio.Lock()
+        self._stderr_task: TaskHandle | None = None
+        self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+
+    @classmethod
+    def for_node(
+        cls, node: NodeHandle, options: ClaudeAgentOptions | None = None, **kwargs: Any
+    ) -> NodeTransport:
+        """A transport on ``node``; the CLI path defaults to ``node.tool_paths["claude"]``."""
+        options = options or ClaudeAgentOptions()
+        if "cli_path" not in kwargs and options.cli_path is None:
+            kwargs["cli_path"] = node.tool_paths.get("claude", "claude")
+        return cls(node.spawn, options, **kwargs)
+
+    @property
+    def process(self) -> SpawnedProcess | None:
+        """The CLI process while connected."""
+        return self._process
+
+    def command(self) -> list[str]:
+        """The argument vector :meth:`connect` runs."""
+        return agent_command(self._options, self.cli_path)
+
+    async def connect(self) -> None:
+        if self._process is not None:
+            return
+        if self._options.user is not None:
+            raise ConfigError("options.user is not supported on a node; the provider sets the user")
+        argv = self.command()
+        cwd = str(self._options.cwd) if self._options.cwd else None
+        spawn_options = SpawnOptions(argv[0], argv[1:], cwd=cwd, env=agent_environment(self._options))
+        process = await self._spawn(spawn_options)
+        process.stop_policy = self._stop_policy
+        self._process = process
+        self._stderr_task = spawn_detached(self._drain_stderr(process))
+        self._ready = True
+
+    def is_ready(self) -> bool:
+        return self._ready
+
+    async def write(self, data: str) -> None:
+        async with self._write_lock:
+            process = self._process
+            if not self._ready or process is None:
+                raise AgentError("the agent process is not connected")
+            if process.returncode is not None:
+                raise AgentExitError("cannot write: the agent process has exited",
+                                     exit_code=process.returncode, stderr_tail=self.stderr_tail)
+            try:
+                await process.stdin.send(data.encode())
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as error:
+                self._ready = False
+                raise AgentError(f"cannot write to the agent process: {error!r}") from error
+
+    async def end_input(self) -> None:
+        async with self._write_lock:
+            if self._process is not None:
+                try:
+                    await self._process.stdin.aclose()
+                except (anyio.BrokenResourceError, OSError):
+                    pass  # already gone: EOF is moot
+
+    def read_messages(self) -> AsyncIterator[dict[str, Any]]:
+        return self._read_messages()
+
+    async def _read_messages(self) -> AsyncIterator[dict[str, Any]]:
+        process = self._process
+        if process is None:
+            raise AgentError("the agent process is not connected")
+        pending = bytearray()
+        try:
+            async for chunk in process.stdout:
+                *lines, tail = chunk.split(b"\n")
+                for line in lines:
+                    if pending:
+                        pending += line
+                        line, pending = bytes(pending), bytearray()
+                    self._check_size(len(line))
+                    message = self._parse(line)
+                    if message is not None:
+                        yield message
+                pending += tail
+                self._check_size(len(pending))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return  # close() took the stream away: the run is over
+        if pending.strip():
+            try:
+                message = self._parse(bytes(pending))
+            except AgentOutputError:
+                logger.debug("dropping a truncated last line of agent output")
+                message = None
+            if message is not None:
+                yield message
+        await self._check_exit(process)
+
+    def _check_size(self, length: int) -> None:
+        if length > self._max_line:
+            raise AgentOutputError(
+                f"agent output line of {length} bytes or more exceeds the limit of "
+                f"{self._max_line} bytes (options.max_buffer_size)"
+            )
+
+    @staticmethod
+    def _parse(line: bytes) -> dict[str, Any] | None:
+        try:
+            text = line.decode("utf-8").strip()
+        except UnicodeDecodeError as error:
+            raise AgentOutputError(f"agent output is not valid UTF-8: {error}") from None
+        if not text.startswith("{"):
+            if text:
+                logger.debug("skipping a non-JSON line of agent output: %.200s", text)
+            return None
+        try:
+            message = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise AgentOutputError(f"agent output is not valid JSON ({error}): {text[:200]!r}") from None
+        if not isinstance(message, dict):
+            raise AgentOutputError(f"agent output is not a JSON object: {text[:200]!r}")
+        return message
+
+    async def _check_exit(self, process: SpawnedProcess) -> None:
+        """After stdout EOF: the process must exit, and with status 0."""
+        with anyio.move_on_after(self._exit_timeout):
+            await process.wait()
+        code = process.returncode
+        if code is None:
+            self._ready = False
+            raise AgentExitError(
+                f"the agent process closed its output but was still running after "
+                f"{self._exit_timeout}s", exit_code=None, stderr_tail=self.stderr_tail)
+        if code != 0:
+            self._ready = False
+            raise AgentExitError(f"the agent process exited with status {code}",
+                                 exit_code=code, stderr_tail=self.stderr_tail)
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last lines the process wrote to stderr."""
+        return "\n".join(self._stderr_tail)
+
+    async def _drain_stderr(self, process: SpawnedProcess) -> None:
+        pending = bytearray()
+
+        def emit(raw: bytes) -> None:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if not line:
+                return
+            self._stderr_tail.append(line[:2000])
+            if self._options.stderr is not None:
+                try:
+                    self._options.stderr(line)
+                except Exception:  # a broken callback must not stop the draining
+                    logger.debug("options.stderr callback raised", exc_info=True)
+
+        try:
+            async for chunk in process.stderr:
+                *lines, tail = chunk.split(b"\n")
+                for line in lines:
+                    if pending:
+                        pending += line
+                        line, pending = bytes(pending), bytearray()
+                    emit(line)
+                pending += tail
+                if len(pending) > self._max_line:
+                    emit(bytes(pending))
+                    pending = bytearray()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        finally:
+            emit(bytes(pending))
+
+    async def close(self) -> None:
+        """Stop the CLI (stdin EOF, then SIGTERM, then SIGKILL) and release everything.
+
+        Idempotent, shielded, and bounded by the stop policy's total plus a few seconds,
+        whatever the process or its node does.
+        """
+        with anyio.CancelScope(shield=True):
+            self._ready = False
+            process, self._process = self._process, None
+            if process is None:
+                return
+            with anyio.move_on_after(5):
+                async with self._write_lock:
+                    pass  # let a write in progress finish before stdin is closed
+            await process.aclose()
+            task, self._stderr_task = self._stderr_task, None
+            if task is not None:
+                with anyio.move_on_after(1):
+                    await task.wait()
+                task.cancel()

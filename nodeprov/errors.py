@@ -1,0 +1,96 @@
+"""The one exception tree of nodeprov.
+
+Every error a caller can see from nodeprov, its providers and its SDK bridge derives from
+:class:`NodeprovError`. Providers map their platform's exceptions (docker, botocore, OS
+errors, ...) into this tree at their boundary, so a caller never catches a platform type.
+
+::
+
+    NodeprovError
+    ├── ConfigError                  bad settings, options or names; fix the call
+    │   └── ProviderNotFoundError    no provider of that name is installed
+    ├── ProviderError                the platform failed or refused
+    │   └── ProvisionError           a node could not be made (nothing is left behind)
+    ├── NodeGoneError                the node was destroyed or vanished
+    ├── SpawnError                   a process could not be started on a node
+    │   └── CommandNotFoundError     the command does not exist on the node
+    ├── DeadlineError                a bounded operation ran out of time
+    └── AgentError                   the agent process misbehaved (SDK bridge)
+        ├── AgentOutputError         malformed, non-UTF-8 or oversized output
+        └── AgentExitError           the agent exited non-zero or stopped answering
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentError",
+    "AgentExitError",
+    "AgentOutputError",
+    "CommandNotFoundError",
+    "ConfigError",
+    "DeadlineError",
+    "NodeGoneError",
+    "NodeprovError",
+    "ProviderError",
+    "ProviderNotFoundError",
+    "ProvisionError",
+    "SpawnError",
+]
+
+
+class NodeprovError(Exception):
+    """Base of every error nodeprov raises."""
+
+
+class ConfigError(NodeprovError):
+    """Settings, options or names are invalid; the message says which and why."""
+
+
+class ProviderNotFoundError(ConfigError):
+    """No provider of the requested name is registered in ``nodeprov.providers``."""
+
+
+class ProviderError(NodeprovError):
+    """The provider's platform failed or refused an operation."""
+
+
+class ProvisionError(ProviderError):
+    """A node could not be provisioned. Whatever was created on the way was removed."""
+
+
+class NodeGoneError(NodeprovError):
+    """The node was destroyed (by this handle or from outside) and cannot be used."""
+
+
+class SpawnError(NodeprovError):
+    """A process could not be started on a node."""
+
+
+class CommandNotFoundError(SpawnError):
+    """The command does not exist on the node (or is not executable there)."""
+
+
+class DeadlineError(NodeprovError):
+    """A bounded operation (destroy, close, provision) did not finish in its time."""
+
+
+class AgentError(NodeprovError):
+    """The agent process on the node misbehaved."""
+
+
+class AgentOutputError(AgentError):
+    """The agent wrote output that is not newline-delimited UTF-8 JSON within the size cap."""
+
+
+class AgentExitError(AgentError):
+    """The agent process exited with a failure, or closed its output and did not exit.
+
+    ``exit_code`` is the process's exit status (``None`` when it had to be killed), and
+    ``stderr_tail`` the last lines it wrote to stderr, for diagnosis.
+    """
+
+    def __init__(self, message: str, *, exit_code: int | None, stderr_tail: str = "") -> None:
+        detail = f"{message}\n--- last stderr lines ---\n{stderr_tail}" if stderr_tail else message
+        super().__init__(detail)
+        self.exit_code = exit_code
+        self.stderr_tail = stderr_tail

@@ -1,0 +1,404 @@
+"""Nodes and the providers that make them: :class:`NodeConfig`, :class:`NodeHandle`,
+:class:`NodeProvider`, :class:`ProviderSettings`.
+
+A provider turns a platform (a local directory, Docker, a Codespace, EC2, an SSH host) into
+one interface: ``provision(config) -> NodeHandle``; a handle spawns processes and destroys
+the node. Provider code implements the underscore hooks (``_provision``, ``_spawn``,
+``_destroy``); the public methods here add what every provider must guarantee: idempotent,
+shielded, bounded teardown, and no leftovers when a call is cancelled half-way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import MappingProxyType, TracebackType
+from typing import Any, ClassVar, Generic, Self, TypeVar
+
+import anyio
+import anyio.lowlevel
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ConfigError, DeadlineError, NodeGoneError
+from .spawn import SpawnedProcess, SpawnOptions, StopPolicy
+
+__all__ = [
+    "LABEL_EXPIRES_AT",
+    "LABEL_NODE_ID",
+    "LABEL_OWNER",
+    "LABEL_SESSION_ID",
+    "NodeConfig",
+    "NodeHandle",
+    "NodeProvider",
+    "ProviderSettings",
+    "Requirement",
+    "Rollback",
+    "default_owner",
+]
+
+logger = logging.getLogger("nodeprov")
+
+LABEL_NODE_ID = "nodeprov.node-id"
+LABEL_SESSION_ID = "nodeprov.session-id"
+LABEL_OWNER = "nodeprov.owner"
+LABEL_EXPIRES_AT = "nodeprov.expires-at"
+
+_NODE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+def default_owner() -> str:
+    """Identify this control-plane process as ``host:pid:start``.
+
+    ``start`` is the process start time in clock ticks since boot (Linux), so a reaper on
+    the same host can tell a live owner from a recycled pid.
+    """
+    pid = os.getpid()
+    try:
+        # Field 22 of /proc/PID/stat, counted after the parenthesised command name.
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        start = stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        start = "0"
+    return f"{socket.gethostname()}:{pid}:{start}"
+
+
+def _new_node_id() -> str:
+    return f"np-{secrets.token_hex(6)}"
+
+
+class NodeConfig(BaseModel):
+    """What a node is for: identity, ownership, lifetime and environment.
+
+    Provider-independent; what a platform needs (an image, an instance type) is in that
+    provider's settings. Unknown fields are rejected.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_id: str = Field(
+        default_factory=_new_node_id,
+        description="Identifier of the node, unique per provider: lowercase letters, digits "
+        "and '-', at most 63 characters. Generated when not given.",
+    )
+    session_id: str | None = Field(
+        default=None, description="The workflow session this node serves (label only)."
+    )
+    owner: str = Field(
+        default_factory=default_owner,
+        description="Who holds the node; a reaper removes nodes whose owner is gone. "
+        "Defaults to this process (host:pid:start-time).",
+    )
+    ttl: timedelta | None = Field(
+        default=timedelta(hours=24),
+        description="Hard lifetime. The node is labelled with its expiry time, and reapers "
+        "remove it after that even while its owner lives. None: no expiry.",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra labels for every resource of the node; the 'nodeprov.' prefix "
+        "is reserved.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment every process on the node starts with, under what each "
+        "spawn asks for.",
+    )
+    workdir: str | None = Field(
+        default=None,
+        description="Working directory on the node. When it names an existing directory of "
+        "the user's, destroy leaves it in place. Provider-chosen when not given.",
+    )
+
+    @field_validator("node_id")
+    @classmethod
+    def _check_node_id(cls, value: str) -> str:
+        if not _NODE_ID.match(value):
+            raise ValueError("must be lowercase letters, digits and '-', at most 63 characters")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _check_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        reserved = [key for key in value if key.startswith("nodeprov.")]
+        if reserved:
+            raise ValueError(f"the 'nodeprov.' label prefix is reserved: {reserved}")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _check_env(cls, value: dict[str, str]) -> dict[str, str]:
+        SpawnOptions("true", env=value)  # the same rules as for a spawn
+        return value
+
+    def resource_labels(self, now: datetime | None = None) -> dict[str, str]:
+        """The labels every resource of this node carries, the ``nodeprov.*`` ones included."""
+        labels = {
+            **self.labels,
+            LABEL_NODE_ID: self.node_id,
+            LABEL_OWNER: self.owner,
+            LABEL_SESSION_ID: self.session_id or "",
+        }
+        if self.ttl is not None:
+            expires = (now or datetime.now(UTC)) + self.ttl
+            labels[LABEL_EXPIRES_AT] = expires.isoformat(timespec="seconds")
+        return labels
+
+
+class ProviderSettings(BaseModel):
+    """Base of every provider's settings model: frozen, unknown fields rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One thing a provider needs on the control plane (a tool, a credential) and whether
+    it is there. ``detail`` says where it was found, or how to get it."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+class NodeHandle(ABC):
+    """A provisioned node.
+
+    ``spawn`` starts a process on it (it is a :data:`~nodeprov.spawn.SpawnFn`); ``destroy``
+    removes the node and everything it runs. ``async with handle:`` destroys on exit.
+
+    Attributes: ``node_id``, ``provider`` (its registered name), ``labels`` (what every
+    resource of the node carries), ``workdir`` (default cwd of spawns, a path on the node),
+    ``base_env`` (the environment a spawn starts from before its own ``env``), and
+    ``tool_paths`` (where well-known tools live on the node when not on its PATH, e.g.
+    ``{"claude": "/opt/claude/claude"}``).
+    """
+
+    destroy_timeout: ClassVar[float] = 120.0
+    """Upper bound of :meth:`destroy`, in seconds."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        provider: str,
+        labels: Mapping[str, str],
+        workdir: str,
+        base_env: Mapping[str, str],
+        tool_paths: Mapping[str, str] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.provider = provider
+        self.labels: Mapping[str, str] = MappingProxyType(dict(labels))
+        self.workdir = workdir
+        self.base_env: Mapping[str, str] = MappingProxyType(dict(base_env))
+        self.tool_paths: Mapping[str, str] = MappingProxyType(dict(tool_paths or {}))
+        self._processes: set[SpawnedProcess] = set()
+        self._closing = False
+        self._destroyed = False
+        self._destroy_lock = anyio.Lock()
+
+    @property
+    def destroyed(self) -> bool:
+        """Whether :meth:`destroy` has completed."""
+        return self._destroyed
+
+    async def spawn(self, options: SpawnOptions) -> SpawnedProcess:
+        """Start ``options`` on the node and return the running process.
+
+        If the call is cancelled, a process it had already started is killed: a
+        cancelled spawn leaves nothing running.
+
+        Raises:
+            NodeGoneError: the node was destroyed, or is being destroyed.
+            CommandNotFoundError: the command does not exist on the node.
+            SpawnError: the process could not be started for another reason (bad cwd...).
+            ProviderError: the platform failed.
+        """
+        if self._closing:
+            raise NodeGoneError(f"node {self.node_id} is destroyed")
+        self._processes = {p for p in self._processes if p.returncode is None}
+        process = await self._spawn(options)
+        self._processes.add(process)
+        try:
+            await anyio.lowlevel.checkpoint()  # a cancellation that came during _spawn
+            if self._closing:
+                raise NodeGoneError(f"node {self.node_id} was destroyed during spawn")
+        except BaseException:
+            process.stop_policy = StopPolicy.immediate()
+            await process.aclose()
+            raise
+        return process
+
+    async def destroy(self) -> None:
+        """Destroy the node: kill every process on it and remove its resources.
+
+        Idempotent (a second call, or a call on a node already gone from outside, returns
+        quietly), shielded from cancellation, and bounded by :attr:`destroy_timeout`.
+        A failed destroy can be retried.
+
+        Raises:
+            DeadlineError: the platform did not finish in time (resources may remain; they
+                carry labels for a reaper).
+            ProviderError: the platform refused.
+        """
+        with anyio.CancelScope(shield=True):
+            async with self._destroy_lock:
+                if self._destroyed:
+                    return
+                self._closing = True
+                try:
+                    with anyio.fail_after(self.destroy_timeout):
+                        for process in list(self._processes):
+                            process.stop_policy = StopPolicy.immediate()
+                            await process.aclose()
+                        self._processes.clear()
+                        await self._destroy()
+                except TimeoutError:
+                    raise DeadlineError(
+                        f"destroying node {self.node_id} took over {self.destroy_timeout}s"
+                    ) from None
+                self._destroyed = True
+                logger.info("destroyed node %s (%s)", self.node_id, self.provider)
+
+    @abstractmethod
+    async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
+        """Start the process (provider hook). Raise nodeprov errors only."""
+
+    @abstractmethod
+    async def _destroy(self) -> None:
+        """Remove the node's resources (provider hook); fine if they are already gone."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.destroy()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.provider}:{self.node_id}>"
+
+
+class Rollback:
+    """Undo steps of a half-finished provision, in reverse, if it fails or is cancelled.
+
+    ::
+
+        async with Rollback() as rollback:
+            thing = await create()
+            rollback.push(lambda: delete(thing))
+            ...                                 # raise or get cancelled here: delete runs
+        # success: the undo steps are dropped
+
+    The undo steps run shielded from cancellation, bounded by ``timeout`` seconds in all.
+    """
+
+    def __init__(self, timeout: float = 60.0) -> None:
+        self.timeout = timeout
+        self._stack = AsyncExitStack()
+
+    def push(self, undo: Any) -> None:
+        """Register ``undo``, an async callable taking no arguments."""
+
+        async def run(*_exc: object) -> None:
+            await undo()
+
+        self._stack.push_async_exit(run)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if et is None:
+            self._stack.pop_all()
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.timeout):
+            try:
+                await self._stack.aclose()
+            except Exception:
+                logger.exception("undoing a failed provision failed; labelled resources remain")
+
+
+SettingsT = TypeVar("SettingsT", bound=ProviderSettings)
+
+
+class NodeProvider(ABC, Generic[SettingsT]):
+    """Makes nodes on one platform.
+
+    A provider class names itself (``name``), declares its settings model
+    (``settings_model``), registers in the ``nodeprov.providers`` entry-point group, and
+    implements :meth:`_provision`. Construct it with :func:`nodeprov.get_provider` or
+    :meth:`from_settings`, which validate the settings.
+    """
+
+    name: ClassVar[str]
+    settings_model: ClassVar[type[ProviderSettings]]
+
+    def __init__(self, settings: SettingsT) -> None:
+        self.settings = settings
+
+    @classmethod
+    def from_settings(cls, **raw: Any) -> Self:
+        """Validate ``raw`` against :attr:`settings_model` and build the provider.
+
+        Raises:
+            ConfigError: a field is unknown, missing or invalid; the message names each.
+        """
+        try:
+            settings = cls.settings_model.model_validate(raw)
+        except ValidationError as error:
+            allowed = ", ".join(cls.settings_model.model_fields) or "none"
+            problems = "; ".join(
+                f"{'.'.join(map(str, err['loc'])) or 'settings'}: {err['msg']}"
+                for err in error.errors()
+            )
+            raise ConfigError(
+                f"invalid settings for provider {cls.name!r}: {problems} (fields: {allowed})"
+            ) from None
+        return cls(settings)  # type: ignore[arg-type]
+
+    @classmethod
+    def requirements(cls) -> list[Requirement]:
+        """What this provider needs on the control plane, and whether each is present.
+
+        Quick and side-effect free (it may look at PATH, files and environment, and
+        must not call the platform). Used by ``nodeprov providers``.
+        """
+        return []
+
+    async def provision(self, config: NodeConfig | None = None) -> NodeHandle:
+        """Create a node and wait until processes can be spawned on it.
+
+        Cancellation-safe: if this is cancelled or fails half-way, whatever was created is
+        removed before the exception propagates.
+
+        Raises:
+            ProvisionError: the platform could not make the node.
+            ConfigError: the config does not suit this provider.
+            ProviderError: the platform failed otherwise.
+        """
+        config = config or NodeConfig()
+        handle = await self._provision(config)
+        try:
+            await anyio.lowlevel.checkpoint()  # a cancellation that came at the very end
+        except BaseException:
+            await handle.destroy()
+            raise
+        logger.info("provisioned node %s (%s)", handle.node_id, self.name)
+        return handle
+
+    @abstractmethod
+    async def _provision(self, config: NodeConfig) -> NodeHandle:
+        """Create the node (provider hook); undo partial work on failure (see Rollback)."""

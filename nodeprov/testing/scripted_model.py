@@ -1,0 +1,316 @@
+"""A scripted Anthropic Messages API server on 127.0.0.1, for tests without a model or a key.
+
+The Claude Code CLI streams ``POST /v1/messages`` and reads server-sent events. This server
+answers each *agent* request (one that carries ``tools``, which the CLI's main loop always
+does) with the next :class:`Turn` of a script; auxiliary requests the CLI makes on its own
+(titles, quota probes, token counts) get a short fixed reply and do not consume the script.
+Every request is recorded, so a test can assert what the model was sent.
+
+Point the CLI at it with :meth:`ScriptedModel.agent_env`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import anyio.to_thread
+
+__all__ = ["RecordedRequest", "ScriptedModel", "Stall", "Text", "ToolUse", "Turn"]
+
+
+@dataclass(frozen=True)
+class Text:
+    """An assistant turn that answers with ``text`` and ends the agent's turn."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """An assistant turn that asks the agent to run tool ``name`` with ``input``.
+
+    For the Bash tool: ``ToolUse("Bash", {"command": "echo hi > out.txt"})``.
+    """
+
+    name: str
+    input: Mapping[str, Any]
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Stall:
+    """An assistant turn that starts streaming and then sends nothing more.
+
+    The response stays open until the client goes away or the server closes, which
+    lets a test interrupt an agent in the middle of a model call.
+    """
+
+    text: str = "thinking"
+
+
+Turn = Text | ToolUse | Stall
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the server received: method, path and decoded JSON body."""
+
+    method: str
+    path: str
+    body: Mapping[str, Any]
+    is_agent_turn: bool
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The ``messages`` list of a Messages API request (empty for others)."""
+        messages = self.body.get("messages", [])
+        return list(messages) if isinstance(messages, list) else []
+
+    def text(self) -> str:
+        """Every text and tool-result string in the request's messages, joined."""
+        return "\n".join(_strings(self.messages))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for key in ("text", "content"):
+            if key in value:
+                yield from _strings(value[key])
+
+
+@dataclass
+class _State:
+    script: list[Turn]
+    fallback: Turn
+    requests: list[RecordedRequest] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closing: threading.Event = field(default_factory=threading.Event)
+    ids: Iterator[int] = field(default_factory=itertools.count)
+
+
+class ScriptedModel:
+    """A scripted Messages API on ``127.0.0.1:<free port>``.
+
+    Use as a context manager, sync or async::
+
+        async with ScriptedModel([ToolUse("Bash", {"command": "touch x"}), Text("done")]) as model:
+            options = ClaudeAgentOptions(env=model.agent_env())
+
+    Once the script is used up every further agent request gets ``fallback``.
+    """
+
+    def __init__(self, script: Sequence[Turn] = (), *, fallback: Turn = Text("ok")) -> None:
+        self._state = _State(script=list(script), fallback=fallback)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:41234``; only while the server runs."""
+        if self._server is None:
+            raise RuntimeError("the scripted model is not running")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, oldest first."""
+        with self._state.lock:
+            return list(self._state.requests)
+
+    @property
+    def agent_requests(self) -> list[RecordedRequest]:
+        """The requests that consumed (or would have consumed) a scripted turn."""
+        return [r for r in self.requests if r.is_agent_turn]
+
+    def extend(self, turns: Sequence[Turn]) -> None:
+        """Append turns to the script (e.g. before resuming a session)."""
+        with self._state.lock:
+            self._state.script.extend(turns)
+
+    def agent_env(self) -> dict[str, str]:
+        """Environment that points the Claude Code CLI at this server, offline.
+
+        The API key is a dummy: this server never checks it.
+        """
+        return {
+            "ANTHROPIC_BASE_URL": self.url,
+            "ANTHROPIC_API_KEY": "sk-ant-scripted-model-dummy",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "IS_SANDBOX": "1",
+        }
+
+    def start(self) -> None:
+        """Bind a free port on 127.0.0.1 and serve in a daemon thread."""
+        if self._server is not None:
+            return
+        state = self._state
+
+        class Handler(_Handler):
+            shared = state
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="scripted-model", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and release every stalled response; idempotent."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._state.closing.set()
+        server.shutdown()
+        server.server_close()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.stop)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    shared: _State
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass  # tests read ScriptedModel.requests instead of a log
+
+    def do_HEAD(self) -> None:
+        self._send_json(200, {})
+
+    def do_GET(self) -> None:
+        self._send_json(200, {"data": [], "has_more": False})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            self._send_json(400, _error("invalid_request_error", "body is not JSON"))
+            return
+        path = self.path.split("?", 1)[0]
+        is_agent = path == "/v1/messages" and bool(body.get("tools"))
+        state = self.shared
+        with state.lock:
+            state.requests.append(RecordedRequest("POST", self.path, body, is_agent))
+            turn: Turn = (
+                (state.script.pop(0) if state.script else state.fallback) if is_agent else Text("ok")
+            )
+            number = next(state.ids)
+        if path == "/v1/messages/count_tokens":
+            self._send_json(200, {"input_tokens": 1})
+        elif path != "/v1/messages":
+            self._send_json(404, _error("not_found_error", f"no route {path}"))
+        elif body.get("stream"):
+            self._stream(turn, str(body.get("model", "scripted")), number)
+        else:
+            self._send_json(200, _message(turn, str(body.get("model", "scripted")), number))
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self, turn: Turn, model: str, number: int) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for event in _events(turn, model, number):
+                self.wfile.write(
+                    f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+                )
+                self.wfile.flush()
+            if isinstance(turn, Stall):
+                # Hold the stream open; a vanished client shows up as a failed write.
+                while not self.shared.closing.wait(0.2):
+                    self.wfile.write(b"event: ping\ndata: {\"type\": \"ping\"}\n\n")
+                    self.wfile.flush()
+        except OSError:
+            pass  # the client went away (an interrupted agent): nothing to answer
+
+
+def _error(kind: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _usage() -> dict[str, int]:
+    return {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0}
+
+
+def _message(turn: Turn, model: str, number: int) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if turn.text:
+        content.append({"type": "text", "text": turn.text})
+    if isinstance(turn, ToolUse):
+        content.append({"type": "tool_use", "id": f"toolu_scripted_{number:06d}",
+                        "name": turn.name, "input": dict(turn.input)})
+    return {
+        "id": f"msg_scripted_{number:06d}", "type": "message", "role": "assistant",
+        "model": model, "content": content,
+        "stop_reason": "tool_use" if isinstance(turn, ToolUse) else "end_turn",
+        "stop_sequence": None, "usage": _usage(),
+    }
+
+
+def _events(turn: Turn, model: str, number: int) -> Iterator[dict[str, Any]]:
+    message = _message(turn, model, number)
+    yield {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}}
+    for index, block in enumerate(message["content"]):
+        if block["type"] == "text":
+            yield {"type": "content_block_start", "index": index,
+                   "content_block": {"type": "text", "text": ""}}
+            yield {"type": "content_block_delta", "index": index,
+                   "delta": {"type": "text_delta", "text": block["text"]}}
+        else:
+            yield {"type": "content_block_start", "index": index,
+                   "content_block": {**block, "input": {}}}
+            yield {"type": "content_block_delta", "index": index,
+                   "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}}
+        yield {"type": "content_block_stop", "index": index}
+    if isinstance(turn, Stall):
+        return
+    yield {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"],
+                                              "stop_sequence": None}, "usage": {"output_tokens": 5}}
+    yield {"type": "message_stop"}
