@@ -36,6 +36,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,7 @@ class NodeTransport(Transport):
         self._write_lock = anyio.Lock()
         self._stderr_task: TaskHandle | None = None
         self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self._failure: AgentError | None = None
 
     @classmethod
     def for_node(
@@ -192,24 +194,42 @@ class NodeTransport(Transport):
     async def write(self, data: str) -> None:
         async with self._write_lock:
             process = self._process
+            if self._failure is not None:
+                raise self._failure
             if not self._ready or process is None:
                 raise AgentError("the agent process is not connected")
-            if process.returncode is not None:
-                raise AgentExitError("cannot write: the agent process has exited",
-                                     exit_code=process.returncode, stderr_tail=self.stderr_tail)
-            try:
-                await process.stdin.send(data.encode())
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as error:
-                self._ready = False
-                raise AgentError(f"cannot write to the agent process: {error!r}") from error
+            if process.returncode is None:
+                try:
+                    await process.stdin.send(data.encode())
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as error:
+                    self._ready = False
+                    # Most often the process died: say how, rather than "broken pipe".
+                    with anyio.move_on_after(1):
+                        await process.wait()
+                    if process.returncode is None:
+                        raise AgentError(f"cannot write to the agent process: {error!r}") from error
+                else:
+                    return
+            raise self._fail(
+                AgentExitError(
+                    f"cannot write: the agent process exited with status {process.returncode}",
+                    exit_code=process.returncode,
+                    stderr_tail=self.stderr_tail,
+                )
+            )
+
+    def _fail(self, error: AgentError) -> AgentError:
+        """Remember the first failure, so later calls report the cause, not a symptom."""
+        self._ready = False
+        if self._failure is None:
+            self._failure = error
+        return self._failure
 
     async def end_input(self) -> None:
         async with self._write_lock:
             if self._process is not None:
-                try:
+                with suppress(anyio.BrokenResourceError, OSError):  # gone already: EOF is moot
                     await self._process.stdin.aclose()
-                except (anyio.BrokenResourceError, OSError):
-                    pass  # already gone: EOF is moot
 
     def read_messages(self) -> AsyncIterator[dict[str, Any]]:
         return self._read_messages()
@@ -222,10 +242,10 @@ class NodeTransport(Transport):
         try:
             async for chunk in process.stdout:
                 *lines, tail = chunk.split(b"\n")
-                for line in lines:
+                for piece in lines:
+                    line = piece
                     if pending:
-                        pending += line
-                        line, pending = bytes(pending), bytearray()
+                        line, pending = bytes(pending + piece), bytearray()
                     self._check_size(len(line))
                     message = self._parse(line)
                     if message is not None:
@@ -234,6 +254,8 @@ class NodeTransport(Transport):
                 self._check_size(len(pending))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return  # close() took the stream away: the run is over
+        except AgentOutputError as error:
+            raise self._fail(error) from None
         if pending.strip():
             try:
                 message = self._parse(bytes(pending))
@@ -246,9 +268,11 @@ class NodeTransport(Transport):
 
     def _check_size(self, length: int) -> None:
         if length > self._max_line:
-            raise AgentOutputError(
-                f"agent output line of {length} bytes or more exceeds the limit of "
-                f"{self._max_line} bytes (options.max_buffer_size)"
+            raise self._fail(
+                AgentOutputError(
+                    f"agent output line of {length} bytes or more exceeds the limit of "
+                    f"{self._max_line} bytes (options.max_buffer_size)"
+                )
             )
 
     @staticmethod
@@ -275,14 +299,21 @@ class NodeTransport(Transport):
             await process.wait()
         code = process.returncode
         if code is None:
-            self._ready = False
-            raise AgentExitError(
-                f"the agent process closed its output but was still running after "
-                f"{self._exit_timeout}s", exit_code=None, stderr_tail=self.stderr_tail)
+            raise self._fail(
+                AgentExitError(
+                    f"the agent process closed its output but was still running after {self._exit_timeout}s",
+                    exit_code=None,
+                    stderr_tail=self.stderr_tail,
+                )
+            )
         if code != 0:
-            self._ready = False
-            raise AgentExitError(f"the agent process exited with status {code}",
-                                 exit_code=code, stderr_tail=self.stderr_tail)
+            raise self._fail(
+                AgentExitError(
+                    f"the agent process exited with status {code}",
+                    exit_code=code,
+                    stderr_tail=self.stderr_tail,
+                )
+            )
 
     @property
     def stderr_tail(self) -> str:
@@ -306,10 +337,10 @@ class NodeTransport(Transport):
         try:
             async for chunk in process.stderr:
                 *lines, tail = chunk.split(b"\n")
-                for line in lines:
+                for piece in lines:
+                    line = piece
                     if pending:
-                        pending += line
-                        line, pending = bytes(pending), bytearray()
+                        line, pending = bytes(pending + piece), bytearray()
                     emit(line)
                 pending += tail
                 if len(pending) > self._max_line:

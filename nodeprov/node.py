@@ -104,13 +104,11 @@ class NodeConfig(BaseModel):
     )
     labels: dict[str, str] = Field(
         default_factory=dict,
-        description="Extra labels for every resource of the node; the 'nodeprov.' prefix "
-        "is reserved.",
+        description="Extra labels for every resource of the node; the 'nodeprov.' prefix is reserved.",
     )
     env: dict[str, str] = Field(
         default_factory=dict,
-        description="Environment every process on the node starts with, under what each "
-        "spawn asks for.",
+        description="Environment every process on the node starts with, under what each spawn asks for.",
     )
     workdir: str | None = Field(
         default=None,
@@ -230,12 +228,12 @@ class NodeHandle(ABC):
         self._processes.add(process)
         try:
             await anyio.lowlevel.checkpoint()  # a cancellation that came during _spawn
-            if self._closing:
-                raise NodeGoneError(f"node {self.node_id} was destroyed during spawn")
         except BaseException:
-            process.stop_policy = StopPolicy.immediate()
-            await process.aclose()
+            await _kill(process)
             raise
+        if self._closing:
+            await _kill(process)
+            raise NodeGoneError(f"node {self.node_id} was destroyed during spawn")
         return process
 
     async def destroy(self) -> None:
@@ -258,8 +256,7 @@ class NodeHandle(ABC):
                 try:
                     with anyio.fail_after(self.destroy_timeout):
                         for process in list(self._processes):
-                            process.stop_policy = StopPolicy.immediate()
-                            await process.aclose()
+                            await _kill(process)
                         self._processes.clear()
                         await self._destroy()
                 except TimeoutError:
@@ -287,6 +284,11 @@ class NodeHandle(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.provider}:{self.node_id}>"
+
+
+async def _kill(process: SpawnedProcess) -> None:
+    process.stop_policy = StopPolicy.immediate()
+    await process.aclose()
 
 
 class Rollback:
@@ -361,8 +363,7 @@ class NodeProvider(ABC, Generic[SettingsT]):
         except ValidationError as error:
             allowed = ", ".join(cls.settings_model.model_fields) or "none"
             problems = "; ".join(
-                f"{'.'.join(map(str, err['loc'])) or 'settings'}: {err['msg']}"
-                for err in error.errors()
+                f"{'.'.join(map(str, err['loc'])) or 'settings'}: {err['msg']}" for err in error.errors()
             )
             raise ConfigError(
                 f"invalid settings for provider {cls.name!r}: {problems} (fields: {allowed})"

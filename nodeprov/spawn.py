@@ -38,7 +38,9 @@ class SpawnOptions:
     *exactly* what is added: nothing of the control plane's own environment reaches the
     process. Names may not contain ``=`` or NUL; values may not contain NUL.
 
-    Raises :class:`ValueError` (at construction) for a malformed command, args or env.
+    Raises (at construction) :class:`TypeError` for a non-string command, argument or env
+    entry, or a bare string as ``args``; :class:`ValueError` for an empty command, a NUL in
+    any string, or a malformed variable name.
     """
 
     command: str
@@ -47,20 +49,18 @@ class SpawnOptions:
     env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.command, str) or not self.command or "\x00" in self.command:
-            raise ValueError(f"command must be a non-empty string without NUL: {self.command!r}")
         if isinstance(self.args, (str, bytes)):
-            raise ValueError("args must be a list of strings, not a single string")
+            raise TypeError("args must be a list of strings, not a single string")
         args = tuple(self.args)
-        for arg in args:
-            if not isinstance(arg, str) or "\x00" in arg:
-                raise ValueError(f"every argument must be a string without NUL: {arg!r}")
         env = dict(self.env)
-        for name, value in env.items():
-            if not isinstance(name, str) or not _ENV_NAME.match(name):
-                raise ValueError(f"invalid environment variable name: {name!r}")
-            if not isinstance(value, str) or "\x00" in value:
-                raise ValueError(f"environment value of {name} must be a string without NUL")
+        strings = [self.command, *args, *env, *env.values()]
+        if not all(isinstance(item, str) for item in strings):
+            raise TypeError("command, args and env must be strings")
+        if not self.command or any("\x00" in item for item in strings):
+            raise ValueError("the command must be non-empty, and no string may contain NUL")
+        bad_names = [name for name in env if not _ENV_NAME.match(name)]
+        if bad_names:
+            raise ValueError(f"invalid environment variable names: {bad_names!r}")
         object.__setattr__(self, "args", args)
         object.__setattr__(self, "env", MappingProxyType(env))
 
@@ -196,4 +196,3 @@ async def _close_quietly(stream: ByteSendStream) -> None:
 
 SpawnFn = Callable[[SpawnOptions], Awaitable[SpawnedProcess]]
 """Start a process on a node. ``NodeHandle.spawn`` is one; the SDK bridge needs only this."""
-

@@ -167,9 +167,7 @@ class ScriptedModel:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="scripted-model", daemon=True
-        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-model", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -227,9 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.shared
         with state.lock:
             state.requests.append(RecordedRequest("POST", self.path, body, is_agent))
-            turn: Turn = (
-                (state.script.pop(0) if state.script else state.fallback) if is_agent else Text("ok")
-            )
+            turn: Turn = (state.script.pop(0) if state.script else state.fallback) if is_agent else Text("ok")
             number = next(state.ids)
         if path == "/v1/messages/count_tokens":
             self._send_json(200, {"input_tokens": 1})
@@ -257,14 +253,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         try:
             for event in _events(turn, model, number):
-                self.wfile.write(
-                    f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
-                )
+                self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
                 self.wfile.flush()
             if isinstance(turn, Stall):
                 # Hold the stream open; a vanished client shows up as a failed write.
                 while not self.shared.closing.wait(0.2):
-                    self.wfile.write(b"event: ping\ndata: {\"type\": \"ping\"}\n\n")
+                    self.wfile.write(b'event: ping\ndata: {"type": "ping"}\n\n')
                     self.wfile.flush()
         except OSError:
             pass  # the client went away (an interrupted agent): nothing to answer
@@ -275,8 +269,12 @@ def _error(kind: str, message: str) -> dict[str, Any]:
 
 
 def _usage() -> dict[str, int]:
-    return {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0}
+    return {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
 
 
 def _message(turn: Turn, model: str, number: int) -> dict[str, Any]:
@@ -284,13 +282,23 @@ def _message(turn: Turn, model: str, number: int) -> dict[str, Any]:
     if turn.text:
         content.append({"type": "text", "text": turn.text})
     if isinstance(turn, ToolUse):
-        content.append({"type": "tool_use", "id": f"toolu_scripted_{number:06d}",
-                        "name": turn.name, "input": dict(turn.input)})
+        content.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_scripted_{number:06d}",
+                "name": turn.name,
+                "input": dict(turn.input),
+            }
+        )
     return {
-        "id": f"msg_scripted_{number:06d}", "type": "message", "role": "assistant",
-        "model": model, "content": content,
+        "id": f"msg_scripted_{number:06d}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
         "stop_reason": "tool_use" if isinstance(turn, ToolUse) else "end_turn",
-        "stop_sequence": None, "usage": _usage(),
+        "stop_sequence": None,
+        "usage": _usage(),
     }
 
 
@@ -299,18 +307,29 @@ def _events(turn: Turn, model: str, number: int) -> Iterator[dict[str, Any]]:
     yield {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}}
     for index, block in enumerate(message["content"]):
         if block["type"] == "text":
-            yield {"type": "content_block_start", "index": index,
-                   "content_block": {"type": "text", "text": ""}}
-            yield {"type": "content_block_delta", "index": index,
-                   "delta": {"type": "text_delta", "text": block["text"]}}
+            yield {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "text", "text": ""},
+            }
+            yield {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "text_delta", "text": block["text"]},
+            }
         else:
-            yield {"type": "content_block_start", "index": index,
-                   "content_block": {**block, "input": {}}}
-            yield {"type": "content_block_delta", "index": index,
-                   "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}}
+            yield {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
+            yield {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+            }
         yield {"type": "content_block_stop", "index": index}
     if isinstance(turn, Stall):
         return
-    yield {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"],
-                                              "stop_sequence": None}, "usage": {"output_tokens": 5}}
+    yield {
+        "type": "message_delta",
+        "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+        "usage": {"output_tokens": 5},
+    }
     yield {"type": "message_stop"}

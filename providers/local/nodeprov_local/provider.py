@@ -4,6 +4,7 @@ import os
 import shutil
 import signal
 import tempfile
+from contextlib import suppress
 from pathlib import Path
 from subprocess import PIPE
 from typing import ClassVar
@@ -15,8 +16,7 @@ from pydantic import Field
 
 from nodeprov.claude import bundled_cli_path
 from nodeprov.errors import CommandNotFoundError, ConfigError, ProvisionError, SpawnError
-from nodeprov.node import NodeConfig, NodeHandle, NodeProvider, ProviderSettings, Requirement
-from nodeprov.node import Rollback
+from nodeprov.node import NodeConfig, NodeHandle, NodeProvider, ProviderSettings, Requirement, Rollback
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -44,10 +44,12 @@ class LocalSettings(ProviderSettings):
         description="Claude Code CLI for agents on this node; default: the binary bundled "
         "in the claude-agent-sdk wheel, else 'claude' on PATH.",
     )
-    eof_grace: float = Field(default=5.0, ge=0, description="Seconds a stopped process gets "
-                             "to exit after stdin is closed, before SIGTERM.")
-    term_grace: float = Field(default=5.0, ge=0, description="Seconds after SIGTERM before "
-                              "SIGKILL.")
+    eof_grace: float = Field(
+        default=5.0,
+        ge=0,
+        description="Seconds a stopped process gets to exit after stdin is closed, before SIGTERM.",
+    )
+    term_grace: float = Field(default=5.0, ge=0, description="Seconds after SIGTERM before SIGKILL.")
 
 
 class LocalProcess(SpawnedProcess):
@@ -55,7 +57,10 @@ class LocalProcess(SpawnedProcess):
 
     def __init__(self, process: Process, stop_policy: StopPolicy) -> None:
         super().__init__(stop_policy)
-        assert process.stdin and process.stdout and process.stderr  # all three are piped
+        # All three are piped by LocalNode._spawn.
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
         self._process = process
         self.pid = process.pid
         self.stdin = process.stdin
@@ -81,17 +86,20 @@ class LocalProcess(SpawnedProcess):
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError):  # an empty group: all of it exited
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is empty: everything in it has exited
 
 
 class LocalNode(NodeHandle):
     """A node that is a directory; see :mod:`nodeprov_local`."""
 
     def __init__(
-        self, *, config: NodeConfig, settings: LocalSettings, directory: Path, workdir: Path,
+        self,
+        *,
+        config: NodeConfig,
+        settings: LocalSettings,
+        directory: Path,
+        workdir: Path,
         owns_workdir: bool,
     ) -> None:
         home = directory / "home"
@@ -118,7 +126,12 @@ class LocalNode(NodeHandle):
             # Shielded: a cancellation between fork and return would orphan the child.
             with anyio.CancelScope(shield=True):
                 process = await anyio.open_process(
-                    options.argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=str(cwd), env=env,
+                    options.argv,
+                    stdin=PIPE,
+                    stdout=PIPE,
+                    stderr=PIPE,
+                    cwd=str(cwd),
+                    env=env,
                     start_new_session=True,
                 )
         except (FileNotFoundError, PermissionError) as error:
@@ -150,8 +163,11 @@ class LocalProvider(NodeProvider[LocalSettings]):
     @classmethod
     def requirements(cls) -> list[Requirement]:
         cli = bundled_cli_path() or shutil.which("claude")
-        return [Requirement("claude CLI", cli is not None,
-                            cli or "not found: install claude-agent-sdk or Claude Code")]
+        return [
+            Requirement(
+                "claude CLI", cli is not None, cli or "not found: install claude-agent-sdk or Claude Code"
+            )
+        ]
 
     async def _provision(self, config: NodeConfig) -> NodeHandle:
         directory = anyio.Path(self.settings.root) / config.node_id
@@ -173,6 +189,9 @@ class LocalProvider(NodeProvider[LocalSettings]):
                 if not await workdir.is_dir():
                     raise ConfigError(f"workdir {config.workdir!r} is not a directory")
             return LocalNode(
-                config=config, settings=self.settings, directory=Path(directory),
-                workdir=Path(workdir), owns_workdir=owns,
+                config=config,
+                settings=self.settings,
+                directory=Path(directory),
+                workdir=Path(workdir),
+                owns_workdir=owns,
             )

@@ -1,0 +1,309 @@
+"""The conformance suite every provider passes.
+
+Subclass :class:`ProviderConformance` in a test module of the provider and supply two
+fixtures, ``provider`` (a configured :class:`~nodeprov.node.NodeProvider`) and
+``leftovers`` (an async function ``(node_id) -> list[str]`` describing whatever of that
+node still exists on the platform: directories, containers, instances, processes)::
+
+    class TestLocal(ProviderConformance):
+        @pytest.fixture
+        def provider(self, tmp_path): ...
+        @pytest.fixture
+        def leftovers(self): ...
+
+Nodes run ``sh``, ``cat``, ``env``, ``printf``, ``pwd``, ``mkdir`` and ``sleep`` from their
+PATH. Processes are matched by a unique ``sleep`` duration: :meth:`ProviderConformance
+.processes_matching` scans this machine's ``/proc`` (which sees local children and
+containers alike); a provider whose processes run elsewhere overrides it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from nodeprov.errors import CommandNotFoundError, NodeGoneError, SpawnError
+from nodeprov.node import (
+    LABEL_EXPIRES_AT,
+    LABEL_NODE_ID,
+    LABEL_OWNER,
+    LABEL_SESSION_ID,
+    NodeConfig,
+    NodeHandle,
+    NodeProvider,
+)
+from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
+
+__all__ = [
+    "HOSTILE_STRINGS",
+    "Leftovers",
+    "ProviderConformance",
+    "host_processes_matching",
+    "run",
+    "unique_marker",
+    "wait_until",
+]
+
+Leftovers = Callable[[str], Awaitable[list[str]]]
+AnyProvider = NodeProvider[Any]
+
+HOSTILE_STRINGS = [
+    "",
+    " ",
+    "two words",
+    "'single'",
+    '"double"',
+    "a;touch /tmp/nodeprov-pwned",
+    "$(touch /tmp/nodeprov-pwned)",
+    "`touch /tmp/nodeprov-pwned`",
+    "line\nbreak",
+    "-n",
+    "--help",
+    "back\\slash",
+    "tab\there",
+    "*",
+    "~",
+    "$HOME",
+    "||&&|",
+    "é ✓ 日本",
+    "> /tmp/nodeprov-pwned",
+]
+
+
+async def run(node: NodeHandle, *argv: str, stdin: bytes = b"", **kwargs: object) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` on ``node`` to completion; return (exit status, stdout, stderr)."""
+    options = SpawnOptions(argv[0], argv[1:], **kwargs)  # type: ignore[arg-type]
+    out, err = bytearray(), bytearray()
+    async with await node.spawn(options) as process:
+
+        async def feed() -> None:
+            if stdin:
+                await process.stdin.send(stdin)
+            await process.stdin.aclose()
+
+        async def collect(stream: str, into: bytearray) -> None:
+            async for chunk in getattr(process, stream):
+                into += chunk
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(feed)
+            tg.start_soon(collect, "stdout", out)
+            tg.start_soon(collect, "stderr", err)
+        code = await process.wait()
+    return code, bytes(out), bytes(err)
+
+
+def host_processes_matching(marker: str) -> list[str]:
+    """``pid: command line`` of every process on this machine whose command line has ``marker``.
+
+    Zombies (exited, not yet reaped) count as gone.
+    """
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            found.append(f"{proc.name}: {cmdline.strip()}")
+    return found
+
+
+async def wait_until(condition: Callable[[], Awaitable[bool]], within: float) -> bool:
+    """Poll ``condition`` (state outside this process: no event to wait on) until it holds."""
+    with anyio.move_on_after(within):
+        while not await condition():  # noqa: ASYNC110 - polling an outside process table
+            await anyio.sleep(0.05)
+        return True
+    return False
+
+
+def unique_marker() -> str:
+    """A unique ``sleep`` duration, findable in a process list."""
+    return f"{900000 + secrets.randbelow(99999)}.{secrets.randbelow(10**6):06d}"
+
+
+@pytest.mark.anyio
+class ProviderConformance:
+    """Provider-independent behaviour; see the module docstring for the fixtures."""
+
+    timeout = 60.0
+
+    async def processes_matching(self, marker: str) -> list[str]:
+        """Processes on the node's machine whose command line contains ``marker``."""
+        return host_processes_matching(marker)
+
+    async def assert_no_process(self, marker: str) -> None:
+        """Processes get reaped asynchronously: give them a moment, then insist."""
+
+        async def gone() -> bool:
+            return not await self.processes_matching(marker)
+
+        await wait_until(gone, 10)
+        assert await self.processes_matching(marker) == []
+
+    # -- provisioning and labels -------------------------------------------------------
+
+    async def test_provision_labels_and_destroy(self, provider: AnyProvider, leftovers: Leftovers) -> None:
+        config = NodeConfig(session_id="sess-1", labels={"team": "x"})
+        node = await provider.provision(config)
+        try:
+            assert node.node_id == config.node_id
+            assert node.provider == provider.name
+            assert node.labels[LABEL_NODE_ID] == config.node_id
+            assert node.labels[LABEL_SESSION_ID] == "sess-1"
+            assert node.labels[LABEL_OWNER] == config.owner
+            assert LABEL_EXPIRES_AT in node.labels
+            assert node.labels["team"] == "x"
+            assert await leftovers(node.node_id) != []
+        finally:
+            await node.destroy()
+        assert node.destroyed
+        assert await leftovers(node.node_id) == []
+
+    async def test_destroy_is_idempotent_and_ends_spawning(self, provider: AnyProvider) -> None:
+        node = await provider.provision()
+        await node.destroy()
+        await node.destroy()
+        async with node:  # __aexit__ destroys once more
+            pass
+        with pytest.raises(NodeGoneError):
+            await node.spawn(SpawnOptions("true"))
+
+    # -- processes ---------------------------------------------------------------------
+
+    async def test_stdout_stderr_and_exit_code(self, provider: AnyProvider) -> None:
+        async with await provider.provision() as node:
+            code, out, err = await run(node, "sh", "-c", "echo out; echo err >&2; exit 3")
+            assert (code, out, err) == (3, b"out\n", b"err\n")
+            assert (await run(node, "true"))[0] == 0
+
+    async def test_stdin_round_trip_binary_and_large(self, provider: AnyProvider) -> None:
+        payload = bytes(range(256)) * 8192  # 2 MiB, every byte value
+        async with await provider.provision() as node:
+            with anyio.fail_after(self.timeout):
+                code, out, _ = await run(node, "cat", stdin=payload)
+            assert code == 0
+            assert out == payload
+
+    async def test_env_is_exact(self, provider: AnyProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+        canary = f"canary-{secrets.token_hex(8)}"
+        monkeypatch.setenv("NODEPROV_CANARY_SECRET", canary)
+        asked = {"NODEPROV_A": "plain", "NODEPROV_B": "with\nnewline and 'quotes' $(x) ;"}
+        async with await provider.provision() as node:
+            code, out, _ = await run(node, "env", "-0", env=asked)
+            assert code == 0
+            seen = dict(item.split("=", 1) for item in out.decode().split("\0") if item)
+            assert canary.encode() not in out
+            assert "NODEPROV_CANARY_SECRET" not in seen
+            for name, value in asked.items():
+                assert seen[name] == value
+            unexpected = set(seen) - set(asked) - set(node.base_env)
+            assert unexpected == set(), f"variables nobody asked for: {unexpected}"
+            for name, value in node.base_env.items():
+                assert seen.get(name) == value
+
+    async def test_cwd(self, provider: AnyProvider) -> None:
+        async with await provider.provision() as node:
+            _, out, _ = await run(node, "pwd")
+            assert out.decode().strip() == node.workdir
+            assert (await run(node, "mkdir", "-p", "sub dir"))[0] == 0
+            _, out, _ = await run(node, "pwd", cwd="sub dir")
+            assert out.decode().strip() == f"{node.workdir.rstrip('/')}/sub dir"
+            with pytest.raises(SpawnError):
+                await run(node, "pwd", cwd="no-such-dir")
+
+    async def test_command_not_found(self, provider: AnyProvider) -> None:
+        async with await provider.provision() as node:
+            with pytest.raises(CommandNotFoundError):
+                await run(node, "nodeprov-no-such-command")
+
+    async def test_hostile_arguments_and_env_reach_the_process_verbatim(self, provider: AnyProvider) -> None:
+        env = {f"NODEPROV_H{i}": value for i, value in enumerate(HOSTILE_STRINGS)}
+        async with await provider.provision() as node:
+            code, out, _ = await run(node, "printf", "%s\\0", *HOSTILE_STRINGS)
+            assert code == 0
+            assert out.decode().split("\0")[:-1] == HOSTILE_STRINGS
+            code, out, _ = await run(node, "env", "-0", env=env)
+            seen = dict(item.split("=", 1) for item in out.decode().split("\0") if item)
+            assert {k: seen[k] for k in env} == env
+            code, out, _ = await run(node, "sh", "-c", "test -e /tmp/nodeprov-pwned && echo PWNED")
+            assert b"PWNED" not in out
+
+    async def test_concurrent_spawns(self, provider: AnyProvider) -> None:
+        results: dict[int, bytes] = {}
+        async with await provider.provision() as node:
+
+            async def one(i: int) -> None:
+                _, out, _ = await run(node, "sh", "-c", 'sleep 0.2; printf "%s" "$N"', env={"N": str(i)})
+                results[i] = out
+
+            with anyio.fail_after(self.timeout):
+                async with anyio.create_task_group() as tg:
+                    for i in range(12):
+                        tg.start_soon(one, i)
+        assert results == {i: str(i).encode() for i in range(12)}
+
+    # -- stopping ----------------------------------------------------------------------
+
+    async def test_stop_policy_escalates_and_takes_children(self, provider: AnyProvider) -> None:
+        marker = unique_marker()
+        async with await provider.provision() as node:
+            process = await node.spawn(
+                SpawnOptions("sh", ["-c", f'trap "" TERM; sleep {marker} & sleep {marker}; wait'])
+            )
+            process.stop_policy = StopPolicy(eof_grace=0.2, term_grace=0.5, kill_grace=5)
+            await self._until_running(marker, 2)
+            with anyio.fail_after(process.stop_policy.total + 10):
+                await process.aclose()
+            assert process.returncode is not None
+            await self.assert_no_process(marker)
+            await process.aclose()  # idempotent
+
+    async def test_destroy_with_a_live_process(self, provider: AnyProvider, leftovers: Leftovers) -> None:
+        marker = unique_marker()
+        node = await provider.provision()
+        process = await node.spawn(SpawnOptions("sh", ["-c", f"sleep {marker} & sleep {marker}"]))
+        await self._until_running(marker, 2)
+        with anyio.fail_after(self.timeout):
+            await node.destroy()
+            code = await process.wait()
+        assert code != 0
+        await self.assert_no_process(marker)
+        assert await leftovers(node.node_id) == []
+
+    async def test_cancelled_provision_leaves_nothing(
+        self, provider: AnyProvider, leftovers: Leftovers
+    ) -> None:
+        for delay in (0.0, 0.001, 0.005, 0.02, 0.1, 0.5):
+            config = NodeConfig()
+            with anyio.move_on_after(delay) as scope:
+                node = await provider.provision(config)
+            if not scope.cancelled_caught:
+                await node.destroy()
+            assert await leftovers(config.node_id) == [], f"after a cancel at {delay}s"
+
+    async def test_cancelled_spawn_leaves_nothing(self, provider: AnyProvider) -> None:
+        async with await provider.provision() as node:
+            for delay in (0.0, 0.0005, 0.002, 0.01, 0.05):
+                marker = unique_marker()
+                process: SpawnedProcess | None = None
+                with anyio.move_on_after(delay):
+                    process = await node.spawn(SpawnOptions("sleep", [marker]))
+                if process is not None:
+                    await process.aclose()
+                await self.assert_no_process(marker)
+            assert (await run(node, "true"))[0] == 0  # the node still works
+
+    async def _until_running(self, marker: str, count: int) -> None:
+        async def running() -> bool:
+            return len(await self.processes_matching(marker)) >= count
+
+        assert await wait_until(running, self.timeout), f"{count} processes never ran"

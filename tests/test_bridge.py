@@ -1,0 +1,295 @@
+"""The SDK bridge against the SDK's own subprocess transport, and against hostile processes.
+
+The "CLI" here is a small script standing in for Claude Code on a local node, so that each
+misbehaviour can be produced on purpose; the real CLI is exercised in integration/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions, PermissionResultAllow, query
+from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
+from claude_agent_sdk.types import _configure_can_use_tool
+
+from nodeprov import AgentExitError, AgentOutputError, ConfigError, NodeHandle, StopPolicy, get_provider
+from nodeprov.claude import NodeTransport
+from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
+
+pytestmark = pytest.mark.anyio
+
+FAST_STOP = StopPolicy(eof_grace=0.3, term_grace=0.5, kill_grace=5)
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[NodeHandle]:
+    async with await get_provider("local", root=tmp_path / "nodes").provision() as node:
+        yield node
+
+
+def script(tmp_path: Path, name: str, body: str, interpreter: str = "/bin/sh") -> str:
+    path = tmp_path / name
+    path.write_text(f"#!{interpreter}\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+async def drain(transport: NodeTransport) -> list[dict[str, Any]]:
+    return [message async for message in transport.read_messages()]
+
+
+async def assert_gone(marker: str) -> None:
+    async def gone() -> bool:
+        return not host_processes_matching(marker)
+
+    await wait_until(gone, 10)
+    assert host_processes_matching(marker) == []
+
+
+# -- the same command line and environment as the SDK's own transport -----------------
+
+
+async def _allow(*_: Any) -> PermissionResultAllow:
+    return PermissionResultAllow()
+
+
+OPTION_MATRIX: list[dict[str, Any]] = [
+    {},
+    {"system_prompt": "be brief; don't $(rm -rf /)"},
+    {"system_prompt": {"type": "preset", "preset": "claude_code", "append": "extra\nline"}},
+    {"system_prompt": {"type": "file", "path": "/etc/prompt.md"}},
+    {"tools": ["Bash", "Read"]},
+    {"tools": []},
+    {"tools": {"type": "preset", "preset": "claude_code"}},
+    {"allowed_tools": ["Bash(git:*)", "Read"], "disallowed_tools": ["WebFetch"]},
+    {"max_turns": 3, "max_budget_usd": 1.25, "task_budget": {"total": 5000}},
+    {"model": "claude-sonnet-4-5", "fallback_model": "claude-haiku-4-5", "betas": ["context-1m-2025-08-07"]},
+    {"permission_mode": "bypassPermissions"},
+    {"permission_mode": "acceptEdits", "continue_conversation": True},
+    {"resume": "--dangerous-looking-id", "fork_session": True},
+    {"resume": "8a1b0c3e-0000-4000-8000-000000000000", "resume_session_at": "msg-uuid"},
+    {"session_id": "11111111-2222-4333-8444-555555555555"},
+    {"settings": '{"env": {"A": "1"}}', "sandbox": {"enabled": True}},
+    {"settings": "/etc/claude/settings.json"},
+    {"add_dirs": ["/srv/a", "/srv/b c"]},
+    {"mcp_servers": {"fs": {"type": "stdio", "command": "mcp-fs", "args": ["--root", "/"]}}},
+    {"mcp_servers": "/etc/mcp.json", "strict_mcp_config": True},
+    {"include_partial_messages": True, "include_hook_events": True},
+    {"setting_sources": ["user", "project", "local"]},
+    {"plugins": [{"type": "local", "path": "/opt/plugin"}]},
+    {"extra_args": {"debug-to-stderr": None, "some-flag": "-dash-value", "other": "plain"}},
+    {"thinking": {"type": "adaptive"}},
+    {"thinking": {"type": "enabled", "budget_tokens": 2048}},
+    {"thinking": {"type": "disabled"}},
+    {"max_thinking_tokens": 4096, "effort": "high"},
+    {
+        "output_format": {
+            "type": "json_schema",
+            "schema": {"type": "object", "properties": {"x": {"type": "string"}}},
+        }
+    },
+    {"skills": ["pdf", "plugin:review"]},
+    {"skills": "all"},
+    {"can_use_tool": _allow},
+    {"client_app": "my-control-plane/1.0", "enable_file_checkpointing": True},
+    {"env": {"MY_VAR": "1", "CLAUDE_CODE_ENTRYPOINT": "custom"}},
+    {"max_buffer_size": 4096, "cwd": "."},
+]
+
+RECORDER = """
+import json, os, sys
+with open(os.environ["RECORD_TO"], "w") as f:
+    json.dump({"argv": sys.argv, "env": dict(os.environ)}, f)
+"""
+
+
+async def _record_sdk(options: ClaudeAgentOptions, cli: str, record: Path) -> dict[str, Any]:
+    transport = SubprocessCLITransport(
+        prompt="", options=replace(_configure_can_use_tool(options), cli_path=cli)
+    )
+    await transport.connect()
+    try:
+        async for _ in transport.read_messages():
+            pass
+    finally:
+        await transport.close()
+    return dict(json.loads(await anyio.Path(record).read_text()))
+
+
+async def _record_ours(
+    options: ClaudeAgentOptions, cli: str, node: NodeHandle, record: Path
+) -> dict[str, Any]:
+    transport = NodeTransport(node.spawn, options, cli_path=cli)
+    await transport.connect()
+    try:
+        await drain(transport)
+    finally:
+        await transport.close()
+    return dict(json.loads(await anyio.Path(record).read_text()))
+
+
+@pytest.mark.parametrize("fields", OPTION_MATRIX, ids=lambda f: ",".join(f) or "defaults")
+async def test_command_and_env_match_the_sdk_transport(
+    fields: dict[str, Any], node: NodeHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    canary = "canary-" + os.urandom(8).hex()
+    monkeypatch.setenv("NODEPROV_CANARY_SECRET", canary)
+    cli = script(tmp_path, "recorder", RECORDER, interpreter=sys.executable)
+    fields = dict(fields)
+    if fields.get("cwd") == ".":
+        fields["cwd"] = node.workdir
+    sdk_record, our_record = tmp_path / "sdk.json", tmp_path / "ours.json"
+    env = {**fields.pop("env", {}), "RECORD_TO": str(sdk_record)}
+    sdk = await _record_sdk(ClaudeAgentOptions(**fields, env=env), cli, sdk_record)
+    env["RECORD_TO"] = str(our_record)
+    ours = await _record_ours(ClaudeAgentOptions(**fields, env=env), cli, node, our_record)
+
+    assert ours["argv"] == sdk["argv"]
+    sdk_env, our_env = sdk["env"], ours["env"]
+    sdk_env.pop("RECORD_TO"), our_env.pop("RECORD_TO")
+    # What the SDK sets itself (not inherited from this process) reaches ours unchanged...
+    set_by_sdk = {k: v for k, v in sdk_env.items() if os.environ.get(k) != v}
+    set_by_sdk.pop("LC_CTYPE", None)  # Python's own locale coercion in the recorder
+    assert {k: our_env.get(k) for k in set_by_sdk} == set_by_sdk
+    # ...and nothing else does, least of all this process's environment.
+    assert set(our_env) - set(set_by_sdk) - set(node.base_env) - {"LC_CTYPE"} == set()
+    assert canary not in json.dumps(our_env)
+
+
+async def test_inconsistent_options_are_a_config_error(node: NodeHandle) -> None:
+    options = ClaudeAgentOptions(can_use_tool=_allow, permission_prompt_tool_name="mcp__x")
+    with pytest.raises(ConfigError, match="can_use_tool"):
+        await NodeTransport(node.spawn, options).connect()
+    with pytest.raises(ConfigError, match="user"):
+        await NodeTransport(node.spawn, ClaudeAgentOptions(user="nobody")).connect()
+
+
+async def test_cli_path_defaults(node: NodeHandle) -> None:
+    assert NodeTransport(node.spawn).cli_path == "claude"
+    assert NodeTransport(node.spawn, ClaudeAgentOptions(cli_path="/x/claude")).cli_path == "/x/claude"
+    assert NodeTransport.for_node(node).cli_path == node.tool_paths["claude"]
+    assert NodeTransport.for_node(node, cli_path="/y").cli_path == "/y"
+
+
+# -- framing --------------------------------------------------------------------------
+
+
+async def test_lines_split_across_chunks_and_non_json_lines(node: NodeHandle, tmp_path: Path) -> None:
+    big = "x" * 200_000
+    body = f"""
+printf '{{"type": "a", "v": "{big}"}}\\n'
+printf 'not json, skipped like the SDK does\\n\\n'
+printf '{{"type": "b", "s": "caf\\303\\251"}}\\r\\n{{"type": "c"}}'
+"""
+    transport = NodeTransport(node.spawn, cli_path=script(tmp_path, "cli", body), stop_policy=FAST_STOP)
+    await transport.connect()
+    try:
+        messages = await drain(transport)
+    finally:
+        await transport.close()
+    assert [m["type"] for m in messages] == ["a", "b", "c"]
+    assert messages[0]["v"] == big
+    assert messages[1]["s"] == "café"
+
+
+async def test_stderr_is_drained_and_forwarded(node: NodeHandle, tmp_path: Path) -> None:
+    lines: list[str] = []
+    # 1 MB of stderr would block a process whose stderr nobody reads.
+    body = "{ head -c 1000000 /dev/zero | tr '\\0' 'e' | fold -w 1000; echo; echo last words; } >&2"
+    options = ClaudeAgentOptions(stderr=lines.append)
+    transport = NodeTransport(node.spawn, options, cli_path=script(tmp_path, "cli", body))
+    await transport.connect()
+    with anyio.fail_after(30):
+        assert await drain(transport) == []
+    await transport.close()
+    assert lines[-1] == "last words"
+    assert len(lines) > 1000
+    assert transport.stderr_tail.endswith("last words")
+
+
+# -- bad input from the spawned side: a clear error, bounded time, nothing left -----------
+
+BAD_OUTPUT = {
+    "malformed_json": ("printf '{\"type\": broken\\n'", AgentOutputError, "not valid JSON"),
+    "invalid_utf8": ('printf \'{"type": "\\377\\376"}\\n\'', AgentOutputError, "UTF-8"),
+    "line_over_cap": ("head -c 100000 /dev/zero | tr '\\0' 'a'", AgentOutputError, "exceeds the limit"),
+    "closes_stdout_keeps_running": ("exec 1>&-", AgentExitError, "still running"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_OUTPUT)
+async def test_bad_output_is_a_clear_error(case: str, node: NodeHandle, tmp_path: Path) -> None:
+    produce, error, message = BAD_OUTPUT[case]
+    marker = unique_marker()
+    cli = script(tmp_path, "cli", f"{produce}\nsleep {marker}")
+    transport = NodeTransport(
+        node.spawn,
+        ClaudeAgentOptions(max_buffer_size=65536),
+        cli_path=cli,
+        stop_policy=FAST_STOP,
+        exit_timeout=1.0,
+    )
+    await transport.connect()
+    with anyio.fail_after(20):
+        with pytest.raises(error, match=message):
+            await drain(transport)
+        await transport.close()
+    await assert_gone(marker)
+
+
+async def test_exit_nonzero_at_start_through_query(node: NodeHandle, tmp_path: Path) -> None:
+    cli = script(tmp_path, "cli", "echo 'fatal: no credentials' >&2; exit 7")
+    transport = NodeTransport(node.spawn, cli_path=cli, stop_policy=FAST_STOP)
+    with anyio.fail_after(30), pytest.raises(AgentExitError) as caught:
+        async for _ in query(prompt="hi", transport=transport):
+            pass
+    assert caught.value.exit_code == 7
+    assert "no credentials" in str(caught.value)
+
+
+async def test_never_exits_and_ignores_sigterm(node: NodeHandle, tmp_path: Path) -> None:
+    marker = unique_marker()
+    cli = script(tmp_path, "cli", f"trap '' TERM; exec 0<&-; sleep {marker} & sleep {marker}; wait")
+    transport = NodeTransport(node.spawn, cli_path=cli, stop_policy=FAST_STOP)
+    await transport.connect()
+    process = transport.process
+    assert process is not None
+
+    async def both_running() -> bool:
+        return len(host_processes_matching(marker)) == 2
+
+    assert await wait_until(both_running, 30)
+    with anyio.fail_after(FAST_STOP.total + 10):
+        await transport.close()
+    assert process.returncode == -9
+    await assert_gone(marker)
+    await transport.close()  # idempotent
+
+
+async def test_close_is_bounded_even_when_cancelled(node: NodeHandle, tmp_path: Path) -> None:
+    marker = unique_marker()
+    cli = script(tmp_path, "cli", f"trap '' TERM; sleep {marker}")
+    transport = NodeTransport(node.spawn, cli_path=cli, stop_policy=FAST_STOP)
+    await transport.connect()
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await transport.close()  # shielded: runs to the end despite the cancelled scope
+    await assert_gone(marker)
+
+
+async def test_write_after_exit_is_a_clear_error(node: NodeHandle, tmp_path: Path) -> None:
+    transport = NodeTransport(node.spawn, cli_path=script(tmp_path, "cli", "exit 0"))
+    await transport.connect()
+    assert await drain(transport) == []
+    with pytest.raises(AgentExitError, match="exited"):
+        await transport.write('{"type": "user"}\n')
+    await transport.close()
