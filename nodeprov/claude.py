@@ -119,6 +119,41 @@ def _trace_context() -> dict[str, str]:
     return {k.upper(): v for k, v in carrier.items()} if "traceparent" in carrier else {}
 
 
+def _decode(block: bytes) -> str:
+    try:
+        return block.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise AgentOutputError(f"agent output is not valid UTF-8: {error}") from None
+
+
+_decoder = json.JSONDecoder()
+
+
+def _loads(line: str) -> dict[str, Any]:
+    """A line that starts with '{': it is one JSON object, or the output is corrupt.
+
+    ``raw_decode`` straight away: ``json.loads`` would add type checks and two whitespace
+    scans per message, a third of the cost of the whole read loop.
+    """
+    try:
+        message, end = _decoder.raw_decode(line)
+        if end != len(line) and not line[end:].isspace():
+            raise json.JSONDecodeError("extra data after the object", line, end)
+    except json.JSONDecodeError as error:
+        raise AgentOutputError(f"agent output is not valid JSON ({error}): {line[:200]!r}") from None
+    return message  # type: ignore[no-any-return]
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    """One line of NDJSON; blank and non-JSON lines (debug noise, as the SDK skips) are None."""
+    line = line.strip()
+    if line.startswith("{"):
+        return _loads(line)
+    if line:
+        logger.debug("skipping a non-JSON line of agent output: %.200s", line)
+    return None
+
+
 class NodeTransport(Transport):
     """A ``claude_agent_sdk.Transport`` that runs the CLI through a :data:`SpawnFn`.
 
@@ -238,27 +273,39 @@ class NodeTransport(Transport):
         process = self._process
         if process is None:
             raise AgentError("the agent process is not connected")
-        pending = bytearray()
+        parts: list[bytes] = []  # the line being received, when it spans chunks
+        pending = 0
         try:
             async for chunk in process.stdout:
-                *lines, tail = chunk.split(b"\n")
-                for piece in lines:
-                    line = piece
-                    if pending:
-                        line, pending = bytes(pending + piece), bytearray()
-                    self._check_size(len(line))
-                    message = self._parse(line)
-                    if message is not None:
-                        yield message
-                pending += tail
-                self._check_size(len(pending))
+                # Decode each chunk's complete lines in one go: a newline byte never falls
+                # inside a UTF-8 sequence, so the block is whole characters.
+                end = chunk.rfind(b"\n")
+                if end < 0:
+                    parts.append(chunk)
+                    pending += len(chunk)
+                    self._check_size(pending)
+                    continue
+                block = b"".join((*parts, chunk[:end])) if parts else chunk[:end]
+                rest = chunk[end + 1 :]
+                parts, pending = [rest], len(rest)
+                if len(block) > self._max_line:
+                    self._check_size(max(len(piece) for piece in block.split(b"\n")))
+                self._check_size(pending)
+                for line in _decode(block).split("\n"):
+                    if line.startswith("{"):  # the hot path: one message, no stray whitespace
+                        yield _loads(line)
+                    else:
+                        message = _parse(line)
+                        if message is not None:
+                            yield message
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return  # close() took the stream away: the run is over
         except AgentOutputError as error:
             raise self._fail(error) from None
-        if pending.strip():
+        tail = b"".join(parts)
+        if tail.strip():
             try:
-                message = self._parse(bytes(pending))
+                message = _parse(_decode(tail))
             except AgentOutputError:
                 logger.debug("dropping a truncated last line of agent output")
                 message = None
@@ -274,24 +321,6 @@ class NodeTransport(Transport):
                     f"{self._max_line} bytes (options.max_buffer_size)"
                 )
             )
-
-    @staticmethod
-    def _parse(line: bytes) -> dict[str, Any] | None:
-        try:
-            text = line.decode("utf-8").strip()
-        except UnicodeDecodeError as error:
-            raise AgentOutputError(f"agent output is not valid UTF-8: {error}") from None
-        if not text.startswith("{"):
-            if text:
-                logger.debug("skipping a non-JSON line of agent output: %.200s", text)
-            return None
-        try:
-            message = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise AgentOutputError(f"agent output is not valid JSON ({error}): {text[:200]!r}") from None
-        if not isinstance(message, dict):
-            raise AgentOutputError(f"agent output is not a JSON object: {text[:200]!r}")
-        return message
 
     async def _check_exit(self, process: SpawnedProcess) -> None:
         """After stdout EOF: the process must exit, and with status 0."""

@@ -1,0 +1,34 @@
+# Two entry points (see README): `make demo` and `make test`. Both set everything up first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint bench engines
+
+$(STAMP): pyproject.toml providers/*/pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]' -e providers/local
+	touch $@
+
+setup: $(STAMP)
+
+# An offline agent run on a local node: the real Claude Code CLI, the built-in scripted model.
+demo: setup
+	$(BIN)/nodeprov run "Say hello from the node"
+
+# Start the engines the tests need (none beyond the bundled Claude CLI so far).
+engines:
+	@true
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy nodeprov providers/local/nodeprov_local tests integration bench
+
+test: setup engines lint
+	$(BIN)/pytest
+
+bench: setup
+	$(BIN)/python bench/run.py
