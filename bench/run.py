@@ -12,6 +12,7 @@ best of ``--repeat`` runs each) and the median speed ratio of adjacent pairs of 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import stat
@@ -69,7 +70,8 @@ async def pipe_ours(node: NodeHandle, total: int) -> float:
 async def pipe_raw(total: int) -> float:
     start = time.perf_counter()
     async with await anyio.open_process(["cat"], stdin=PIPE, stdout=PIPE, stderr=PIPE) as process:
-        assert process.stdin and process.stdout
+        assert process.stdin is not None
+        assert process.stdout is not None
         got = await pump(process.stdin.send, process.stdin.aclose, process.stdout.receive, total)
         await process.wait()
     assert got == total
@@ -159,7 +161,9 @@ async def main(args: argparse.Namespace) -> None:
             for count, size in ((args.messages, 200), (args.messages // 50, 50_000)):
                 cli = make_stream(Path(tmp), count, size)
                 ours, raw, ratio = await compare(
-                    args.repeat, lambda: bridge_ours(node, cli, count), lambda: bridge_sdk(cli, count)
+                    args.repeat,
+                    functools.partial(bridge_ours, node, cli, count),
+                    functools.partial(bridge_sdk, cli, count),
                 )
                 rows.append(
                     (

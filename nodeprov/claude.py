@@ -137,10 +137,10 @@ def _loads(line: str) -> dict[str, Any]:
     """
     try:
         message, end = _decoder.raw_decode(line)
-        if end != len(line) and not line[end:].isspace():
-            raise json.JSONDecodeError("extra data after the object", line, end)
     except json.JSONDecodeError as error:
         raise AgentOutputError(f"agent output is not valid JSON ({error}): {line[:200]!r}") from None
+    if end != len(line) and not line[end:].isspace():
+        raise AgentOutputError(f"agent output has extra data after a JSON object: {line[:200]!r}")
     return message  # type: ignore[no-any-return]
 
 
