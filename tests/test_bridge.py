@@ -219,7 +219,7 @@ async def test_stderr_is_drained_and_forwarded(node: NodeHandle, tmp_path: Path)
 # -- bad input from the spawned side: a clear error, bounded time, nothing left -----------
 
 BAD_OUTPUT = {
-    "extra_data_after_object": ("printf '{\"type\": \"a\"} trailing\\n'", AgentOutputError, "extra data"),
+    "extra_data_after_object": ('printf \'{"type": "a"} trailing\\n\'', AgentOutputError, "extra data"),
     "malformed_json": ("printf '{\"type\": broken\\n'", AgentOutputError, "not valid JSON"),
     "invalid_utf8": ('printf \'{"type": "\\377\\376"}\\n\'', AgentOutputError, "UTF-8"),
     "line_over_cap": ("head -c 100000 /dev/zero | tr '\\0' 'a'", AgentOutputError, "exceeds the limit"),
