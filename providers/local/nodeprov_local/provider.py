@@ -15,7 +15,7 @@ from anyio.abc import Process
 from pydantic import Field
 
 from nodeprov.claude import bundled_cli_path
-from nodeprov.errors import CommandNotFoundError, ConfigError, ProvisionError, SpawnError
+from nodeprov.errors import CommandNotFoundError, ConfigError, ProviderError, ProvisionError, SpawnError
 from nodeprov.node import NodeConfig, NodeHandle, NodeProvider, ProviderSettings, Requirement, Rollback
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
 
@@ -147,11 +147,21 @@ class LocalNode(NodeHandle):
         for group in self._groups:
             _signal_group(group, signal.SIGKILL)
         self._groups.clear()
-        if self._owns_workdir:
-            await anyio.to_thread.run_sync(shutil.rmtree, self.directory, True)
-        else:
-            await anyio.to_thread.run_sync(shutil.rmtree, self.directory / "home", True)
-            await anyio.Path(self.directory).rmdir()
+        # The user's own workdir stays; only what the node made goes.
+        doomed = self.directory if self._owns_workdir else self.directory / "home"
+        try:
+            await anyio.to_thread.run_sync(_remove_tree, doomed)
+            if not self._owns_workdir:
+                await anyio.Path(self.directory).rmdir()
+        except FileNotFoundError:
+            pass  # removed from outside already: destroyed is destroyed
+        except OSError as error:
+            raise ProviderError(f"cannot remove node directory {self.directory}: {error}") from None
+
+
+def _remove_tree(path: Path) -> None:
+    if path.exists():
+        shutil.rmtree(path)
 
 
 class LocalProvider(NodeProvider[LocalSettings]):

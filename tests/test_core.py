@@ -1,0 +1,267 @@
+"""The core's own guarantees: validation, the registry, Rollback, and what NodeHandle and
+NodeProvider add around a provider's hooks (a minimal in-test provider stands in)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+import anyio
+import anyio.abc
+import pytest
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from nodeprov import (
+    LABEL_EXPIRES_AT,
+    LABEL_NODE_ID,
+    ConfigError,
+    DeadlineError,
+    NodeConfig,
+    NodeGoneError,
+    NodeHandle,
+    NodeProvider,
+    ProviderNotFoundError,
+    ProviderSettings,
+    Rollback,
+    SpawnedProcess,
+    SpawnOptions,
+    get_provider,
+    provider_names,
+)
+from nodeprov.registry import provider_class
+
+pytestmark = pytest.mark.anyio
+
+
+# -- SpawnOptions and NodeConfig ------------------------------------------------------
+
+
+def test_spawn_options_reject_a_shell_string_and_nul() -> None:
+    with pytest.raises(TypeError, match="list of strings"):
+        SpawnOptions("sh", "-c 'echo hi'")  # a str is a Sequence[str]: only a runtime check helps
+    with pytest.raises(TypeError):
+        SpawnOptions("echo", [1])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="NUL"):
+        SpawnOptions("echo", ["a\x00b"])
+    with pytest.raises(ValueError, match="non-empty"):
+        SpawnOptions("")
+    with pytest.raises(ValueError, match="variable names"):
+        SpawnOptions("env", env={"A=B": "x"})
+    options = SpawnOptions("echo", ["a", "b"], env={"X": "1"})
+    assert options.argv == ["echo", "a", "b"]
+    with pytest.raises(TypeError):
+        options.env["Y"] = "2"  # type: ignore[index]
+
+
+def test_node_config_validation_and_labels() -> None:
+    with pytest.raises(ValueError, match="lowercase"):
+        NodeConfig(node_id="Bad_Id")
+    with pytest.raises(ValueError, match="reserved"):
+        NodeConfig(labels={"nodeprov.owner": "me"})
+    with pytest.raises(ValueError, match="extra"):
+        NodeConfig(colour="blue")  # type: ignore[call-arg]
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    config = NodeConfig(ttl=timedelta(hours=2))
+    labels = config.resource_labels(now)
+    assert labels[LABEL_NODE_ID] == config.node_id
+    assert labels[LABEL_EXPIRES_AT] == "2026-01-01T02:00:00+00:00"
+    assert LABEL_EXPIRES_AT not in NodeConfig(ttl=None).resource_labels()
+    assert NodeConfig().node_id != NodeConfig().node_id
+
+
+# -- registry -------------------------------------------------------------------------
+
+
+def test_registry_finds_local_and_reports_unknown_names() -> None:
+    assert "local" in provider_names()
+    assert provider_class("local").name == "local"
+    with pytest.raises(ProviderNotFoundError, match=r"installed: .*local"):
+        get_provider("no-such-provider")
+
+
+def test_unknown_or_invalid_settings_name_each_field() -> None:
+    with pytest.raises(ConfigError) as caught:
+        get_provider("local", colour="blue", eof_grace=-1)
+    message = str(caught.value)
+    assert "colour: Extra inputs are not permitted" in message
+    assert "eof_grace" in message
+    assert "fields: root, path" in message
+
+
+# -- Rollback -------------------------------------------------------------------------
+
+
+async def test_rollback_undoes_in_reverse_on_error_and_cancel_only() -> None:
+    undone: list[str] = []
+
+    def undo(name: str) -> Any:
+        async def step() -> None:
+            await anyio.sleep(0.01)  # runs shielded even when the block was cancelled
+            undone.append(name)
+
+        return step
+
+    async with Rollback() as rollback:
+        rollback.push(undo("a"))
+    assert undone == []  # success keeps everything
+
+    async def fail_half_way() -> None:
+        async with Rollback() as rollback:
+            rollback.push(undo("a"))
+            rollback.push(undo("b"))
+            raise RuntimeError
+
+    with pytest.raises(RuntimeError):
+        await fail_half_way()
+    assert undone == ["b", "a"]
+
+    undone.clear()
+    with anyio.move_on_after(0.05):
+        async with Rollback() as rollback:
+            rollback.push(undo("c"))
+            await anyio.sleep(10)
+    assert undone == ["c"]
+
+
+# -- NodeHandle and NodeProvider guarantees, with a minimal provider ------------------
+
+
+class _Process(SpawnedProcess):
+    """A process that runs until killed; its streams are in memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        send, receive = anyio.create_memory_object_stream[bytes](1)
+        self.stdin = _Sink()
+        self.stdout = self.stderr = _Empty(receive)
+        self._send = send
+        self._exit = anyio.Event()
+        self._code: int | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._code
+
+    async def wait(self) -> int:
+        await self._exit.wait()
+        assert self._code is not None
+        return self._code
+
+    async def terminate(self) -> None:
+        pass  # ignores SIGTERM, like a stubborn agent
+
+    async def kill(self) -> None:
+        self._code = -9
+        self._exit.set()
+
+
+class _Sink(anyio.abc.ByteSendStream):
+    async def send(self, item: bytes) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _Empty(anyio.abc.ByteReceiveStream):
+    def __init__(self, stream: MemoryObjectReceiveStream[bytes]) -> None:
+        self._stream = stream
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        return await self._stream.receive()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _Settings(ProviderSettings):
+    destroy_seconds: float = 0.0
+    spawn_seconds: float = 0.0
+
+
+class _Node(NodeHandle):
+    def __init__(self, config: NodeConfig, settings: _Settings) -> None:
+        super().__init__(
+            node_id=config.node_id,
+            provider="inline",
+            labels=config.resource_labels(),
+            workdir="/",
+            base_env={},
+        )
+        self.settings = settings
+        self.destroy_calls = 0
+        self.spawned: list[_Process] = []
+
+    async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(self.settings.spawn_seconds)
+        process = _Process()
+        self.spawned.append(process)
+        return process
+
+    async def _destroy(self) -> None:
+        self.destroy_calls += 1
+        await anyio.sleep(self.settings.destroy_seconds)
+
+
+class _Provider(NodeProvider[_Settings]):
+    name: ClassVar[str] = "inline"
+    settings_model: ClassVar[type[ProviderSettings]] = _Settings
+
+    async def _provision(self, config: NodeConfig) -> NodeHandle:
+        return _Node(config, self.settings)
+
+
+async def test_destroy_is_idempotent_and_kills_live_processes() -> None:
+    node = await _Provider.from_settings().provision()
+    assert isinstance(node, _Node)
+    process = await node.spawn(SpawnOptions("anything"))
+    await node.destroy()
+    await node.destroy()
+    assert node.destroy_calls == 1
+    assert process.returncode == -9  # SIGTERM ignored; destroy went straight to SIGKILL
+    with pytest.raises(NodeGoneError):
+        await node.spawn(SpawnOptions("anything"))
+
+
+async def test_destroy_is_bounded_and_can_be_retried() -> None:
+    node = await _Provider.from_settings(destroy_seconds=5).provision()
+    assert isinstance(node, _Node)
+    node.destroy_timeout = 0.1  # type: ignore[misc]
+    with pytest.raises(DeadlineError, match=r"took over 0\.1s"):
+        await node.destroy()
+    assert not node.destroyed
+    node.settings = _Settings()
+    await node.destroy()
+    assert node.destroyed
+
+
+async def test_destroy_runs_to_the_end_when_cancelled() -> None:
+    node = await _Provider.from_settings(destroy_seconds=0.2).provision()
+    with anyio.move_on_after(0.01):
+        await node.destroy()
+    assert node.destroyed  # shielded: the cancellation waited for it
+
+
+async def test_a_spawn_cancelled_midway_kills_its_process() -> None:
+    node = await _Provider.from_settings(spawn_seconds=0.2).provision()
+    assert isinstance(node, _Node)
+    with anyio.move_on_after(0.05):
+        await node.spawn(SpawnOptions("anything"))
+    assert [p.returncode for p in node.spawned] == [-9]
+    await node.destroy()
+
+
+async def test_a_spawn_that_finishes_during_destroy_is_killed() -> None:
+    node = await _Provider.from_settings(spawn_seconds=0.2).provision()
+    assert isinstance(node, _Node)
+    async with anyio.create_task_group() as tg:
+
+        async def spawn() -> None:
+            with pytest.raises(NodeGoneError, match="during spawn"):
+                await node.spawn(SpawnOptions("anything"))
+
+        tg.start_soon(spawn)
+        await anyio.sleep(0.05)
+        await node.destroy()
+    assert [p.returncode for p in node.spawned] == [-9]
