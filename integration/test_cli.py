@@ -3,13 +3,16 @@ node, the built-in scripted model."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from nodeprov.claude import bundled_cli_path
+from nodeprov.testing.conformance import host_processes_matching, unique_marker
 from nodeprov.testing.pytest_plugin import require_engine
 
 NODEPROV = [sys.executable, "-m", "nodeprov"]
@@ -68,3 +71,29 @@ def test_agent_failure_is_one_line_and_nonzero(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == ["error: the agent process exited with status 1"]
     assert list((tmp_path / "nodes").iterdir()) == []
+
+
+def test_ctrl_c_destroys_the_node(tmp_path: Path) -> None:
+    marker = unique_marker()
+    hung_agent = tmp_path / "hung-agent"
+    hung_agent.write_text(f"#!/bin/sh\nsleep {marker}\n")
+    hung_agent.chmod(0o755)
+    root = tmp_path / "nodes"
+    with subprocess.Popen(
+        [*NODEPROV, "run", "-s", f"root={root}", "-s", f"claude_cli={hung_agent}", "hi"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "NO_COLOR": "1"},
+    ) as cli:
+        deadline = time.monotonic() + 60
+        while not host_processes_matching(marker):
+            assert time.monotonic() < deadline, "the agent never started"
+            time.sleep(0.05)
+        cli.send_signal(signal.SIGINT)
+        _, stderr = cli.communicate(timeout=60)
+    assert cli.returncode == 130
+    assert stderr.strip().splitlines()[-1] == "error: interrupted; the node was destroyed"
+    assert list(root.iterdir()) == []
+    assert host_processes_matching(marker) == []
