@@ -27,10 +27,13 @@ from .node import (
     LABEL_SESSION_ID,
     NodeConfig,
     NodeHandle,
+    NodeInfo,
     NodeProvider,
     ProviderSettings,
     Requirement,
     Rollback,
+    abandoned,
+    owner_alive,
 )
 from .registry import get_provider, provider_class, provider_names
 from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
@@ -49,6 +52,7 @@ __all__ = [
     "NodeConfig",
     "NodeGoneError",
     "NodeHandle",
+    "NodeInfo",
     "NodeProvider",
     "NodeprovError",
     "ProviderError",
@@ -62,7 +66,9 @@ __all__ = [
     "SpawnOptions",
     "SpawnedProcess",
     "StopPolicy",
+    "abandoned",
     "get_provider",
+    "owner_alive",
     "provider_class",
     "provider_names",
 ]

@@ -38,11 +38,14 @@ __all__ = [
     "LABEL_SESSION_ID",
     "NodeConfig",
     "NodeHandle",
+    "NodeInfo",
     "NodeProvider",
     "ProviderSettings",
     "Requirement",
     "Rollback",
+    "abandoned",
     "default_owner",
+    "owner_alive",
 ]
 
 logger = logging.getLogger("nodeprov")
@@ -69,6 +72,46 @@ def default_owner() -> str:
     except (OSError, IndexError):
         start = "0"
     return f"{socket.gethostname()}:{pid}:{start}"
+
+
+def owner_alive(owner: str) -> bool | None:
+    """Whether the control-plane process named by ``owner`` (see :func:`default_owner`) lives.
+
+    ``None`` when it cannot be told from here: another host, or an owner string of another
+    form. A recycled pid is told apart by its start time.
+    """
+    host, _, rest = owner.partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        return False  # exited, not yet reaped by its parent
+    return start in ("", "0") or fields[19] == start
+
+
+def abandoned(labels: Mapping[str, str], now: datetime | None = None) -> str | None:
+    """Why a node with these labels may be reaped, or ``None`` if it must be kept.
+
+    A node is abandoned when its ``nodeprov.expires-at`` has passed, or when its owner is
+    known to be gone. A node whose owner cannot be checked (another host) is kept until it
+    expires.
+    """
+    expires = labels.get(LABEL_EXPIRES_AT)
+    if expires:
+        try:
+            if datetime.fromisoformat(expires) <= (now or datetime.now(UTC)):
+                return f"expired at {expires}"
+        except ValueError:
+            return f"unreadable expiry {expires!r}"
+    owner = labels.get(LABEL_OWNER, "")
+    if owner_alive(owner) is False:
+        return f"owner {owner} is gone"
+    return None
 
 
 def _new_node_id() -> str:
@@ -155,6 +198,19 @@ class ProviderSettings(BaseModel):
     """Base of every provider's settings model: frozen, unknown fields rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node as its provider's platform reports it (see :meth:`NodeProvider.list_nodes`).
+
+    ``state`` is the platform's own word ("running", "exited", ...).
+    """
+
+    node_id: str
+    provider: str
+    labels: Mapping[str, str]
+    state: str
 
 
 @dataclass(frozen=True)
@@ -403,3 +459,44 @@ class NodeProvider(ABC, Generic[SettingsT]):
     @abstractmethod
     async def _provision(self, config: NodeConfig) -> NodeHandle:
         """Create the node (provider hook); undo partial work on failure (see Rollback)."""
+
+    @abstractmethod
+    async def list_nodes(self) -> list[NodeInfo]:
+        """Every node of this provider that exists on its platform, whoever made it.
+
+        Raises:
+            ProviderError: the platform could not be asked.
+        """
+
+    @abstractmethod
+    async def attach(self, node_id: str) -> NodeHandle:
+        """A handle on an existing node, made by this or another control-plane process.
+
+        Raises:
+            NodeGoneError: no such node exists.
+            ProviderError: the platform could not be asked.
+        """
+
+    async def collect_garbage(self, *, now: datetime | None = None, dry_run: bool = False) -> list[NodeInfo]:
+        """Destroy every node that is :func:`abandoned` (expired, or its owner is gone).
+
+        Nodes of live owners are never touched. Returns the nodes reaped (or, with
+        ``dry_run``, those that would be). A node that vanishes meanwhile is skipped.
+
+        Raises:
+            ProviderError: the platform could not be asked or refused a removal.
+        """
+        reaped = []
+        for info in await self.list_nodes():
+            reason = abandoned(info.labels, now)
+            if reason is None:
+                continue
+            logger.info("reaping node %s (%s): %s", info.node_id, self.name, reason)
+            if not dry_run:
+                try:
+                    node = await self.attach(info.node_id)
+                except NodeGoneError:
+                    continue
+                await node.destroy()
+            reaped.append(info)
+        return reaped

@@ -19,6 +19,7 @@ from nodeprov import (
     NodeConfig,
     NodeGoneError,
     NodeHandle,
+    NodeInfo,
     NodeProvider,
     ProviderNotFoundError,
     ProviderSettings,
@@ -210,6 +211,12 @@ class _Provider(NodeProvider[_Settings]):
 
     async def _provision(self, config: NodeConfig) -> NodeHandle:
         return _Node(config, self.settings)
+
+    async def list_nodes(self) -> list[NodeInfo]:
+        return []
+
+    async def attach(self, node_id: str) -> NodeHandle:
+        raise NodeGoneError(node_id)
 
 
 async def test_destroy_is_idempotent_and_kills_live_processes() -> None:

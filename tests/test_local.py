@@ -1,5 +1,6 @@
 """What the local provider promises beyond the conformance suite."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -70,8 +71,6 @@ async def test_an_existing_node_id_is_refused(tmp_path: Path) -> None:
 
 async def test_destroy_after_the_directory_vanished(tmp_path: Path) -> None:
     node = await get_provider("local", root=tmp_path / "nodes").provision()
-    (tmp_path / "nodes" / node.node_id / "work").rmdir()
-    (tmp_path / "nodes" / node.node_id / "home").rmdir()
-    (tmp_path / "nodes" / node.node_id).rmdir()
+    shutil.rmtree(tmp_path / "nodes" / node.node_id)
     await node.destroy()  # gone from outside already: fine
     assert node.destroyed

@@ -20,7 +20,9 @@ containers alike); a provider whose processes run elsewhere overrides it.
 from __future__ import annotations
 
 import secrets
+import socket
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +178,46 @@ class ProviderConformance:
             pass
         with pytest.raises(NodeGoneError):
             await node.spawn(SpawnOptions("true"))
+
+    async def test_list_and_attach(self, provider: AnyProvider, leftovers: Leftovers) -> None:
+        config = NodeConfig(labels={"purpose": "attach"})
+        node = await provider.provision(config)
+        try:
+            listed = {info.node_id: info for info in await provider.list_nodes()}
+            assert listed[node.node_id].labels[LABEL_OWNER] == config.owner
+            assert listed[node.node_id].labels["purpose"] == "attach"
+            attached = await provider.attach(node.node_id)
+            assert attached.labels[LABEL_NODE_ID] == node.node_id
+            _, out, _ = await run(attached, "sh", "-c", "echo from the attached handle")
+            assert out == b"from the attached handle\n"
+            await attached.destroy()
+            assert await leftovers(node.node_id) == []
+        finally:
+            await node.destroy()  # already gone: must be quiet
+        with pytest.raises(NodeGoneError):
+            await provider.attach(node.node_id)
+        assert node.node_id not in {info.node_id for info in await provider.list_nodes()}
+
+    async def test_garbage_collection_spares_live_owners(
+        self, provider: AnyProvider, leftovers: Leftovers
+    ) -> None:
+        now = datetime.now(UTC)
+        short = await provider.provision(NodeConfig(ttl=timedelta(hours=1)))
+        orphan = await provider.provision(NodeConfig(owner=f"{socket.gethostname()}:999999999:1"))
+        kept = await provider.provision(NodeConfig(ttl=timedelta(hours=10)))
+        try:
+            would = await provider.collect_garbage(now=now + timedelta(hours=2), dry_run=True)
+            assert {short.node_id, orphan.node_id} <= {info.node_id for info in would}
+            assert await leftovers(short.node_id) != []
+            reaped = {info.node_id for info in await provider.collect_garbage(now=now + timedelta(hours=2))}
+            assert {short.node_id, orphan.node_id} <= reaped
+            assert kept.node_id not in reaped
+            assert await leftovers(short.node_id) == []
+            assert await leftovers(orphan.node_id) == []
+            assert (await run(kept, "true"))[0] == 0
+        finally:
+            for node in (short, orphan, kept):
+                await node.destroy()
 
     # -- processes ---------------------------------------------------------------------
 

@@ -12,14 +12,31 @@ from typing import ClassVar
 import anyio
 import anyio.to_thread
 from anyio.abc import Process
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from nodeprov.claude import bundled_cli_path
-from nodeprov.errors import CommandNotFoundError, ConfigError, ProviderError, ProvisionError, SpawnError
-from nodeprov.node import NodeConfig, NodeHandle, NodeProvider, ProviderSettings, Requirement, Rollback
+from nodeprov.errors import (
+    CommandNotFoundError,
+    ConfigError,
+    NodeGoneError,
+    ProviderError,
+    ProvisionError,
+    SpawnError,
+)
+from nodeprov.node import (
+    NodeConfig,
+    NodeHandle,
+    NodeInfo,
+    NodeProvider,
+    ProviderSettings,
+    Requirement,
+    Rollback,
+)
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+RECORD_FILE = "node.json"
+GROUPS_FILE = "process-groups"
 
 
 class LocalSettings(ProviderSettings):
@@ -90,41 +107,42 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+class _Record(BaseModel):
+    """What ``node.json`` keeps, so another process can attach to or destroy the node."""
+
+    node_id: str
+    labels: dict[str, str]
+    workdir: str
+    owns_workdir: bool
+    env: dict[str, str]
+
+
 class LocalNode(NodeHandle):
     """A node that is a directory; see :mod:`nodeprov_local`."""
 
-    def __init__(
-        self,
-        *,
-        config: NodeConfig,
-        settings: LocalSettings,
-        directory: Path,
-        workdir: Path,
-        owns_workdir: bool,
-    ) -> None:
+    def __init__(self, *, record: _Record, settings: LocalSettings, directory: Path) -> None:
         home = directory / "home"
         inherited = {name: os.environ[name] for name in settings.inherit_env if name in os.environ}
         super().__init__(
-            node_id=config.node_id,
+            node_id=record.node_id,
             provider=LocalProvider.name,
-            labels=config.resource_labels(),
-            workdir=str(workdir),
-            base_env={"PATH": settings.path, "HOME": str(home), **inherited, **config.env},
+            labels=record.labels,
+            workdir=record.workdir,
+            base_env={"PATH": settings.path, "HOME": str(home), **inherited, **record.env},
             tool_paths={"claude": settings.claude_cli or bundled_cli_path() or "claude"},
         )
         self.directory = directory
-        self._owns_workdir = owns_workdir
+        self._owns_workdir = record.owns_workdir
         self._stop_policy = StopPolicy(eof_grace=settings.eof_grace, term_grace=settings.term_grace)
-        self._groups: set[int] = set()
 
     async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
         cwd = anyio.Path(self.workdir) / (options.cwd or ".")
         if not await cwd.is_dir():
             raise SpawnError(f"working directory {str(cwd)!r} does not exist on node {self.node_id}")
         env = {**self.base_env, **options.env}
-        try:
-            # Shielded: a cancellation between fork and return would orphan the child.
-            with anyio.CancelScope(shield=True):
+        # Shielded: a cancellation between fork and return would orphan the child.
+        with anyio.CancelScope(shield=True):
+            try:
                 process = await anyio.open_process(
                     options.argv,
                     stdin=PIPE,
@@ -134,24 +152,34 @@ class LocalNode(NodeHandle):
                     env=env,
                     start_new_session=True,
                 )
-        except (FileNotFoundError, PermissionError) as error:
-            raise CommandNotFoundError(
-                f"cannot run {options.command!r} on node {self.node_id}: {error.strerror}"
-            ) from None
-        except OSError as error:
-            raise SpawnError(f"cannot start {options.command!r}: {error}") from None
-        self._groups.add(process.pid)
+            except (FileNotFoundError, PermissionError) as error:
+                raise CommandNotFoundError(
+                    f"cannot run {options.command!r} on node {self.node_id}: {error.strerror}"
+                ) from None
+            except OSError as error:
+                raise SpawnError(f"cannot start {options.command!r}: {error}") from None
+            # Remember the group on disk, so a destroy from any process can end it.
+            async with await anyio.Path(self.directory / GROUPS_FILE).open("a") as groups:
+                await groups.write(f"{process.pid} {_start_time(process.pid)}\n")
         return LocalProcess(process, self._stop_policy)
 
     async def _destroy(self) -> None:
-        for group in self._groups:
-            _signal_group(group, signal.SIGKILL)
-        self._groups.clear()
-        # The user's own workdir stays; only what the node made goes.
-        doomed = self.directory if self._owns_workdir else self.directory / "home"
         try:
-            await anyio.to_thread.run_sync(_remove_tree, doomed)
-            if not self._owns_workdir:
+            groups = await anyio.Path(self.directory / GROUPS_FILE).read_text()
+        except FileNotFoundError:
+            groups = ""
+        for line in groups.splitlines():
+            pgid, start = line.split()
+            # A leader alive with another start time means the id was recycled: not ours.
+            if _start_time(int(pgid)) in (start, None):
+                _signal_group(int(pgid), signal.SIGKILL)
+        # The user's own workdir stays; only what the node made goes.
+        try:
+            if self._owns_workdir:
+                await anyio.to_thread.run_sync(_remove_tree, self.directory)
+            else:
+                for made in ("home", GROUPS_FILE, RECORD_FILE):
+                    await anyio.to_thread.run_sync(_remove_tree, self.directory / made)
                 await anyio.Path(self.directory).rmdir()
         except FileNotFoundError:
             pass  # removed from outside already: destroyed is destroyed
@@ -159,9 +187,19 @@ class LocalNode(NodeHandle):
             raise ProviderError(f"cannot remove node directory {self.directory}: {error}") from None
 
 
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks since boot), or None if there is none."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def _remove_tree(path: Path) -> None:
-    if path.exists():
+    if path.is_dir():
         shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 class LocalProvider(NodeProvider[LocalSettings]):
@@ -198,10 +236,35 @@ class LocalProvider(NodeProvider[LocalSettings]):
                 workdir, owns = await anyio.Path(config.workdir).resolve(), False
                 if not await workdir.is_dir():
                     raise ConfigError(f"workdir {config.workdir!r} is not a directory")
-            return LocalNode(
-                config=config,
-                settings=self.settings,
-                directory=Path(directory),
-                workdir=Path(workdir),
+            record = _Record(
+                node_id=config.node_id,
+                labels=config.resource_labels(),
+                workdir=str(workdir),
                 owns_workdir=owns,
+                env=config.env,
             )
+            await (directory / RECORD_FILE).write_text(record.model_dump_json())
+            return LocalNode(record=record, settings=self.settings, directory=Path(directory))
+
+    async def list_nodes(self) -> list[NodeInfo]:
+        return [
+            NodeInfo(record.node_id, self.name, record.labels, "ready")
+            for record in await anyio.to_thread.run_sync(self._records)
+        ]
+
+    async def attach(self, node_id: str) -> NodeHandle:
+        record = next(
+            (r for r in await anyio.to_thread.run_sync(self._records) if r.node_id == node_id), None
+        )
+        if record is None:
+            raise NodeGoneError(f"no local node {node_id} under {self.settings.root}")
+        return LocalNode(record=record, settings=self.settings, directory=self.settings.root / node_id)
+
+    def _records(self) -> list[_Record]:
+        records = []
+        for path in sorted(self.settings.root.glob(f"*/{RECORD_FILE}")):
+            try:
+                records.append(_Record.model_validate_json(path.read_text()))
+            except (OSError, ValueError):
+                continue  # being created or removed right now
+        return records
