@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml providers/*/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]' -e providers/local
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]' -e providers/local -e providers/docker
 	touch $@
 
 setup: $(STAMP)
@@ -25,7 +25,7 @@ engines:
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy nodeprov providers/local/nodeprov_local tests integration bench
+	$(BIN)/mypy nodeprov providers/local/nodeprov_local providers/docker/nodeprov_docker tests integration bench
 
 test: setup engines lint
 	$(BIN)/pytest

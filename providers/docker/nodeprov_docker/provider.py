@@ -1,0 +1,424 @@
+from __future__ import annotations
+
+import functools
+import posixpath
+import shutil
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+import anyio
+import anyio.to_thread
+import docker
+import docker.errors
+from anyio.abc import SocketStream
+from docker.types import Mount
+from pydantic import BaseModel, ConfigDict, Field
+
+from nodeprov.claude import bundled_cli_path
+from nodeprov.errors import (
+    CommandNotFoundError,
+    ConfigError,
+    NodeGoneError,
+    NodeprovError,
+    ProviderError,
+    ProvisionError,
+    SpawnError,
+)
+from nodeprov.node import (
+    LABEL_NODE_ID,
+    NodeConfig,
+    NodeHandle,
+    NodeInfo,
+    NodeProvider,
+    ProviderSettings,
+    Requirement,
+    Rollback,
+)
+from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
+from nodeprov_docker.exec import STDERR, STDOUT, DockerProcess, ExecOutput
+
+T = TypeVar("T")
+
+SDK_CLAUDE_MOUNT = "/opt/nodeprov/claude"
+_SENTINEL = b"\x1enodeprov "
+# Reports the exec's pid inside the container (it leads its own process group there), and
+# tells a missing command apart from a command that fails, before exec'ing the command.
+_PREAMBLE = (
+    'command -v -- "$1" >/dev/null 2>&1 || { printf "\\036nodeprov notfound\\n"; exit 127; }; '
+    'printf "\\036nodeprov ok %s\\n" "$$"; exec "$@"'
+)
+_SIGNAL_GROUP = 'kill -s "$1" -- "-$2" 2>/dev/null; exit 0'
+
+
+class DockerMount(BaseModel):
+    """A mount of every node's container."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(description="Host path (bind) or volume name (volume).")
+    target: str = Field(description="Path inside the container.")
+    read_only: bool = Field(default=False, description="Mount read-only.")
+    type: Literal["bind", "volume"] = Field(default="bind", description="Kind of mount.")
+
+
+class DockerSettings(ProviderSettings):
+    """Settings of the Docker provider."""
+
+    image: str | None = Field(default=None, description="Image of every node; needed to provision.")
+    docker_host: str | None = Field(
+        default=None,
+        description="Engine URL, unix:///path or tcp://host:port (TLS is not supported). "
+        "Default: DOCKER_HOST, then the local socket.",
+    )
+    pull: Literal["missing", "always", "never"] = Field(
+        default="missing", description="When to pull the image from its registry."
+    )
+    network_mode: str | None = Field(default=None, description="Network mode, e.g. 'host' or 'none'.")
+    cpus: float | None = Field(default=None, gt=0, description="CPU limit, in CPUs.")
+    memory: str | None = Field(default=None, description="Memory limit, e.g. '512m' or '2g'.")
+    mounts: list[DockerMount] = Field(default_factory=list, description="Mounts of every node.")
+    user: str | None = Field(default=None, description="User of the container and its processes.")
+    workdir: str = Field(
+        default="/workspace", description="Working directory in the container, made if missing."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Environment of the container.")
+    claude_cli: str = Field(default="claude", description="Claude Code CLI inside the container.")
+    mount_sdk_claude: bool = Field(
+        default=False,
+        description=f"Bind-mount the Claude Code CLI bundled in the claude-agent-sdk wheel, read-only, "
+        f"at {SDK_CLAUDE_MOUNT} and use it (the engine must run on this machine).",
+    )
+    ready_timeout: float = Field(default=60.0, gt=0, description="Seconds a node may take to be ready.")
+    eof_grace: float = Field(default=5.0, ge=0, description="Seconds after stdin EOF before SIGTERM.")
+    term_grace: float = Field(default=5.0, ge=0, description="Seconds after SIGTERM before SIGKILL.")
+
+
+async def _engine(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a docker SDK call in a worker thread, mapping its errors into nodeprov's tree.
+
+    ``NotFound`` (container or exec) becomes :class:`NodeGoneError`; everything else a
+    :class:`ProviderError`. Callers refine these where they know more.
+    """
+    try:
+        return await anyio.to_thread.run_sync(functools.partial(call, *args, **kwargs))
+    except docker.errors.NotFound as error:
+        raise NodeGoneError(_explain(error)) from None
+    except docker.errors.APIError as error:
+        raise ProviderError(f"Docker engine: {_explain(error)}") from None
+    except (docker.errors.DockerException, OSError) as error:
+        raise ProviderError(f"Docker engine not reachable: {error}") from None
+
+
+def _explain(error: docker.errors.APIError) -> str:
+    return str(error.explanation or error)
+
+
+def _is_conflict(error: NodeprovError) -> bool:
+    return "409" in str(error) or "is not running" in str(error) or "in progress" in str(error)
+
+
+class DockerNode(NodeHandle):
+    """A node that is a container; see :mod:`nodeprov_docker`."""
+
+    def __init__(
+        self,
+        *,
+        provider: DockerProvider,
+        container_id: str,
+        labels: dict[str, str],
+        workdir: str,
+        base_env: dict[str, str],
+    ) -> None:
+        settings = provider.settings
+        super().__init__(
+            node_id=labels[LABEL_NODE_ID],
+            provider=DockerProvider.name,
+            labels=labels,
+            workdir=workdir,
+            base_env=base_env,
+            tool_paths={"claude": SDK_CLAUDE_MOUNT if settings.mount_sdk_claude else settings.claude_cli},
+        )
+        self.container_id = container_id
+        self._provider = provider
+        self._stop_policy = StopPolicy(eof_grace=settings.eof_grace, term_grace=settings.term_grace)
+
+    async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
+        api = (await self._provider.client()).api
+        preamble = _PREAMBLE if "PWD" in options.env or "PWD" in self.base_env else "unset PWD; " + _PREAMBLE
+        argv = ["/bin/sh", "-c", preamble, "nodeprov", options.command, *options.args]
+        cwd = posixpath.normpath(posixpath.join(self.workdir, options.cwd or "."))
+        # Shielded, and bounded instead: a cancellation after exec start would orphan it.
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.fail_after(self._provider.settings.ready_timeout):
+                    exec_id: str = (
+                        await self._exec_create(api, argv, env=options.env, workdir=cwd, user=self._user)
+                    )["Id"]
+                    socket = await self._attach(api, exec_id)
+                    output = ExecOutput(socket)
+                    pid = await self._handshake(api, exec_id, socket, output, options)
+            except TimeoutError:
+                raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
+        return DockerProcess(
+            socket,
+            output,
+            pid=pid,
+            stop_policy=self._stop_policy,
+            exit_code=functools.partial(self._exit_code, api, exec_id),
+            signal_group=functools.partial(self._signal_group, api, pid),
+        )
+
+    @property
+    def _user(self) -> str:
+        return self._provider.settings.user or ""
+
+    async def _exec_create(self, api: Any, argv: list[str], **kwargs: Any) -> dict[str, Any]:
+        env = kwargs.pop("env")
+        try:
+            result: dict[str, Any] = await _engine(
+                api.exec_create,
+                self.container_id,
+                argv,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                environment=[f"{k}={v}" for k, v in env.items()],
+                **kwargs,
+            )
+        except NodeGoneError:
+            raise NodeGoneError(f"node {self.node_id}: its container is gone") from None
+        except ProviderError as error:
+            if _is_conflict(error):
+                raise NodeGoneError(f"node {self.node_id}: its container is not running") from None
+            raise
+        return result
+
+    @staticmethod
+    async def _attach(api: Any, exec_id: str) -> SocketStream:
+        hijacked = await _engine(api.exec_start, exec_id, socket=True)
+        raw = getattr(hijacked, "_sock", hijacked)
+        try:
+            # Our own descriptor, so that the SDK's response object may close its one.
+            return await SocketStream.from_socket(raw.dup())
+        finally:
+            hijacked.close()
+
+    async def _handshake(
+        self, api: Any, exec_id: str, socket: SocketStream, output: ExecOutput, options: SpawnOptions
+    ) -> int:
+        """Read the preamble's report; raise if the command could not be started."""
+        first = b""
+        try:
+            while b"\n" not in first and len(first) < 4096:
+                first += await output.receive(STDOUT, 4096)
+        except anyio.EndOfStream:
+            pass
+        line, _, rest = first.partition(b"\n")
+        if line.startswith(_SENTINEL + b"ok "):
+            output.push_back(STDOUT, rest)
+            return int(line.removeprefix(_SENTINEL + b"ok "))
+        await socket.aclose()
+        if line == _SENTINEL + b"notfound":
+            raise CommandNotFoundError(f"no command {options.command!r} on node {self.node_id}")
+        # The engine could not start even the shell (a missing cwd, no /bin/sh): say what it said.
+        said = first
+        try:
+            while len(said) < 4096:
+                said += await output.receive(STDERR, 4096)
+        except anyio.EndOfStream:
+            pass
+        message = said.decode(errors="replace").strip() or "no output"
+        raise SpawnError(f"cannot start {options.command!r} on node {self.node_id}: {message}")
+
+    @staticmethod
+    async def _exit_code(api: Any, exec_id: str) -> int | None:
+        info = await _engine(api.exec_inspect, exec_id)
+        return None if info["Running"] else int(info["ExitCode"])
+
+    async def _signal_group(self, api: Any, pid: int, signal: str) -> None:
+        argv = ["/bin/sh", "-c", _SIGNAL_GROUP, "nodeprov", signal, str(pid)]
+        try:
+            exec_id = (
+                await _engine(
+                    api.exec_create, self.container_id, argv, stdout=True, stderr=True, user=self._user
+                )
+            )["Id"]
+            await _engine(api.exec_start, exec_id)
+        except NodeGoneError:
+            pass  # the container is gone, and every process with it
+        except ProviderError as error:
+            if not _is_conflict(error):
+                raise
+
+    async def _destroy(self) -> None:
+        await self._provider.remove_container(self.container_id)
+
+
+class DockerProvider(NodeProvider[DockerSettings]):
+    """Nodes as Docker containers; see :mod:`nodeprov_docker`."""
+
+    name: ClassVar[str] = "docker"
+    settings_model: ClassVar[type[ProviderSettings]] = DockerSettings
+
+    def __init__(self, settings: DockerSettings) -> None:
+        super().__init__(settings)
+        self._client: docker.DockerClient | None = None
+        self._client_lock = anyio.Lock()
+
+    @classmethod
+    def requirements(cls) -> list[Requirement]:
+        socket = Path("/var/run/docker.sock")
+        return [
+            Requirement(
+                "Docker engine socket",
+                socket.exists(),
+                str(socket) if socket.exists() else "not found: start dockerd or set docker_host",
+            ),
+            Requirement(
+                "docker CLI (optional)", True, shutil.which("docker") or "not needed: the Engine API is used"
+            ),
+        ]
+
+    async def client(self) -> docker.DockerClient:
+        """The engine client, made on first use (it asks the engine for its API version)."""
+        async with self._client_lock:
+            if self._client is None:
+                host = self.settings.docker_host
+                if host is not None and not host.startswith(("unix://", "tcp://", "http://")):
+                    raise ConfigError(f"docker_host {host!r}: only unix:// and tcp:// engines are supported")
+                make = functools.partial(docker.DockerClient, base_url=host) if host else docker.from_env
+                client = await _engine(make)
+                if client.api.base_url.startswith("https"):
+                    raise ConfigError("TLS Docker engines are not supported (the exec socket is used raw)")
+                self._client = client
+            return self._client
+
+    async def _provision(self, config: NodeConfig) -> NodeHandle:
+        settings = self.settings
+        if not settings.image:
+            raise ConfigError("the docker provider needs an image (setting 'image')")
+        client = await self.client()
+        name = f"nodeprov-{config.node_id}"
+        labels = config.resource_labels()
+        async with Rollback() as rollback:
+            await self._ensure_image(client, settings.image)
+            # By name, before creating: a cancellation during create must not orphan it.
+            rollback.push(functools.partial(self.remove_container, name))
+            try:
+                container = await _engine(
+                    client.api.create_container,
+                    settings.image,
+                    command=_keep_alive(config.ttl),
+                    name=name,
+                    labels=labels,
+                    environment={**settings.env, **config.env},
+                    user=settings.user,
+                    working_dir=config.workdir or settings.workdir,
+                    detach=True,
+                    host_config=client.api.create_host_config(
+                        init=True,
+                        auto_remove=True,
+                        network_mode=settings.network_mode,
+                        nano_cpus=int(settings.cpus * 1e9) if settings.cpus else None,
+                        mem_limit=settings.memory,
+                        mounts=self._mounts(),
+                    ),
+                )
+                await _engine(client.api.start, container["Id"])
+            except NodeprovError as error:
+                raise ProvisionError(f"cannot start node {config.node_id}: {error}") from None
+            node = await self._ready(container["Id"], labels, config.workdir or settings.workdir)
+        return node
+
+    async def _ensure_image(self, client: docker.DockerClient, image: str) -> None:
+        pull = self.settings.pull
+        if pull != "always":
+            try:
+                await _engine(client.api.inspect_image, image)
+            except NodeGoneError:
+                if pull == "never":
+                    raise ProvisionError(f"image {image!r} is not on the engine (pull='never')") from None
+            else:
+                return
+        try:
+            await _engine(client.images.pull, image)
+        except NodeprovError as error:
+            raise ProvisionError(f"image {image!r} could not be pulled: {error}") from None
+
+    def _mounts(self) -> list[Mount]:
+        mounts = [Mount(m.target, m.source, type=m.type, read_only=m.read_only) for m in self.settings.mounts]
+        if self.settings.mount_sdk_claude:
+            cli = bundled_cli_path()
+            if cli is None:
+                raise ConfigError("mount_sdk_claude: the installed claude-agent-sdk bundles no CLI")
+            mounts.append(Mount(SDK_CLAUDE_MOUNT, cli, type="bind", read_only=True))
+        return mounts
+
+    async def _ready(self, container_id: str, labels: dict[str, str], workdir: str) -> DockerNode:
+        """Wait until an exec runs in the container; learn the environment processes get."""
+        node = DockerNode(
+            provider=self, container_id=container_id, labels=labels, workdir=workdir, base_env={}
+        )
+        try:
+            with anyio.fail_after(self.settings.ready_timeout):
+                async with await node.spawn(SpawnOptions("env", ["-0"])) as probe:
+                    raw = b"".join([chunk async for chunk in probe.stdout])
+                    code = await probe.wait()
+        except TimeoutError:
+            raise ProvisionError(
+                f"node {node.node_id} was not ready in {self.settings.ready_timeout}s"
+            ) from None
+        except NodeprovError as error:
+            raise ProvisionError(f"node {node.node_id} died while starting: {error}") from None
+        if code != 0:
+            raise ProvisionError(f"node {node.node_id}: 'env' failed in the container (status {code})")
+        base_env = dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+        return DockerNode(
+            provider=self, container_id=container_id, labels=labels, workdir=workdir, base_env=base_env
+        )
+
+    async def remove_container(self, container: str) -> None:
+        """Remove a container with force; fine if it is gone or already being removed."""
+        api = (await self.client()).api
+        try:
+            await _engine(api.remove_container, container, force=True)
+        except NodeGoneError:
+            return
+        except ProviderError as error:
+            if not _is_conflict(error):
+                raise
+        # Removal was already under way (auto_remove): wait until it is done.
+        while True:
+            try:
+                await _engine(api.inspect_container, container)
+            except NodeGoneError:
+                return
+            await anyio.sleep(0.05)
+
+    async def list_nodes(self) -> list[NodeInfo]:
+        api = (await self.client()).api
+        containers = await _engine(api.containers, all=True, filters={"label": LABEL_NODE_ID})
+        return [NodeInfo(c["Labels"][LABEL_NODE_ID], self.name, c["Labels"], c["State"]) for c in containers]
+
+    async def attach(self, node_id: str) -> NodeHandle:
+        api = (await self.client()).api
+        found = await _engine(api.containers, all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"})
+        if not found:
+            raise NodeGoneError(f"no docker node {node_id}")
+        container = await _engine(api.inspect_container, found[0]["Id"])
+        labels, workdir = container["Config"]["Labels"], container["Config"]["WorkingDir"] or "/"
+        if container["State"]["Running"]:
+            try:
+                return await self._ready(container["Id"], labels, workdir)
+            except ProvisionError as error:
+                raise NodeGoneError(f"node {node_id} does not answer: {error}") from None
+        return DockerNode(
+            provider=self, container_id=container["Id"], labels=labels, workdir=workdir, base_env={}
+        )
+
+
+def _keep_alive(ttl: timedelta | None) -> list[str]:
+    """The container's main process: it ends when the node's lifetime does."""
+    return ["sleep", "infinity" if ttl is None else str(max(1, int(ttl.total_seconds())))]
