@@ -35,7 +35,8 @@ def docker_client() -> Iterator[docker.DockerClient]:
 @pytest.fixture(scope="session")
 def base_image(docker_client: docker.DockerClient) -> str:
     """The offline-built Debian base image (cached by its recipe's hash)."""
-    done = subprocess.run([IMAGES / "build-base.sh"], capture_output=True, text=True, check=False, timeout=900)
+    build = IMAGES / "build-base.sh"
+    done = subprocess.run([build], capture_output=True, text=True, check=False, timeout=900)
     if done.returncode != 0:
         require_engine("the test base image", False, done.stderr.strip()[-2000:])
     return done.stdout.strip().splitlines()[-1]
