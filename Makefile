@@ -18,9 +18,9 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/nodeprov run "Say hello from the node"
 
-# Start the engines the tests need (none beyond the bundled Claude CLI so far).
+# Install and start the engines the tests need (Docker, the test base image).
 engines:
-	@true
+	scripts/engines.sh
 
 lint: setup
 	$(BIN)/ruff check .

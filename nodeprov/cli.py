@@ -7,17 +7,22 @@ configuration, 1 otherwise). Only the CLI configures logging (``-v``: info, ``-v
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import json
 import logging
 import os
 import shlex
+import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
+from datetime import timedelta
 from typing import Annotated, Any, NoReturn
 
 import anyio
 import typer
+from anyio import AsyncFile
+from anyio.abc import ByteReceiveStream
 from claude_agent_sdk import (
     AssistantMessage,
     ClaudeAgentOptions,
@@ -36,9 +41,18 @@ from rich.logging import RichHandler
 from rich.table import Table
 
 from .claude import NodeTransport
-from .errors import ConfigError, NodeprovError
-from .node import NodeConfig, NodeHandle
+from .errors import ConfigError, NodeGoneError, NodeprovError, ProviderError
+from .node import (
+    LABEL_EXPIRES_AT,
+    LABEL_OWNER,
+    LABEL_SESSION_ID,
+    NodeConfig,
+    NodeHandle,
+    NodeInfo,
+    NodeProvider,
+)
 from .registry import provider_class, provider_names
+from .spawn import SpawnOptions
 from .testing.scripted_model import ScriptedModel, Text, ToolUse
 
 app = typer.Typer(
@@ -81,9 +95,9 @@ def _errors() -> Iterator[None]:
         _fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 
 
-def _parse_settings(items: list[str]) -> dict[str, Any]:
+def _parse_settings(items: list[str] | None) -> dict[str, Any]:
     settings: dict[str, Any] = {}
-    for item in items:
+    for item in items or []:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--setting takes KEY=VALUE, got {item!r}")
@@ -94,9 +108,9 @@ def _parse_settings(items: list[str]) -> dict[str, Any]:
     return settings
 
 
-def _parse_env(items: list[str]) -> dict[str, str]:
+def _parse_env(items: list[str] | None) -> dict[str, str]:
     env = {}
-    for item in items:
+    for item in items or []:
         name, sep, value = item.partition("=")
         if sep:
             env[name] = value
@@ -200,21 +214,21 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     prompt: Annotated[str, typer.Argument(help="The task for the agent.")],
     provider: Annotated[str, typer.Option("--provider", "-p", help="Provider name.")] = "local",
     setting: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
             "--setting", "-s", help="Provider setting KEY=VALUE (VALUE as JSON when it parses). Repeatable."
         ),
-    ] = [],  # noqa: B006
+    ] = None,
     model: Annotated[
         str,
         typer.Option(help="'scripted' for the built-in offline model, else a model name for the real API."),
     ] = "scripted",
     env: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
             "--env", "-e", help="Pass NAME (from this environment) or NAME=VALUE to the agent. Repeatable."
         ),
-    ] = [],  # noqa: B006
+    ] = None,
     permission_mode: Annotated[str, typer.Option(help="Claude Code permission mode.")] = "bypassPermissions",
     max_turns: Annotated[int | None, typer.Option(help="Stop after this many turns.")] = None,
     resume: Annotated[str | None, typer.Option(help="Resume this agent session id.")] = None,
@@ -301,6 +315,234 @@ async def _run(request: _RunRequest) -> bool:
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+# -- node management -----------------------------------------------------------------
+
+ProviderOption = Annotated[str | None, typer.Option("--provider", "-p", help="Provider name (default: all).")]
+SettingOption = Annotated[
+    list[str] | None,
+    typer.Option("--setting", "-s", help="Provider setting KEY=VALUE (VALUE as JSON when it parses)."),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Machine-readable output, one JSON object per line.")
+]
+
+
+def _emit(row: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(row) + "\n")
+    sys.stdout.flush()
+
+
+def _providers(name: str | None, settings: list[str] | None) -> list[NodeProvider[Any]]:
+    if name is None and settings:
+        raise ConfigError("--setting needs --provider")
+    names = [name] if name else provider_names()
+    return [provider_class(n).from_settings(**_parse_settings(settings)) for n in names]
+
+
+async def _find(node_id: str, name: str | None, settings: list[str] | None) -> NodeHandle:
+    """Attach to ``node_id`` with the named provider, or whichever provider has it."""
+    for provider in _providers(name, settings):
+        try:
+            return await provider.attach(node_id)
+        except NodeGoneError:
+            continue
+        except ProviderError:
+            if name:
+                raise
+    raise NodeGoneError(f"no node {node_id}" + (f" in provider {name!r}" if name else ""))
+
+
+@app.command()
+def provision(  # noqa: PLR0917 - one parameter per command-line option
+    provider: Annotated[str, typer.Option("--provider", "-p", help="Provider name.")],
+    setting: SettingOption = None,
+    image: Annotated[str | None, typer.Option(help="Image (sets the provider setting 'image').")] = None,
+    ttl: Annotated[float, typer.Option(help="Hard lifetime in hours; 0: none.")] = 24,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", "-l", help="Label KEY=VALUE. Repeatable.")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="Node environment NAME or NAME=VALUE.")
+    ] = None,
+    owner: Annotated[
+        str | None, typer.Option(help="Owner label; default cli:USER@HOST, reaped only on expiry.")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Provision a node and print its id. It lives until destroyed or its lifetime ends."""
+    with _errors():
+        settings = _parse_settings(setting) | ({"image": image} if image else {})
+        config = NodeConfig(
+            ttl=timedelta(hours=ttl) if ttl > 0 else None,
+            labels=dict(_parse_pair(item, "--label") for item in label or []),
+            env=_parse_env(env),
+            # This process ends right away: name an owner a reaper will not think is gone.
+            owner=owner or f"cli:{getpass.getuser()}@{socket.gethostname()}",
+        )
+
+        async def make() -> NodeHandle:
+            with err.status(f"provisioning a {provider} node...") if not json_output else _nothing():
+                return await provider_class(provider).from_settings(**settings).provision(config)
+
+        node = anyio.run(make)
+    if json_output:
+        _emit({"node_id": node.node_id, "provider": node.provider, "labels": dict(node.labels)})
+    else:
+        out.print(node.node_id)
+
+
+def _parse_pair(item: str, option: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"{option} takes KEY=VALUE, got {item!r}")
+    return key, value
+
+
+@app.command("list")
+def list_nodes(
+    provider: ProviderOption = None, setting: SettingOption = None, json_output: JsonOption = False
+) -> None:
+    """List nodes (of every installed provider, or of one)."""
+
+    async def gather() -> tuple[list[NodeInfo], list[str]]:
+        found, problems = [], []
+        for each in _providers(provider, setting):
+            try:
+                found += await each.list_nodes()
+            except ProviderError as error:
+                if provider:
+                    raise
+                problems.append(f"{each.name}: {error}")
+        return found, problems
+
+    with _errors():
+        nodes, problems = anyio.run(gather)
+    for problem in problems:
+        err.print(f"[yellow]warning:[/] {problem}")
+    if json_output:
+        for info in nodes:
+            _emit(
+                {
+                    "node_id": info.node_id,
+                    "provider": info.provider,
+                    "state": info.state,
+                    "labels": dict(info.labels),
+                }
+            )
+        return
+    table = Table("node", "provider", "state", "owner", "session", "expires")
+    for info in nodes:
+        table.add_row(
+            info.node_id,
+            info.provider,
+            info.state,
+            info.labels.get(LABEL_OWNER, ""),
+            info.labels.get(LABEL_SESSION_ID, ""),
+            info.labels.get(LABEL_EXPIRES_AT, "never"),
+        )
+    out.print(table)
+
+
+@app.command("exec", context_settings={"allow_interspersed_args": False})
+def exec_command(  # noqa: PLR0917 - one parameter per command-line option
+    node_id: Annotated[str, typer.Argument(metavar="NODE", help="Node id.")],
+    command: Annotated[list[str], typer.Argument(help="Command and arguments (after --).")],
+    provider: ProviderOption = None,
+    setting: SettingOption = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="NAME or NAME=VALUE for the process.")
+    ] = None,
+    cwd: Annotated[str | None, typer.Option(help="Working directory on the node.")] = None,
+) -> None:
+    """Run a command on a node, streaming stdin and stdout/stderr; exit with its status."""
+    with _errors():
+        options = SpawnOptions(command[0], command[1:], cwd=cwd, env=_parse_env(env))
+        code = anyio.run(_exec, node_id, provider, setting, options)
+    raise typer.Exit(code)
+
+
+async def _exec(node_id: str, provider: str | None, setting: list[str] | None, options: SpawnOptions) -> int:
+    node = await _find(node_id, provider, setting)
+    stdin, stdout, stderr = (
+        anyio.wrap_file(f) for f in (sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer)
+    )
+    async with await node.spawn(options) as process:
+
+        async def feed() -> None:
+            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                while chunk := await stdin.read1(65536):
+                    await process.stdin.send(chunk)
+            await process.stdin.aclose()
+
+        async def copy(source: ByteReceiveStream, sink: AsyncFile[bytes]) -> None:
+            async for chunk in source:
+                await sink.write(chunk)
+                await sink.flush()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(feed)
+            async with anyio.create_task_group() as outputs:
+                outputs.start_soon(copy, process.stdout, stdout)
+                outputs.start_soon(copy, process.stderr, stderr)
+            code = await process.wait()
+            tg.cancel_scope.cancel()  # the process is done: stop waiting for our stdin
+    return code
+
+
+@app.command()
+def destroy(
+    node_id: Annotated[str, typer.Argument(metavar="NODE", help="Node id.")],
+    provider: ProviderOption = None,
+    setting: SettingOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Destroy a node and everything on it."""
+
+    async def remove() -> NodeHandle:
+        node = await _find(node_id, provider, setting)
+        await node.destroy()
+        return node
+
+    with _errors():
+        node = anyio.run(remove)
+    if json_output:
+        _emit({"node_id": node.node_id, "provider": node.provider, "destroyed": True})
+    else:
+        out.print(f"destroyed {node.node_id} ({node.provider})")
+
+
+@app.command()
+def gc(
+    provider: ProviderOption = None,
+    setting: SettingOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be removed.")] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Remove every node that has expired or whose owner is gone; live owners' nodes stay."""
+
+    async def collect() -> tuple[list[NodeInfo], list[str]]:
+        reaped, problems = [], []
+        for each in _providers(provider, setting):
+            try:
+                reaped += await each.collect_garbage(dry_run=dry_run)
+            except ProviderError as error:
+                problems.append(f"{each.name}: {error}")
+        return reaped, problems
+
+    with _errors():
+        reaped, problems = anyio.run(collect)
+    verb = "would remove" if dry_run else "removed"
+    for info in reaped:
+        if json_output:
+            _emit({"node_id": info.node_id, "provider": info.provider, "removed": not dry_run})
+        else:
+            out.print(f"{verb} {info.node_id} ({info.provider}, owner {info.labels.get(LABEL_OWNER, '?')})")
+    if not json_output and not reaped:
+        out.print("nothing to remove")
+    if problems:
+        _fail("; ".join(problems))
 
 
 def main() -> None:

@@ -1,0 +1,234 @@
+"""Docker provider behaviour beyond the conformance suite, on a real engine (no mocks)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import docker
+import docker.errors
+import pytest
+from anyio.streams.text import TextReceiveStream
+
+from nodeprov import (
+    LABEL_NODE_ID,
+    NodeConfig,
+    ProviderError,
+    ProvisionError,
+    SpawnOptions,
+    get_provider,
+)
+from nodeprov.testing.conformance import (
+    HOSTILE_STRINGS,
+    host_processes_matching,
+    run,
+    unique_marker,
+    wait_until,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def containers_of(client: docker.DockerClient, node_id: str) -> list[str]:
+    found = client.containers.list(all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"})
+    return [str(c.name) for c in found]
+
+
+async def gone(marker: str) -> bool:
+    return not host_processes_matching(marker)
+
+
+# -- stopping really stops, inside the container ---------------------------------------
+
+
+async def test_closing_a_raw_exec_client_leaves_the_process_but_ours_stops_it(
+    base_image: str, docker_client: docker.DockerClient
+) -> None:
+    provider = get_provider("docker", image=base_image, network_mode="host", pull="never")
+    async with await provider.provision() as node:
+        container = node.container_id  # type: ignore[attr-defined]
+        # The plain way: exec with stdin attached, then drop the client side.
+        raw_marker = unique_marker()
+        api = docker_client.api
+        exec_id = api.exec_create(container, ["sleep", raw_marker], stdin=True)["Id"]
+        sock = api.exec_start(exec_id, socket=True)
+
+        async def raw_running() -> bool:
+            return bool(host_processes_matching(raw_marker))
+
+        assert await wait_until(raw_running, 10)
+        sock._sock.close()  # type: ignore[union-attr]  # the hijacked socket, as a dying client's
+        sock.close()
+        await anyio.sleep(1)
+        assert host_processes_matching(raw_marker), "a dropped exec client stopped the process after all?"
+
+        # nodeprov: terminate signals the process group inside the container.
+        marker = unique_marker()
+        process = await node.spawn(SpawnOptions("sh", ["-c", f"sleep {marker} & sleep {marker}; wait"]))
+
+        async def both() -> bool:
+            return len(host_processes_matching(marker)) >= 2
+
+        assert await wait_until(both, 10)
+        await process.terminate()
+        assert await process.wait() == 128 + signal.SIGTERM
+        assert await wait_until(lambda: gone(marker), 10), host_processes_matching(marker)
+        await process.aclose()
+    assert await wait_until(lambda: gone(raw_marker), 10)  # destroy took the stray one too
+
+
+# -- bad input: a clear error, nothing left behind -------------------------------------
+
+
+async def test_unknown_image(base_image: str, docker_client: docker.DockerClient) -> None:
+    config = NodeConfig()
+    provider = get_provider("docker", image="nodeprov-no-such-image:1", pull="never")
+    with pytest.raises(ProvisionError, match="not on the engine"):
+        await provider.provision(config)
+    # A registry that does not answer (on loopback): the pull fails cleanly too.
+    provider = get_provider("docker", image="127.0.0.1:9/nodeprov/nope:1", pull="missing")
+    with pytest.raises(ProvisionError, match="could not be pulled"):
+        await provider.provision(config)
+    assert containers_of(docker_client, config.node_id) == []
+
+
+async def test_engine_not_running(tmp_path: Path) -> None:
+    provider = get_provider("docker", image="x", docker_host=f"unix://{tmp_path}/no-engine.sock")
+    with pytest.raises(ProviderError, match="not reachable"):
+        await provider.provision()
+    with pytest.raises(ProviderError, match="not reachable"):
+        await provider.list_nodes()
+
+
+@pytest.fixture(scope="module")
+def dying_image(base_image: str, docker_client: docker.DockerClient) -> str:
+    """The base image whose `sleep` exits at once: its containers die right after start."""
+    tag = f"nodeprov-test-dying:{base_image.split(':')[1]}"
+    try:
+        docker_client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        container = docker_client.containers.run(
+            base_image, ["sh", "-c", "printf '#!/bin/sh\\nexit 3\\n' > /usr/bin/sleep"], detach=True
+        )
+        container.wait()
+        container.commit(*tag.split(":"))
+        container.remove()
+    return tag
+
+
+async def test_a_container_that_dies_during_provision(
+    dying_image: str, docker_client: docker.DockerClient
+) -> None:
+    config = NodeConfig()
+    provider = get_provider("docker", image=dying_image, network_mode="host", pull="never")
+    with pytest.raises(ProvisionError, match=config.node_id):
+        await provider.provision(config)
+    assert containers_of(docker_client, config.node_id) == []
+
+
+async def test_bad_settings_are_config_errors() -> None:
+    from nodeprov import ConfigError
+
+    with pytest.raises(ConfigError, match="needs an image"):
+        await get_provider("docker").provision()
+    with pytest.raises(ConfigError, match="cpus"):
+        get_provider("docker", image="x", cpus=0)
+    with pytest.raises(ConfigError, match="only unix:// and tcp://"):
+        await get_provider("docker", image="x", docker_host="ssh://host").list_nodes()
+
+
+# -- hostile strings -------------------------------------------------------------------
+
+
+async def test_hostile_labels_and_node_env_reach_the_container_verbatim(
+    base_image: str, docker_client: docker.DockerClient
+) -> None:
+    labels = {f"h{i}": value for i, value in enumerate(HOSTILE_STRINGS)}
+    env = {f"NODEPROV_H{i}": value for i, value in enumerate(HOSTILE_STRINGS)}
+    provider = get_provider("docker", image=base_image, network_mode="host", pull="never")
+    async with await provider.provision(NodeConfig(labels=labels, env=env)) as node:
+        container = docker_client.containers.get(node.container_id)  # type: ignore[attr-defined]
+        assert {k: container.labels[k] for k in labels} == labels
+        _, out, _ = await run(node, "env", "-0")
+        seen = dict(item.split("=", 1) for item in out.decode().split("\0") if item)
+        assert {k: seen[k] for k in env} == env
+        assert (await run(node, "sh", "-c", "test -e /tmp/nodeprov-pwned"))[0] != 0
+    with pytest.raises(ValueError, match="lowercase"):
+        NodeConfig(node_id="x; docker rm -f $(docker ps -q)")
+    with pytest.raises(ValueError, match="lowercase"):
+        NodeConfig(node_id="-rf")
+
+
+# -- lifetime and garbage collection --------------------------------------------------
+
+
+async def test_the_hard_lifetime_holds_without_the_control_plane(
+    base_image: str, docker_client: docker.DockerClient
+) -> None:
+    provider = get_provider("docker", image=base_image, network_mode="host", pull="never")
+    node = await provider.provision(NodeConfig(ttl=timedelta(seconds=2)))
+    assert containers_of(docker_client, node.node_id)
+    # Nobody calls destroy: the container's keep-alive ends and the engine removes it.
+    assert await wait_until(
+        lambda: anyio.to_thread.run_sync(lambda: not containers_of(docker_client, node.node_id)), 30
+    )
+    await node.destroy()  # and destroying what is gone is fine
+
+
+ORPHAN_MAKER = textwrap.dedent("""
+    import sys, anyio
+    from nodeprov import get_provider
+
+    async def main() -> None:
+        provider = get_provider("docker", image=sys.argv[1], network_mode="host", pull="never")
+        for _ in range(5):
+            node = await provider.provision()
+            print(node.node_id, flush=True)
+        print("ready", flush=True)
+        await anyio.sleep(3600)
+
+    anyio.run(main)
+""")
+
+
+async def test_gc_after_sigkill_spares_a_live_owner(
+    base_image: str, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    provider = get_provider("docker", image=base_image, network_mode="host", pull="never")
+    async with await provider.provision() as mine:
+        maker = await anyio.open_process([sys.executable, "-c", ORPHAN_MAKER, base_image])
+        assert maker.stdout is not None
+        lines = TextReceiveStream(maker.stdout)
+        printed = ""
+        with anyio.fail_after(120):
+            while "ready" not in printed:
+                printed += await lines.receive()
+        orphans = printed.split()[:-1]
+        assert len(orphans) == 5
+        maker.kill()  # SIGKILL: no cleanup of any kind runs
+        await maker.wait()
+        await maker.aclose()
+        assert all(containers_of(docker_client, node_id) for node_id in orphans)
+
+        gc = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [sys.executable, "-m", "nodeprov", "gc", "--provider", "docker", "--json"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=300,
+            )
+        )
+        assert gc.returncode == 0, gc.stderr
+        reaped = {line.split('"node_id": "')[1].split('"')[0] for line in gc.stdout.splitlines()}
+        assert set(orphans) <= reaped
+        assert mine.node_id not in reaped
+        for node_id in orphans:
+            assert containers_of(docker_client, node_id) == []
+        assert (await run(mine, "true"))[0] == 0

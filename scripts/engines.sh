@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install and start what the integration tests need, when it is missing:
+#   - a Docker engine (Debian's docker.io; dockerd started in the background),
+#   - debootstrap, and the offline-built test base image (integration/images/build-base.sh).
+# Idempotent: what is already there is left alone. Needs root for the installs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_updated=""
+install() {  # install Debian packages, updating the index once
+    if [ "$(id -u)" != 0 ]; then
+        echo "engines: need root to install $*; the tests that need them will skip" >&2
+        return 1
+    fi
+    [ -n "$apt_updated" ] || { apt-get update -qq; apt_updated=1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+engine_up() { docker info >/dev/null 2>&1; }
+
+if ! engine_up; then
+    command -v dockerd >/dev/null && command -v docker >/dev/null || install docker.io || exit 0
+    echo "engines: starting dockerd" >&2
+    nohup dockerd >/var/log/nodeprov-dockerd.log 2>&1 &
+    for _ in $(seq 1 120); do
+        engine_up && break
+        sleep 0.5
+    done
+    engine_up || { echo "engines: dockerd did not start; see /var/log/nodeprov-dockerd.log" >&2; exit 1; }
+fi
+
+command -v debootstrap >/dev/null || install debootstrap || exit 0
+echo "engines: test image $(integration/images/build-base.sh)" >&2
