@@ -31,4 +31,4 @@ test: setup engines lint
 	$(BIN)/pytest
 
 bench: setup
-	$(BIN)/python bench/run.py
+	$(BIN)/python -m bench.run

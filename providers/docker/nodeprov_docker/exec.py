@@ -15,25 +15,25 @@ from contextlib import suppress
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, SocketStream
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from nodeprov.spawn import SpawnedProcess, StopPolicy
 
 STDOUT, STDERR = 1, 2
 _QUEUE_LIMIT = 8 * 1024 * 1024  # bytes held for a stream nobody is reading, before reading pauses
-_READ_SIZE = 65536
+_READ_SIZE = 256 * 1024
 
 
 class ExecOutput:
     def __init__(self, socket: SocketStream) -> None:
-        self._buffered = BufferedByteReceiveStream(socket)
+        self._socket = socket
+        self._buffer = bytearray()  # read from the socket, not yet parsed
         self._lock = anyio.Lock()
         self._queues: dict[int, deque[bytes]] = {STDOUT: deque(), STDERR: deque()}
         self._queued = {STDOUT: 0, STDERR: 0}
         self._discard = {STDOUT: False, STDERR: False}
         self._drained = anyio.Event()
         self._kind = 0
-        self._left = 0
+        self._left = 0  # payload bytes of the current frame still to come
         self.eof = False
 
     def push_back(self, kind: int, data: bytes) -> None:
@@ -53,13 +53,7 @@ class ExecOutput:
         while True:
             queue = self._queues[kind]
             if queue:
-                chunk = queue.popleft()
-                if len(chunk) > max_bytes:
-                    chunk, rest = chunk[:max_bytes], chunk[max_bytes:]
-                    queue.appendleft(rest)
-                self._queued[kind] -= len(chunk)
-                self._drained.set()
-                return chunk
+                return self._take(kind, queue.popleft(), max_bytes)
             if self.eof:
                 raise anyio.EndOfStream
             if self._queued[other] > _QUEUE_LIMIT:
@@ -70,35 +64,49 @@ class ExecOutput:
             async with self._lock:
                 if self._queues[kind] or self.eof:
                     continue
-                piece = await self._next_piece()
+                piece = self._parse()
                 if piece is None:
+                    await self._fill()
                     continue
                 frame_kind = STDOUT if self._kind == STDOUT else STDERR
                 if frame_kind == kind:
-                    self.push_back(kind, piece)
-                elif not self._discard[frame_kind]:
+                    return self._take(kind, piece, max_bytes, queued=False)
+                if not self._discard[frame_kind]:
                     self._queues[frame_kind].append(piece)
                     self._queued[frame_kind] += len(piece)
 
-    async def _next_piece(self) -> bytes | None:
-        """The next piece of frame payload; None after reading a header or at the end."""
-        try:
-            if self._left == 0:
-                header = await self._buffered.receive_exactly(8)
-                self._kind, self._left = header[0], int.from_bytes(header[4:8], "big")
-                return None
-            chunk = await self._buffered.receive(min(self._left, _READ_SIZE))
-        except (
-            anyio.EndOfStream,
-            anyio.IncompleteRead,
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-        ):
-            self.eof = True
+    def _take(self, kind: int, chunk: bytes, max_bytes: int, *, queued: bool = True) -> bytes:
+        if len(chunk) > max_bytes:
+            chunk, rest = chunk[:max_bytes], chunk[max_bytes:]
+            self._queues[kind].appendleft(rest)
+            self._queued[kind] += len(rest)
+        if queued:
+            self._queued[kind] -= len(chunk)
             self._drained.set()
-            return None
-        self._left -= len(chunk)
         return chunk
+
+    def _parse(self) -> bytes | None:
+        """The next piece of frame payload already read, or None if more must be read."""
+        buffer = self._buffer
+        if self._left == 0:
+            if len(buffer) < 8:
+                return None
+            self._kind, self._left = buffer[0], int.from_bytes(buffer[4:8], "big")
+            del buffer[:8]
+        size = min(self._left, len(buffer))
+        if size == 0:
+            return None
+        piece = bytes(buffer[:size])
+        del buffer[:size]
+        self._left -= size
+        return piece
+
+    async def _fill(self) -> None:
+        try:
+            self._buffer += await self._socket.receive(_READ_SIZE)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self.eof = True  # a frame cut short by the end is dropped with it
+            self._drained.set()
 
 
 class _Output(ByteReceiveStream):
@@ -106,7 +114,7 @@ class _Output(ByteReceiveStream):
         self._demux = demux
         self._kind = kind
 
-    async def receive(self, max_bytes: int = _READ_SIZE) -> bytes:
+    async def receive(self, max_bytes: int = 65536) -> bytes:
         return await self._demux.receive(self._kind, max_bytes)
 
     async def aclose(self) -> None:
@@ -163,6 +171,7 @@ class DockerProcess(SpawnedProcess):
         self._exit_code = exit_code
         self._signal_group = signal_group
         self._returncode: int | None = None
+        self._signalled = ""
 
     @property
     def returncode(self) -> int | None:
@@ -179,12 +188,18 @@ class DockerProcess(SpawnedProcess):
 
     async def terminate(self) -> None:
         if self._returncode is None:
+            self._signalled = "TERM"
             await self._signal_group("TERM")
 
     async def kill(self) -> None:
         if self._returncode is None:
+            self._signalled = "KILL"
             await self._signal_group("KILL")
 
     async def _release(self) -> None:
-        await self._signal_group("KILL")  # what the process left running in its group
+        if self._signalled == "TERM":
+            # Stopped by SIGTERM: what it started may have ignored it. (A process that ends
+            # on its own keeps its background children until the node goes: an exec per
+            # process to sweep them would double the cost of every short spawn.)
+            await self._signal_group("KILL")
         await self._socket.aclose()

@@ -6,16 +6,16 @@ import shutil
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 import anyio
 import anyio.to_thread
-import docker
 import docker.errors
 from anyio.abc import SocketStream
 from docker.types import Mount
 from pydantic import BaseModel, ConfigDict, Field
 
+import docker
 from nodeprov.claude import bundled_cli_path
 from nodeprov.errors import (
     CommandNotFoundError,
@@ -43,6 +43,7 @@ T = TypeVar("T")
 
 SDK_CLAUDE_MOUNT = "/opt/nodeprov/claude"
 _SENTINEL = b"\x1enodeprov "
+_READY = _SENTINEL + b"ready\n"
 # Reports the exec's pid inside the container (it leads its own process group there), and
 # tells a missing command apart from a command that fails, before exec'ing the command.
 _PREAMBLE = (
@@ -197,7 +198,12 @@ class DockerNode(NodeHandle):
 
     @staticmethod
     async def _attach(api: Any, exec_id: str) -> SocketStream:
-        hijacked = await _engine(api.exec_start, exec_id, socket=True)
+        return await DockerNode._attach_with(api.exec_start, exec_id, socket=True)
+
+    @staticmethod
+    async def _attach_with(call: Callable[..., Any], *args: Any, **kwargs: Any) -> SocketStream:
+        """The raw socket of a hijacked Engine API connection, driven by the event loop."""
+        hijacked = await _engine(call, *args, **kwargs)
         raw = getattr(hijacked, "_sock", hijacked)
         try:
             # Our own descriptor, so that the SDK's response object may close its one.
@@ -266,6 +272,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
         super().__init__(settings)
         self._client: docker.DockerClient | None = None
         self._client_lock = anyio.Lock()
+        self._image_seen = False
 
     @classmethod
     def requirements(cls) -> list[Requirement]:
@@ -310,7 +317,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 container = await _engine(
                     client.api.create_container,
                     settings.image,
-                    command=_keep_alive(config.ttl),
+                    command=_keep_alive(config.ttl, keep_pwd="PWD" in {**settings.env, **config.env}),
                     name=name,
                     labels=labels,
                     environment={**settings.env, **config.env},
@@ -326,14 +333,32 @@ class DockerProvider(NodeProvider[DockerSettings]):
                         mounts=self._mounts(),
                     ),
                 )
-                await _engine(client.api.start, container["Id"])
+                # Attached before start, as `docker run` does: output is never missed.
+                socket = await DockerNode._attach_with(
+                    client.api.attach_socket, container["Id"], params={"stdout": 1, "stderr": 1, "stream": 1}
+                )
+                try:
+                    await _engine(client.api.start, container["Id"])
+                    base_env = await self._ready(ExecOutput(socket), config.node_id)
+                finally:
+                    await socket.aclose()
+            except ProvisionError:
+                raise
             except NodeprovError as error:
                 raise ProvisionError(f"cannot start node {config.node_id}: {error}") from None
-            node = await self._ready(container["Id"], labels, config.workdir or settings.workdir)
+            node = DockerNode(
+                provider=self,
+                container_id=container["Id"],
+                labels=labels,
+                workdir=config.workdir or settings.workdir,
+                base_env=base_env,
+            )
         return node
 
     async def _ensure_image(self, client: docker.DockerClient, image: str) -> None:
         pull = self.settings.pull
+        if pull != "always" and self._image_seen:
+            return
         if pull != "always":
             try:
                 await _engine(client.api.inspect_image, image)
@@ -341,11 +366,13 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 if pull == "never":
                     raise ProvisionError(f"image {image!r} is not on the engine (pull='never')") from None
             else:
+                self._image_seen = True
                 return
         try:
             await _engine(client.images.pull, image)
         except NodeprovError as error:
             raise ProvisionError(f"image {image!r} could not be pulled: {error}") from None
+        self._image_seen = True
 
     def _mounts(self) -> list[Mount]:
         mounts = [Mount(m.target, m.source, type=m.type, read_only=m.read_only) for m in self.settings.mounts]
@@ -356,28 +383,21 @@ class DockerProvider(NodeProvider[DockerSettings]):
             mounts.append(Mount(SDK_CLAUDE_MOUNT, cli, type="bind", read_only=True))
         return mounts
 
-    async def _ready(self, container_id: str, labels: dict[str, str], workdir: str) -> DockerNode:
-        """Wait until an exec runs in the container; learn the environment processes get."""
-        node = DockerNode(
-            provider=self, container_id=container_id, labels=labels, workdir=workdir, base_env={}
-        )
+    async def _ready(self, output: ExecOutput, node_id: str) -> dict[str, str]:
+        """Wait for the keep-alive's report (see :func:`_keep_alive`) on the container's
+        output, attached before start so none of it is missed; return its environment."""
+        said = b""
         try:
             with anyio.fail_after(self.settings.ready_timeout):
-                async with await node.spawn(SpawnOptions("env", ["-0"])) as probe:
-                    raw = b"".join([chunk async for chunk in probe.stdout])
-                    code = await probe.wait()
+                while _READY not in said:
+                    said += await output.receive(STDOUT, 65536)
         except TimeoutError:
+            raise ProvisionError(f"node {node_id} was not ready in {self.settings.ready_timeout}s") from None
+        except anyio.EndOfStream:
             raise ProvisionError(
-                f"node {node.node_id} was not ready in {self.settings.ready_timeout}s"
+                f"node {node_id} died while starting: {said[-500:].decode(errors='replace')}"
             ) from None
-        except NodeprovError as error:
-            raise ProvisionError(f"node {node.node_id} died while starting: {error}") from None
-        if code != 0:
-            raise ProvisionError(f"node {node.node_id}: 'env' failed in the container (status {code})")
-        base_env = dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
-        return DockerNode(
-            provider=self, container_id=container_id, labels=labels, workdir=workdir, base_env=base_env
-        )
+        return _parse_report(said)
 
     async def remove_container(self, container: str) -> None:
         """Remove a container with force; fine if it is gone or already being removed."""
@@ -409,16 +429,34 @@ class DockerProvider(NodeProvider[DockerSettings]):
             raise NodeGoneError(f"no docker node {node_id}")
         container = await _engine(api.inspect_container, found[0]["Id"])
         labels, workdir = container["Config"]["Labels"], container["Config"]["WorkingDir"] or "/"
+        base_env: dict[str, str] = {}
         if container["State"]["Running"]:
-            try:
-                return await self._ready(container["Id"], labels, workdir)
-            except ProvisionError as error:
-                raise NodeGoneError(f"node {node_id} does not answer: {error}") from None
+            logs = await _engine(api.logs, container["Id"], stdout=True, stderr=False, stream=False)
+            base_env = _parse_report(cast(bytes, logs))
         return DockerNode(
-            provider=self, container_id=container["Id"], labels=labels, workdir=workdir, base_env={}
+            provider=self, container_id=container["Id"], labels=labels, workdir=workdir, base_env=base_env
         )
 
 
-def _keep_alive(ttl: timedelta | None) -> list[str]:
-    """The container's main process: it ends when the node's lifetime does."""
-    return ["sleep", "infinity" if ttl is None else str(max(1, int(ttl.total_seconds())))]
+def _parse_report(said: bytes) -> dict[str, str]:
+    dump = said.split(_READY, 1)[0]
+    return dict(item.split("=", 1) for item in dump.decode(errors="replace").split("\0") if "=" in item)
+
+
+def _keep_alive(ttl: timedelta | None, keep_pwd: bool) -> list[str]:
+    """The container's main process: report readiness and its environment, then sleep out
+    the node's lifetime. When it ends the container does, and the engine removes it.
+
+    Its environment is what the engine gives every exec (before the exec's own), less the
+    ``PWD`` that ``sh`` adds. Reading it from the container's output costs no exec.
+    """
+    script = (
+        "" if keep_pwd else "unset PWD; "
+    ) + 'env -0 || exit 1; printf "\\036nodeprov ready\\n"; exec sleep "$1"'
+    return [
+        "/bin/sh",
+        "-c",
+        script,
+        "nodeprov",
+        "infinity" if ttl is None else str(max(1, int(ttl.total_seconds()))),
+    ]
