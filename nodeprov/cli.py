@@ -445,7 +445,7 @@ def list_nodes(
     out.print(table)
 
 
-@app.command("exec", context_settings={"allow_interspersed_args": False})
+@app.command("exec")
 def exec_command(  # noqa: PLR0917 - one parameter per command-line option
     node_id: Annotated[str, typer.Argument(metavar="NODE", help="Node id.")],
     command: Annotated[list[str], typer.Argument(help="Command and arguments (after --).")],
