@@ -19,7 +19,7 @@ from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import run
 from nodeprov.testing.pytest_plugin import require_engine
 
-DOCKERFILE = Path(__file__).parents[1] / "docker" / "Dockerfile"
+DOCKERFILE = Path(__file__).parents[1] / "node-image" / "Dockerfile"
 
 
 @pytest.fixture(scope="module")
