@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 
 import anyio
+import docker
 import docker.errors
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
 
-import docker
 from nodeprov import get_provider
 from nodeprov.claude import NodeTransport, bundled_cli_path
 from nodeprov.testing import ScriptedModel, Text, ToolUse
