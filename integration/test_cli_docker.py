@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docker
 import pytest
 
-import docker
 from nodeprov import LABEL_NODE_ID, LABEL_OWNER
 from nodeprov.claude import bundled_cli_path
 from nodeprov.testing.pytest_plugin import require_engine

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
+import docker
 import docker.errors
 import pytest
 from anyio.streams.text import TextReceiveStream
 
-import docker
 from nodeprov import (
     LABEL_NODE_ID,
     NodeConfig,

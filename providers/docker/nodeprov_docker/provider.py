@@ -10,12 +10,12 @@ from typing import Any, ClassVar, Literal, TypeVar, cast
 
 import anyio
 import anyio.to_thread
+import docker
 import docker.errors
 from anyio.abc import SocketStream
 from docker.types import Mount
 from pydantic import BaseModel, ConfigDict, Field
 
-import docker
 from nodeprov.claude import bundled_cli_path
 from nodeprov.errors import (
     CommandNotFoundError,
