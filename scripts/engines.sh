@@ -18,8 +18,20 @@ install() {  # install Debian packages, updating the index once
 
 engine_up() { docker info >/dev/null 2>&1; }
 
+clear_stale_pidfile() {  # a daemon killed without cleanup leaves its pid file, and refuses to start
+    local file=$1 pid state
+    [ -f "$file" ] || return 0
+    pid=$(cat "$file" 2>/dev/null || true)
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+    if [ -z "$pid" ] || [ -z "$state" ] || [ "$state" = Z ]; then
+        rm -f "$file"
+    fi
+}
+
 if ! engine_up; then
     command -v dockerd >/dev/null && command -v docker >/dev/null || install docker.io || exit 0
+    clear_stale_pidfile /var/run/docker.pid
+    clear_stale_pidfile /var/run/docker/containerd/containerd.pid
     echo "engines: starting dockerd" >&2
     nohup dockerd >/var/log/nodeprov-dockerd.log 2>&1 &
     for _ in $(seq 1 120); do
