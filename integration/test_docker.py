@@ -232,3 +232,36 @@ async def test_gc_after_sigkill_spares_a_live_owner(
         for node_id in orphans:
             assert containers_of(docker_client, node_id) == []
         assert (await run(mine, "true"))[0] == 0
+
+
+async def test_limits_mounts_user_and_workdir_take_effect(
+    base_image: str, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "given.txt").write_text("from the host")
+    provider = get_provider(
+        "docker",
+        image=base_image,
+        network_mode="none",
+        pull="never",
+        cpus=0.5,
+        memory="64m",
+        user="nobody",
+        workdir="/tmp/work",
+        env={"NODE_LEVEL": "yes"},
+        mounts=[{"source": str(shared), "target": "/mnt/shared", "read_only": True}],
+    )
+    async with await provider.provision() as node:
+        host_config = docker_client.containers.get(node.container_id).attrs["HostConfig"]  # type: ignore[attr-defined]
+        assert host_config["NanoCpus"] == 500_000_000
+        assert host_config["Memory"] == 64 * 1024 * 1024
+        assert host_config["NetworkMode"] == "none"
+        assert host_config["Init"] is True
+        assert (await run(node, "id", "-un"))[1] == b"nobody\n"
+        assert (await run(node, "pwd"))[1] == b"/tmp/work\n"
+        assert node.base_env["NODE_LEVEL"] == "yes"
+        assert (await run(node, "cat", "/mnt/shared/given.txt"))[1] == b"from the host"
+        code, _, err = await run(node, "sh", "-c", "echo no > /mnt/shared/given.txt")
+        assert code != 0
+        assert b"Read-only" in err
