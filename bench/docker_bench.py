@@ -21,7 +21,8 @@ import anyio
 
 from nodeprov import NodeHandle, NodeProvider, SpawnOptions, get_provider
 
-from .common import CHUNK, Row, compare, pump
+from .common import CHUNK, Row, compare
+from .foundation import pipe_ours, pipe_raw
 
 BUILD_BASE = Path(__file__).parents[1] / "integration" / "images" / "build-base.sh"
 
@@ -95,26 +96,6 @@ async def many_raw(image: str, count: int) -> float:
     return elapsed
 
 
-async def pipe_ours(node: NodeHandle, total: int) -> float:
-    start = time.perf_counter()
-    async with await node.spawn(SpawnOptions("cat")) as process:
-        got = await pump(process.stdin.send, process.stdin.aclose, process.stdout.receive, total)
-        await process.wait()
-    assert got == total
-    return time.perf_counter() - start
-
-
-async def pipe_raw(container: str, total: int) -> float:
-    start = time.perf_counter()
-    async with await anyio.open_process(["docker", "exec", "-i", container, "cat"]) as process:
-        assert process.stdin is not None
-        assert process.stdout is not None
-        got = await pump(process.stdin.send, process.stdin.aclose, process.stdout.receive, total)
-        await process.wait()
-    assert got == total
-    return time.perf_counter() - start
-
-
 async def run(args: argparse.Namespace) -> list[Row]:
     image = (await anyio.run_process([str(BUILD_BASE)], stderr=PIPE)).stdout.decode().split()[-1]
     provider = get_provider("docker", image=image, network_mode="host", pull="never")
@@ -151,7 +132,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
             ours, raw, speed = await compare(
                 args.repeat,
                 functools.partial(pipe_ours, node, total),
-                functools.partial(pipe_raw, container, total),
+                functools.partial(pipe_raw, ["docker", "exec", "-i", container, "cat"], total),
             )
     finally:
         await _docker("rm", "-f", container)

@@ -40,9 +40,10 @@ async def pipe_ours(node: NodeHandle, total: int) -> float:
     return time.perf_counter() - start
 
 
-async def pipe_raw(total: int) -> float:
+async def pipe_raw(argv: list[str], total: int) -> float:
+    """``total`` bytes through the raw tool's ``cat`` (``argv``), run as a plain child process."""
     start = time.perf_counter()
-    async with await anyio.open_process(["cat"], stdin=PIPE, stdout=PIPE, stderr=PIPE) as process:
+    async with await anyio.open_process(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE) as process:
         assert process.stdin is not None
         assert process.stdout is not None
         got = await pump(process.stdin.send, process.stdin.aclose, process.stdout.receive, total)
@@ -102,7 +103,9 @@ async def run(args: argparse.Namespace) -> list[Row]:
         async with await get_provider("local", root=Path(tmp) / "nodes").provision() as node:
             total = args.pipe_mb * 1024 * 1024 // CHUNK * CHUNK
             ours, raw, speed = await compare(
-                args.repeat, functools.partial(pipe_ours, node, total), functools.partial(pipe_raw, total)
+                args.repeat,
+                functools.partial(pipe_ours, node, total),
+                functools.partial(pipe_raw, ["cat"], total),
             )
             mb = total / 1e6
             rows.append(

@@ -8,45 +8,26 @@ from collections.abc import AsyncIterator
 import anyio
 import docker
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, Message, ResultMessage, query
+from claude_agent_sdk import ClaudeSDKClient
 
 from nodeprov import LABEL_NODE_ID, NodeHandle, StopPolicy, get_provider
-from nodeprov.claude import NodeTransport, bundled_cli_path
+from nodeprov.claude import NodeTransport
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import run, unique_marker, wait_until
-from nodeprov.testing.pytest_plugin import require_engine
+
+from .agents import TURN_TIMEOUT, agent_options, require_claude_cli, result_of, run_query
 
 pytestmark = pytest.mark.anyio
-
-TURN_TIMEOUT = 180
 
 
 @pytest.fixture
 async def node(base_image: str) -> AsyncIterator[NodeHandle]:
-    require_engine("the Claude Code CLI", bundled_cli_path() is not None, "install claude-agent-sdk")
+    require_claude_cli()
     provider = get_provider(
         "docker", image=base_image, network_mode="host", pull="never", mount_sdk_claude=True
     )
     async with await provider.provision() as node:
         yield node
-
-
-def options_for(model: ScriptedModel, **fields: object) -> ClaudeAgentOptions:
-    return ClaudeAgentOptions(env=model.agent_env(), permission_mode="bypassPermissions", **fields)  # type: ignore[arg-type]
-
-
-async def run_query(node: NodeHandle, prompt: str, options: ClaudeAgentOptions) -> list[Message]:
-    with anyio.fail_after(TURN_TIMEOUT):
-        return [
-            m
-            async for m in query(
-                prompt=prompt, options=options, transport=NodeTransport.for_node(node, options)
-            )
-        ]
-
-
-def result_of(messages: list[Message]) -> ResultMessage:
-    return next(m for m in messages if isinstance(m, ResultMessage))
 
 
 async def claude_processes(node: NodeHandle) -> list[str]:
@@ -64,7 +45,7 @@ async def test_agent_in_a_container_writes_resumes_aborts_and_leaves_nothing(
             Text("done writing"),
         ]
     )
-    first = await run_query(node, "write the artefact", options_for(scripted_model))
+    first = await run_query(node, "write the artefact", agent_options(scripted_model))
     assert result_of(first).subtype == "success"
     code, content, _ = await run(node, "cat", f"{node.workdir}/artefact.txt")
     assert (code, content) == (0, b"written in the container")
@@ -72,7 +53,7 @@ async def test_agent_in_a_container_writes_resumes_aborts_and_leaves_nothing(
     # 2. Resume the session in the same container: the model sees the earlier turn.
     session_id = result_of(first).session_id
     scripted_model.extend([Text("I wrote artefact.txt")])
-    second = await run_query(node, "what did you write?", options_for(scripted_model, resume=session_id))
+    second = await run_query(node, "what did you write?", agent_options(scripted_model, resume=session_id))
     assert result_of(second).session_id == session_id
     seen = scripted_model.agent_requests[-1].text()
     assert "write the artefact" in seen
@@ -81,7 +62,7 @@ async def test_agent_in_a_container_writes_resumes_aborts_and_leaves_nothing(
     # 3. Abort mid-turn while a tool runs: no Claude process (nor its tool) survives.
     marker = unique_marker()
     scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("never")])
-    options = options_for(scripted_model)
+    options = agent_options(scripted_model)
     transport = NodeTransport.for_node(node, options, stop_policy=StopPolicy(2, 2, 5))
     with anyio.fail_after(TURN_TIMEOUT):
         async with ClaudeSDKClient(options=options, transport=transport) as client:
@@ -105,13 +86,13 @@ async def test_agent_in_a_container_writes_resumes_aborts_and_leaves_nothing(
 async def test_after_destroy_no_container_of_the_run_remains(
     base_image: str, scripted_model: ScriptedModel, docker_client: docker.DockerClient
 ) -> None:
-    require_engine("the Claude Code CLI", bundled_cli_path() is not None, "install claude-agent-sdk")
+    require_claude_cli()
     provider = get_provider(
         "docker", image=base_image, network_mode="host", pull="never", mount_sdk_claude=True
     )
     scripted_model.extend([Text("hello from the container")])
     async with await provider.provision() as node:
-        messages = await run_query(node, "hi", options_for(scripted_model))
+        messages = await run_query(node, "hi", agent_options(scripted_model))
         assert result_of(messages).result == "hello from the container"
     left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_NODE_ID}={node.node_id}"})
     assert left == []

@@ -6,75 +6,36 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from claude_agent_sdk import (
-    AssistantMessage,
-    ClaudeAgentOptions,
     ClaudeSDKClient,
     Message,
     ResultMessage,
     SystemMessage,
-    TextBlock,
     query,
 )
 
 from nodeprov import NodeHandle, StopPolicy, get_provider
-from nodeprov.claude import NodeTransport, bundled_cli_path
+from nodeprov.claude import NodeTransport
 from nodeprov.testing import ScriptedModel, Stall, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
-from nodeprov.testing.pytest_plugin import require_engine
+
+from .agents import TURN_TIMEOUT, agent_options, require_claude_cli, result_of, run_query, texts
 
 pytestmark = pytest.mark.anyio
-
-TURN_TIMEOUT = 120
 
 
 @pytest.fixture(autouse=True)
 def _claude_cli() -> None:
-    require_engine(
-        "the Claude Code CLI",
-        bundled_cli_path() is not None,
-        "install the claude-agent-sdk wheel for this platform (it bundles the CLI)",
-    )
+    require_claude_cli()
 
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[NodeHandle]:
     async with await get_provider("local", root=tmp_path / "nodes").provision() as node:
         yield node
-
-
-def agent_options(model: ScriptedModel, **fields: Any) -> ClaudeAgentOptions:
-    return ClaudeAgentOptions(env=model.agent_env(), permission_mode="bypassPermissions", **fields)
-
-
-async def run_query(node: NodeHandle, prompt: str, options: ClaudeAgentOptions) -> list[Message]:
-    with anyio.fail_after(TURN_TIMEOUT):
-        return [
-            m
-            async for m in query(
-                prompt=prompt, options=options, transport=NodeTransport.for_node(node, options)
-            )
-        ]
-
-
-def result_of(messages: list[Message]) -> ResultMessage:
-    results = [m for m in messages if isinstance(m, ResultMessage)]
-    assert len(results) == 1, messages
-    return results[0]
-
-
-def texts(messages: list[Message]) -> list[str]:
-    return [
-        b.text
-        for m in messages
-        if isinstance(m, AssistantMessage)
-        for b in m.content
-        if isinstance(b, TextBlock)
-    ]
 
 
 def run_processes(node: NodeHandle) -> list[str]:

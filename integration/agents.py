@@ -1,0 +1,51 @@
+"""Helpers for tests that drive the real Claude Code CLI on a node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, Message, ResultMessage, TextBlock, query
+
+from nodeprov import NodeHandle
+from nodeprov.claude import NodeTransport, bundled_cli_path
+from nodeprov.testing import ScriptedModel
+from nodeprov.testing.pytest_plugin import require_engine
+
+TURN_TIMEOUT = 180
+
+
+def require_claude_cli() -> None:
+    require_engine(
+        "the Claude Code CLI",
+        bundled_cli_path() is not None,
+        "install the claude-agent-sdk wheel for this platform (it bundles the CLI)",
+    )
+
+
+def agent_options(model: ScriptedModel, **fields: Any) -> ClaudeAgentOptions:
+    """Options for an agent that talks to ``model`` and may run tools without asking."""
+    return ClaudeAgentOptions(env=model.agent_env(), permission_mode="bypassPermissions", **fields)
+
+
+async def run_query(node: NodeHandle, prompt: str, options: ClaudeAgentOptions) -> list[Message]:
+    """Every message of one ``query`` on ``node``, bounded in time."""
+    transport = NodeTransport.for_node(node, options)
+    with anyio.fail_after(TURN_TIMEOUT):
+        return [m async for m in query(prompt=prompt, options=options, transport=transport)]
+
+
+def result_of(messages: list[Message]) -> ResultMessage:
+    results = [m for m in messages if isinstance(m, ResultMessage)]
+    assert len(results) == 1, messages
+    return results[0]
+
+
+def texts(messages: list[Message]) -> list[str]:
+    return [
+        block.text
+        for message in messages
+        if isinstance(message, AssistantMessage)
+        for block in message.content
+        if isinstance(block, TextBlock)
+    ]
