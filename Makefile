@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml providers/*/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]' -e providers/local -e providers/docker
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,postgres]' -e providers/local -e providers/docker
 	touch $@
 
 setup: $(STAMP)

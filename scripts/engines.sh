@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install and start what the integration tests need, when it is missing:
 #   - a Docker engine (Debian's docker.io; dockerd started in the background),
-#   - debootstrap, and the offline-built test base image (integration/images/build-base.sh).
+#   - debootstrap, and the offline-built test base image (integration/images/build-base.sh),
+#   - a PostgreSQL server (Debian's postgresql) with the role and database the tests use
+#     (postgresql://nodeprov:nodeprov@127.0.0.1:5432/nodeprov_test).
 # Idempotent: what is already there is left alone. Needs root for the installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,3 +45,20 @@ fi
 
 command -v debootstrap >/dev/null || install debootstrap || exit 0
 echo "engines: test image $(integration/images/build-base.sh)" >&2
+
+command -v pg_ctlcluster >/dev/null || install postgresql || exit 0
+version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1)
+if [ -z "$version" ]; then
+    version=$(ls /usr/lib/postgresql | sort -V | tail -1)
+    pg_createcluster "$version" main >/dev/null
+fi
+if ! pg_lsclusters -h | awk -v v="$version" '$1 == v && $2 == "main"' | grep -q online; then
+    echo "engines: starting PostgreSQL $version" >&2
+    pg_ctlcluster "$version" main start
+fi
+as_postgres() { su postgres -c "psql -v ON_ERROR_STOP=1 -qtA -c \"$1\""; }
+[ "$(as_postgres "SELECT 1 FROM pg_roles WHERE rolname = 'nodeprov'")" = 1 ] ||
+    as_postgres "CREATE ROLE nodeprov LOGIN PASSWORD 'nodeprov'"
+[ "$(as_postgres "SELECT 1 FROM pg_database WHERE datname = 'nodeprov_test'")" = 1 ] ||
+    as_postgres "CREATE DATABASE nodeprov_test OWNER nodeprov"
+echo "engines: PostgreSQL $version ready" >&2

@@ -1,0 +1,318 @@
+"""The durable session store: workspaces and their agent sessions, runs, node intents,
+pause snapshots, and agent transcripts mirrored off the nodes.
+
+``await Store.open()`` uses an embedded SQLite file under the user's state directory
+(``$XDG_STATE_HOME/nodeprov/nodeprov.db``, WAL, safe with several processes);
+``await Store.open("postgresql://...")`` uses PostgreSQL, for control planes that share
+state. Both behave the same and migrate their schema on open.
+
+Nothing secret is stored: agent options are kept without their ``env``, and the callers
+supply credentials again when they resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from ..errors import ConfigError, NodeprovError
+from ._db import Database, PostgresDatabase, SQLiteDatabase, StoreError
+from ._schema import migrate
+from .transcripts import TranscriptStore
+
+__all__ = [
+    "RunRecord",
+    "SessionRecord",
+    "SnapshotRecord",
+    "Store",
+    "StoreError",
+    "TokenError",
+    "TranscriptStore",
+    "default_store_path",
+]
+
+
+class TokenError(NodeprovError):
+    """A resume token is unknown, or was used already."""
+
+
+def default_store_path() -> Path:
+    """``$XDG_STATE_HOME/nodeprov/nodeprov.db`` (``~/.local/state/...`` by default)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "nodeprov" / "nodeprov.db"
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(8)}"
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """A workspace's agent session: ``provider`` is the agent (``claude``), and
+    ``provider_session_id`` the agent's own session id once known."""
+
+    id: str
+    workspace_id: str
+    provider: str
+    provider_session_id: str | None
+    state: str  # active | archived
+    created_at: str
+    archived_at: str | None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run: its task, where it runs, and how it stands.
+
+    ``state``: pending, provisioning, running, pausing, paused, resuming, finished.
+    ``outcome`` once paused or finished: ok, paused, error.
+    """
+
+    id: str
+    session_id: str
+    workspace_id: str
+    prompt: str
+    node_provider: str
+    node_settings: str
+    agent_options: str
+    state: str
+    outcome: str | None
+    error: str | None
+    node_id: str | None
+    agent_session_id: str | None
+    project_key: str | None
+    owner: str
+    pause_request: str | None
+    created_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """What resuming a paused (or failed) run needs. ``token`` is single use."""
+
+    token: str
+    run_id: str
+    node_id: str | None
+    node_kept: bool
+    provider: str
+    agent_session_id: str | None
+    project_key: str | None
+    state: str
+    pause_kind: str  # human | external | system
+    reason: str
+    created_at: str
+    used_at: str | None
+
+
+def _record(cls: type[Any], row: tuple[Any, ...] | None) -> Any:
+    if row is None:
+        return None
+    values = dict(zip([f.name for f in fields(cls)], row, strict=True))
+    if cls is SnapshotRecord:
+        values["node_kept"] = bool(values["node_kept"])
+    return cls(**values)
+
+
+def _marks(values: tuple[Any, ...]) -> str:
+    return ", ".join("?" for _ in values)
+
+
+def _columns(cls: type[Any]) -> str:
+    return ", ".join(f.name for f in fields(cls))
+
+
+class Store:
+    """The store; use ``async with await Store.open(url) as store`` or call :meth:`aclose`.
+
+    Raises :class:`StoreError` (a :class:`~nodeprov.errors.ProviderError`) when the
+    database fails, and :class:`TokenError` for a bad resume token.
+    """
+
+    def __init__(self, db: Database, url: str) -> None:
+        self.db = db
+        self.url = url
+        self.transcripts = TranscriptStore(db)
+
+    @classmethod
+    async def open(cls, url: str | None = None) -> Store:
+        """Open (and migrate) ``sqlite:///PATH``, ``postgresql://...``, or the default file."""
+        if url is None:
+            url = f"sqlite:///{default_store_path()}"
+        if url.startswith("sqlite:///"):
+            db: Database = await SQLiteDatabase.open(Path(url.removeprefix("sqlite://")))
+        elif url.startswith(("postgresql://", "postgres://")):
+            db = await PostgresDatabase.open(url)
+        else:
+            raise ConfigError(f"unknown store URL {url!r}: use sqlite:///PATH or postgresql://...")
+        try:
+            await migrate(db)
+        except BaseException:
+            await db.aclose()
+            raise
+        return cls(db, url)
+
+    async def aclose(self) -> None:
+        await self.db.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    # -- workspaces and sessions -----------------------------------------------------
+
+    async def active_session(self, workspace_id: str, provider: str) -> SessionRecord:
+        """The workspace's active session for agent ``provider``, made if needed. Switching
+        the workspace to another agent provider archives the old session (never deletes it)
+        and starts a new one."""
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO workspaces (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
+                (workspace_id, now()),
+            )
+            row = await tx.fetchall(
+                f"SELECT {_columns(SessionRecord)} FROM sessions WHERE workspace_id = ? AND state = 'active'",
+                (workspace_id,),
+            )
+            current: SessionRecord | None = _record(SessionRecord, row[0] if row else None)
+            if current is not None and current.provider == provider:
+                return current
+            if current is not None:
+                await tx.execute(
+                    "UPDATE sessions SET state = 'archived', archived_at = ? WHERE id = ?",
+                    (now(), current.id),
+                )
+            session = SessionRecord(new_id("ses"), workspace_id, provider, None, "active", now(), None)
+            await tx.execute(
+                f"INSERT INTO sessions ({_columns(SessionRecord)}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                tuple(getattr(session, f.name) for f in fields(SessionRecord)),
+            )
+            return session
+
+    async def set_provider_session_id(self, session_id: str, provider_session_id: str) -> None:
+        await self.db.execute(
+            "UPDATE sessions SET provider_session_id = ? WHERE id = ?", (provider_session_id, session_id)
+        )
+
+    async def sessions(self, workspace_id: str | None = None) -> list[SessionRecord]:
+        where, params = ("WHERE workspace_id = ?", (workspace_id,)) if workspace_id else ("", ())
+        rows = await self.db.fetchall(
+            f"SELECT {_columns(SessionRecord)} FROM sessions {where} ORDER BY created_at", params
+        )
+        return [_record(SessionRecord, row) for row in rows]
+
+    # -- runs --------------------------------------------------------------------------
+
+    async def create_run(self, run: RunRecord) -> None:
+        placeholders = ", ".join("?" for _ in fields(RunRecord))
+        await self.db.execute(
+            f"INSERT INTO runs ({_columns(RunRecord)}) VALUES ({placeholders})",
+            tuple(getattr(run, f.name) for f in fields(RunRecord)),
+        )
+
+    async def update_run(self, run_id: str, *, expect_state: str | None = None, **changes: Any) -> bool:
+        """Change a run's fields; with ``expect_state``, only if it is in that state (a
+        compare-and-set: exactly one of several racing control planes wins)."""
+        allowed = {f.name for f in fields(RunRecord)} - {"id", "created_at"}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise ValueError(f"unknown run fields: {sorted(unknown)}")
+        assignments = ", ".join(f"{name} = ?" for name in changes)
+        sql = f"UPDATE runs SET {assignments}, updated_at = ? WHERE id = ?"
+        params: list[Any] = [*changes.values(), now(), run_id]
+        if expect_state is not None:
+            sql += " AND state = ?"
+            params.append(expect_state)
+        return await self.db.execute(sql, params) == 1
+
+    async def run(self, run_id: str) -> RunRecord | None:
+        row = await self.db.fetchone(f"SELECT {_columns(RunRecord)} FROM runs WHERE id = ?", (run_id,))
+        record: RunRecord | None = _record(RunRecord, row)
+        return record
+
+    async def runs(self, *, states: tuple[str, ...] = ()) -> list[RunRecord]:
+        where = f"WHERE state IN ({_marks(states)})" if states else ""
+        rows = await self.db.fetchall(
+            f"SELECT {_columns(RunRecord)} FROM runs {where} ORDER BY created_at", states
+        )
+        return [_record(RunRecord, row) for row in rows]
+
+    # -- nodes -----------------------------------------------------------------------
+
+    async def node_intent(self, node_id: str, provider: str, run_id: str) -> None:
+        """Record a node about to be provisioned, before anything exists on the platform."""
+        await self.db.execute(
+            "INSERT INTO nodes (id, provider, run_id, state, created_at, updated_at)"
+            " VALUES (?, ?, ?, 'intent', ?, ?)",
+            (node_id, provider, run_id, now(), now()),
+        )
+
+    async def set_node_state(self, node_id: str, state: str) -> None:
+        """``intent`` -> ``live`` -> ``kept`` | ``destroyed``."""
+        await self.db.execute(
+            "UPDATE nodes SET state = ?, updated_at = ? WHERE id = ?", (state, now(), node_id)
+        )
+
+    async def nodes(self, *, states: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
+        """``(node_id, provider, run_id, state)`` of nodes in ``states``."""
+        rows = await self.db.fetchall(
+            f"SELECT id, provider, run_id, state FROM nodes WHERE state IN ({_marks(states)})",
+            states,
+        )
+        return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    async def save_snapshot(self, snapshot: SnapshotRecord) -> None:
+        placeholders = ", ".join("?" for _ in fields(SnapshotRecord))
+        values = [getattr(snapshot, f.name) for f in fields(SnapshotRecord)]
+        values = [int(v) if isinstance(v, bool) else v for v in values]  # an INTEGER column on both
+        await self.db.execute(
+            f"INSERT INTO snapshots ({_columns(SnapshotRecord)}) VALUES ({placeholders})", values
+        )
+
+    async def claim_snapshot(self, token: str) -> SnapshotRecord:
+        """Take a resume token: exactly once, even with several control planes racing.
+
+        Raises:
+            TokenError: the token is unknown or was used already.
+        """
+        async with self.db.transaction() as tx:
+            taken = await tx.execute(
+                "UPDATE snapshots SET used_at = ? WHERE token = ? AND used_at IS NULL", (now(), token)
+            )
+            rows = await tx.fetchall(
+                f"SELECT {_columns(SnapshotRecord)} FROM snapshots WHERE token = ?", (token,)
+            )
+        if not rows:
+            raise TokenError("unknown resume token")
+        if taken != 1:
+            raise TokenError(f"resume token of run {rows[0][1]} was used already")
+        snapshot: SnapshotRecord = _record(SnapshotRecord, rows[0])
+        return snapshot
+
+    async def snapshots(self, run_id: str) -> list[SnapshotRecord]:
+        rows = await self.db.fetchall(
+            f"SELECT {_columns(SnapshotRecord)} FROM snapshots WHERE run_id = ? ORDER BY created_at",
+            (run_id,),
+        )
+        return [_record(SnapshotRecord, row) for row in rows]
+
+
+def dumps(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, sort_keys=True, default=str)

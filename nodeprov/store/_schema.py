@@ -1,0 +1,109 @@
+"""The store's schema, as numbered migrations applied once each, in order, under a lock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from ._db import Database
+
+_SERIAL = {
+    "sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT",
+    "postgres": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+}
+
+# Each migration is a list of statements; {serial} is the dialect's auto-increment key.
+MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE workspaces (
+            id TEXT PRIMARY KEY,
+            created_at TEXT NOT NULL)""",
+        # One active agent session per workspace; switching agent provider archives it.
+        """CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+            provider TEXT NOT NULL,
+            provider_session_id TEXT,
+            state TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            archived_at TEXT)""",
+        "CREATE UNIQUE INDEX sessions_one_active ON sessions(workspace_id) WHERE state = 'active'",
+        """CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+            prompt TEXT NOT NULL,
+            node_provider TEXT NOT NULL,
+            node_settings TEXT NOT NULL,
+            agent_options TEXT NOT NULL,
+            state TEXT NOT NULL,
+            outcome TEXT,
+            error TEXT,
+            node_id TEXT,
+            agent_session_id TEXT,
+            project_key TEXT,
+            owner TEXT NOT NULL,
+            pause_request TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL)""",
+        # Written before a provider creates anything, so a crash mid-provision is found.
+        """CREATE TABLE nodes (
+            id TEXT PRIMARY KEY,
+            provider TEXT NOT NULL,
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            state TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL)""",
+        """CREATE TABLE snapshots (
+            token TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            node_id TEXT,
+            node_kept INTEGER NOT NULL,
+            provider TEXT NOT NULL,
+            agent_session_id TEXT,
+            project_key TEXT,
+            state TEXT NOT NULL,
+            pause_kind TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            used_at TEXT)""",
+        # Transcripts mirrored off the node (the SDK's SessionStore protocol).
+        """CREATE TABLE transcript_entries (
+            seq {serial},
+            project_key TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            subpath TEXT NOT NULL,
+            uuid TEXT,
+            entry TEXT NOT NULL,
+            written_ms BIGINT NOT NULL)""",
+        "CREATE INDEX transcript_key ON transcript_entries(project_key, session_id, subpath, seq)",
+        """CREATE UNIQUE INDEX transcript_uuid ON transcript_entries(project_key, session_id, subpath, uuid)
+            WHERE uuid IS NOT NULL""",
+        """CREATE TABLE transcript_summaries (
+            project_key TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            mtime BIGINT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (project_key, session_id))""",
+    ],
+]
+
+
+async def migrate(db: Database) -> int:
+    """Apply what is missing; safe when several processes start at once. Returns the version."""
+    async with db.transaction() as tx:
+        if db.dialect == "postgres":
+            await tx.execute("SELECT pg_advisory_xact_lock(7453001)")  # one migrator at a time
+        await tx.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)"
+        )
+        done = {row[0] for row in await tx.fetchall("SELECT version FROM schema_migrations")}
+        for version, statements in enumerate(MIGRATIONS, start=1):
+            if version in done:
+                continue
+            for statement in statements:
+                await tx.execute(statement.format(serial=_SERIAL[db.dialect]))
+            await tx.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                (version, datetime.now(UTC).isoformat()),
+            )
+    return len(MIGRATIONS)

@@ -1,0 +1,133 @@
+"""The session store on SQLite. integration/test_store_postgres.py runs these same tests on
+PostgreSQL by overriding the ``make_store`` fixture."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+from claude_agent_sdk.testing import run_session_store_conformance
+
+from nodeprov.store import RunRecord, SnapshotRecord, Store, TokenError, TranscriptStore, now
+
+pytestmark = pytest.mark.anyio
+
+
+MakeStore = Callable[[bool], Awaitable[Store]]
+
+
+@pytest.fixture
+def make_store(tmp_path: Path) -> MakeStore:
+    """Open a store: an empty one (``fresh=True``), or one more on the same database."""
+    shared = f"sqlite:///{tmp_path}/shared.db"
+
+    async def make(fresh: bool) -> Store:
+        return await Store.open(f"sqlite:///{tmp_path}/{secrets.token_hex(4)}.db" if fresh else shared)
+
+    return make
+
+
+@pytest.fixture
+async def store(make_store: MakeStore) -> AsyncIterator[Store]:
+    async with await make_store(False) as store:
+        yield store
+
+
+async def test_sdk_session_store_conformance(make_store: MakeStore) -> None:
+    opened: list[Store] = []
+
+    async def fresh() -> TranscriptStore:
+        store = await make_store(True)
+        opened.append(store)
+        return store.transcripts
+
+    try:
+        await run_session_store_conformance(fresh)
+    finally:
+        for store in opened:
+            await store.aclose()
+
+
+async def test_appends_are_idempotent_by_uuid(store: Store) -> None:
+    key = {"project_key": "p", "session_id": "s"}
+    entry = {"type": "user", "uuid": "u1", "message": {"content": "hi"}}
+    await store.transcripts.append(key, [entry])  # type: ignore[arg-type, list-item]
+    await store.transcripts.append(key, [entry, {"type": "tag"}])  # type: ignore[arg-type, list-item]
+    assert await store.transcripts.load(key) == [entry, {"type": "tag"}]  # type: ignore[arg-type]
+
+
+async def test_one_active_session_per_workspace_and_switching_archives(store: Store) -> None:
+    first = await store.active_session("ws", "claude")
+    assert await store.active_session("ws", "claude") == first
+    await store.set_provider_session_id(first.id, "agent-session-1")
+    second = await store.active_session("ws", "codex")
+    assert second.id != first.id
+    sessions = {s.id: s for s in await store.sessions("ws")}
+    assert len([s for s in sessions.values() if s.state == "active"]) == 1
+    assert sessions[first.id].state == "archived"
+    assert sessions[first.id].provider_session_id == "agent-session-1"  # archived, never deleted
+    assert sessions[second.id].state == "active"
+    assert (await store.active_session("other", "claude")).workspace_id == "other"
+
+
+def _run(session_id: str, run_id: str = "run-1") -> RunRecord:
+    return RunRecord(
+        run_id,
+        session_id,
+        "ws",
+        "task",
+        "local",
+        "{}",
+        "{}",
+        "running",
+        None,
+        None,
+        None,
+        None,
+        None,
+        "me",
+        None,
+        now(),
+        now(),
+    )
+
+
+async def test_run_compare_and_set(store: Store) -> None:
+    session = await store.active_session("ws", "claude")
+    await store.create_run(_run(session.id))
+    assert await store.update_run("run-1", expect_state="running", state="pausing")
+    assert not await store.update_run("run-1", expect_state="running", state="finished")
+    assert (await store.run("run-1")).state == "pausing"  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="unknown run fields"):
+        await store.update_run("run-1", colour="blue")
+
+
+async def test_a_token_is_claimed_exactly_once_across_stores(make_store: MakeStore) -> None:
+    async with await make_store(False) as first, await make_store(False) as second:
+        session = await first.active_session("ws", "claude")
+        await first.create_run(_run(session.id))
+        await first.save_snapshot(
+            SnapshotRecord(
+                "tok-1", "run-1", "n1", True, "local", "a1", "pk", "running", "human", "lunch", now(), None
+            )
+        )
+        outcomes: list[object] = []
+
+        async def claim(store: Store) -> None:
+            try:
+                outcomes.append(await store.claim_snapshot("tok-1"))
+            except TokenError as error:
+                outcomes.append(error)
+
+        async with anyio.create_task_group() as tg:
+            for store in (first, second, first, second):
+                tg.start_soon(claim, store)
+        wins = [o for o in outcomes if isinstance(o, SnapshotRecord)]
+        assert len(wins) == 1
+        assert wins[0].reason == "lunch"
+        assert all("used already" in str(o) for o in outcomes if isinstance(o, TokenError))
+        with pytest.raises(TokenError, match="unknown"):
+            await second.claim_snapshot("no-such-token")
