@@ -28,7 +28,7 @@ TABLES = [
 
 
 @pytest.fixture
-async def make_store() -> AsyncIterator[MakeStore]:
+async def make_store() -> AsyncIterator[MakeStore]:  # type: ignore[no-redef]  # overrides the SQLite one
     """Each test gets a schema of its own; ``fresh=True`` empties it first."""
     try:
         admin = await Store.open(URL)
