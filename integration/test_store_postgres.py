@@ -10,8 +10,11 @@ import pytest
 
 from nodeprov.store import Store
 from nodeprov.testing.pytest_plugin import require_engine
-from tests.test_store import *  # noqa: F403 - the same tests, on this module's fixtures
-from tests.test_store import MakeStore
+from tests import test_store as shared
+from tests.test_store import MakeStore, store  # noqa: F401 - the fixture, fed by make_store below
+
+# The same tests, collected here again, where make_store is PostgreSQL's.
+globals().update({name: getattr(shared, name) for name in dir(shared) if name.startswith("test_")})
 
 URL = os.environ.get(
     "NODEPROV_TEST_POSTGRES_URL", "postgresql://nodeprov:nodeprov@127.0.0.1:5432/nodeprov_test"
@@ -28,7 +31,7 @@ TABLES = [
 
 
 @pytest.fixture
-async def make_store() -> AsyncIterator[MakeStore]:  # type: ignore[no-redef]  # overrides the SQLite one
+async def make_store() -> AsyncIterator[MakeStore]:
     """Each test gets a schema of its own; ``fresh=True`` empties it first."""
     try:
         admin = await Store.open(URL)
