@@ -13,6 +13,8 @@ from nodeprov.testing.pytest_plugin import require_engine
 from tests import test_store as shared
 from tests.test_store import MakeStore, store  # noqa: F401 - the fixture, fed by make_store below
 
+pytestmark = pytest.mark.anyio
+
 # The same tests, collected here again, where make_store is PostgreSQL's.
 globals().update({name: getattr(shared, name) for name in dir(shared) if name.startswith("test_")})
 
@@ -42,10 +44,10 @@ async def make_store() -> AsyncIterator[MakeStore]:
     url = f"{URL}?options=-csearch_path%3D{schema}"
 
     async def make(fresh: bool) -> Store:
-        store = await Store.open(url)
+        opened = await Store.open(url)
         if fresh:
-            await store.db.execute(f"TRUNCATE {', '.join(TABLES)}")
-        return store
+            await opened.db.execute(f"TRUNCATE {', '.join(TABLES)}")
+        return opened
 
     yield make
     await admin.db.execute(f"DROP SCHEMA {schema} CASCADE")
