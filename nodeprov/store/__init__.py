@@ -306,6 +306,14 @@ class Store:
         snapshot: SnapshotRecord = _record(SnapshotRecord, rows[0])
         return snapshot
 
+    async def peek_snapshot(self, token: str) -> SnapshotRecord | None:
+        """A snapshot by token, without taking it."""
+        row = await self.db.fetchone(
+            f"SELECT {_columns(SnapshotRecord)} FROM snapshots WHERE token = ?", (token,)
+        )
+        snapshot: SnapshotRecord | None = _record(SnapshotRecord, row)
+        return snapshot
+
     async def snapshots(self, run_id: str) -> list[SnapshotRecord]:
         rows = await self.db.fetchall(
             f"SELECT {_columns(SnapshotRecord)} FROM snapshots WHERE run_id = ? ORDER BY created_at",

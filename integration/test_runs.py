@@ -1,0 +1,108 @@
+"""Runs end to end: the real Claude Code CLI, the scripted model, real nodes, a real store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run, RunFinished, RunPaused, RunStarted
+from nodeprov.store import Store
+from nodeprov.testing import ScriptedModel, Text, ToolUse
+from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
+
+from .agents import TURN_TIMEOUT, agent_options, require_claude_cli
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def _claude_cli() -> None:
+    require_claude_cli()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
+        yield store
+
+
+def local(tmp_path: Path) -> dict[str, Any]:
+    return {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+
+
+async def collect(run: Run) -> list[Any]:
+    with anyio.fail_after(TURN_TIMEOUT):
+        return [event async for event in run.events()]
+
+
+async def until_tool_runs(marker: str) -> None:
+    async def running() -> bool:
+        return bool(host_processes_matching(marker))
+
+    assert await wait_until(running, 60), "the agent's tool never started"
+
+
+async def test_a_run_relays_every_message_and_destroys_its_node(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    scripted_model.extend([ToolUse("Bash", {"command": "echo hi > f.txt"}), Text("all done")])
+    async with Orchestrator(store) as orchestrator:
+        run = await orchestrator.start("do it", options=agent_options(scripted_model), **local(tmp_path))
+        late: list[Any] = []
+        events = await collect(run)
+        assert await run.wait() == "ok"
+        late = [event async for event in run.events()]  # a subscriber joining after the end
+    assert [type(e) for e in events] == [type(e) for e in late]
+    assert isinstance(events[0], RunStarted)
+    assert isinstance(events[1], NodeReady)
+    messages = [e.message for e in events if isinstance(e, AgentMessage)]
+    assert type(messages[-1]).__name__ == "ResultMessage"
+    assert isinstance(events[-1], RunFinished)
+    assert events[-1].outcome == "ok"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    record = await store.run(run.id)
+    assert record is not None
+    assert (record.state, record.outcome) == ("finished", "ok")
+    assert record.agent_session_id == events[-1].agent_session_id
+    assert list((tmp_path / "nodes").iterdir()) == []  # the node is gone
+
+
+@pytest.mark.parametrize("keep_node", [True, False], ids=["kept-node", "fresh-node"])
+async def test_pause_mid_turn_and_resume(
+    keep_node: bool, store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+    async with Orchestrator(store) as orchestrator:
+        run = await orchestrator.start(
+            "remember: the word is quince", options=agent_options(scripted_model), **local(tmp_path)
+        )
+        await until_tool_runs(marker)
+        snapshot = await run.pause("human", "lunch break", keep_node=keep_node)
+        assert await run.wait() == "paused"
+        assert host_processes_matching(marker) == []  # the agent and its tool are stopped
+        events = await collect(run)
+        paused = next(e for e in events if isinstance(e, RunPaused))
+        assert (paused.pause_kind, paused.reason, paused.token) == ("human", "lunch break", snapshot.token)
+        assert snapshot.agent_session_id
+        node_dirs = list((tmp_path / "nodes").iterdir())
+        assert len(node_dirs) == (1 if keep_node else 0)
+
+        before = len(scripted_model.agent_requests)
+        scripted_model.extend([Text("resumed: the word was quince")])
+        resumed = await orchestrator.resume(
+            snapshot.token, message="what was the word?", options=agent_options(scripted_model)
+        )
+        assert resumed.id == run.id
+        assert await resumed.wait() == "ok", resumed.error
+        ready = next(e for e in await collect(resumed) if isinstance(e, NodeReady))
+        assert ready.reused is keep_node
+        assert ready.transcript_restored is not keep_node
+    first_after_resume = scripted_model.agent_requests[before].text()
+    assert "remember: the word is quince" in first_after_resume  # the model sees the earlier conversation
+    assert "what was the word?" in first_after_resume
+    assert list((tmp_path / "nodes").iterdir()) == []
