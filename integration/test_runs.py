@@ -106,3 +106,114 @@ async def test_pause_mid_turn_and_resume(
     assert "remember: the word is quince" in first_after_resume  # the model sees the earlier conversation
     assert "what was the word?" in first_after_resume
     assert list((tmp_path / "nodes").iterdir()) == []
+
+
+async def paused_run(orchestrator: Orchestrator, model: ScriptedModel, tmp_path: Path, **start: Any) -> Any:
+    """A run paused mid-turn (node released); returns (run, snapshot)."""
+    marker = unique_marker()
+    model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+    run = await orchestrator.start("long task", options=agent_options(model), **local(tmp_path), **start)
+    await until_tool_runs(marker)
+    return run, await run.pause("external", "budget check")
+
+
+async def test_tokens_and_states_are_enforced(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    from nodeprov.runs import RunStateError
+    from nodeprov.store import TokenError
+
+    async with Orchestrator(store) as orchestrator:
+        with pytest.raises(TokenError, match="unknown"):
+            await orchestrator.resume("tok-no-such-token")
+        run, snapshot = await paused_run(orchestrator, scripted_model, tmp_path)
+        with pytest.raises(RunStateError, match="cannot be paused"):
+            await run.pause("human", "again")  # paused already
+        scripted_model.extend([Text("finished now")])
+        resumed = await orchestrator.resume(snapshot.token, options=agent_options(scripted_model))
+        assert await resumed.wait() == "ok"
+        with pytest.raises(TokenError, match="used already"):
+            await orchestrator.resume(snapshot.token)
+        with pytest.raises(RunStateError, match="finished: only a paused or failed run"):
+            await orchestrator.resume_run(run.id)
+        with pytest.raises(RunStateError, match="cannot be paused"):
+            await resumed.pause("human", "too late")
+        with pytest.raises(RunStateError, match="not running"):
+            await orchestrator.request_pause(run.id)
+    record = await store.run(run.id)
+    assert record is not None
+    assert (record.state, record.outcome) == ("finished", "ok")
+
+
+async def test_two_control_planes_resume_the_same_run(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    from nodeprov.runs import RunStateError
+    from nodeprov.store import TokenError
+
+    async with Orchestrator(store) as first:
+        run, snapshot = await paused_run(first, scripted_model, tmp_path)
+    scripted_model.extend([Text("resumed once")])
+    async with (
+        await Store.open(store.url) as other_store,
+        Orchestrator(store) as one,
+        Orchestrator(other_store) as two,
+    ):
+        outcomes: list[Any] = []
+
+        async def resume(orchestrator: Orchestrator) -> None:
+            try:
+                resumed = await orchestrator.resume(snapshot.token, options=agent_options(scripted_model))
+                outcomes.append(await resumed.wait())
+            except (TokenError, RunStateError) as error:
+                outcomes.append(error)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(resume, one)
+            tg.start_soon(resume, two)
+    assert len([o for o in outcomes if o == "ok"]) == 1
+    assert any(isinstance(o, (TokenError, RunStateError)) for o in outcomes)
+    assert len(scripted_model.agent_requests) == 2  # the first turn and exactly one resume
+
+
+async def test_no_secret_in_rows_events_or_logs(
+    store: Store,
+    scripted_model: ScriptedModel,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    canary = "sk-canary-" + unique_marker().replace(".", "")
+    monkeypatch.setenv("NODEPROV_CANARY_SECRET", canary)
+    secret_options = agent_options(scripted_model)
+    secret_options.env["ANTHROPIC_AUTH_TOKEN"] = canary
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("x"), Text("done")])
+    async with Orchestrator(store) as orchestrator:
+        run = await orchestrator.start("task", options=secret_options, **local(tmp_path))
+        await until_tool_runs(marker)
+        snapshot = await run.pause("human", "check")
+        events = [e.to_json() for e in await collect(run)]
+        resumed = await orchestrator.resume(snapshot.token, options=secret_options)
+        assert await resumed.wait() == "ok"
+        events += [e.to_json() for e in await collect(resumed)]
+    import json as _json
+
+    assert canary not in _json.dumps(events, default=str)
+    tables = [
+        "workspaces",
+        "sessions",
+        "runs",
+        "nodes",
+        "snapshots",
+        "transcript_entries",
+        "transcript_summaries",
+    ]
+    for table in tables:
+        rows = await store.db.fetchall(f"SELECT * FROM {table}")
+        assert rows or table in ("workspaces",)
+        assert canary not in repr(rows), table
+    assert canary not in caplog.text

@@ -382,6 +382,25 @@ class Orchestrator:
         plan = _Plan(message, record.node_provider, settings, options, NodeConfig(), resume=snapshot)
         return self._launch(record.id, plan)
 
+    async def resume_run(
+        self, run_id: str, *, message: str = "continue", options: ClaudeAgentOptions | None = None
+    ) -> Run:
+        """Resume ``run_id`` from its latest unused snapshot (see :meth:`resume`).
+
+        Raises:
+            RunStateError: the run does not exist, is not paused or failed, or has no
+                snapshot left to resume from.
+        """
+        record = await self.store.run(run_id)
+        if record is None:
+            raise RunStateError(f"no run {run_id}")
+        if record.state not in ("paused", "failed"):
+            raise RunStateError(f"run {run_id} is {record.state}: only a paused or failed run can be resumed")
+        unused = [s for s in await self.store.snapshots(run_id) if s.used_at is None]
+        if not unused:
+            raise RunStateError(f"run {run_id} has no snapshot to resume from")
+        return await self.resume(unused[-1].token, message=message, options=options)
+
     def _launch(self, run_id: str, plan: _Plan) -> Run:
         if self._tg is None:
             raise RuntimeError("use the Orchestrator as an async context manager")
