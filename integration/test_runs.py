@@ -152,7 +152,7 @@ async def test_two_control_planes_resume_the_same_run(
     from nodeprov.store import TokenError
 
     async with Orchestrator(store) as first:
-        run, snapshot = await paused_run(first, scripted_model, tmp_path)
+        _, snapshot = await paused_run(first, scripted_model, tmp_path)
     scripted_model.extend([Text("resumed once")])
     async with (
         await Store.open(store.url) as other_store,
