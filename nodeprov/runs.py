@@ -491,7 +491,12 @@ class Orchestrator:
     def _agent_options(self, plan: _Plan, node: NodeHandle) -> ClaudeAgentOptions:
         home = node.base_env.get("HOME", "/root")
         env = {**plan.options.env, "CLAUDE_CONFIG_DIR": f"{home}/.claude"}  # where the mirror keys come from
-        changes: dict[str, Any] = {"env": env, "session_store": self.store.transcripts}
+        # Eager: every frame reaches the store at once, so a crash mid-turn loses nothing.
+        changes: dict[str, Any] = {
+            "env": env,
+            "session_store": self.store.transcripts,
+            "session_store_flush": "eager",
+        }
         if plan.resume is not None and plan.resume.agent_session_id:
             changes["resume"] = plan.resume.agent_session_id
         return dataclasses.replace(plan.options, **changes)

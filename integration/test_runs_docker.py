@@ -1,0 +1,172 @@
+"""Runs on Docker nodes: pause/resume across containers, and a control plane killed mid-run."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import docker
+import pytest
+from anyio.streams.text import TextReceiveStream
+
+from nodeprov import LABEL_NODE_ID
+from nodeprov.runs import NodeReady, Orchestrator
+from nodeprov.store import Store
+from nodeprov.testing import ScriptedModel, Text, ToolUse
+from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
+
+from .agents import agent_options, require_claude_cli
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    require_claude_cli()
+    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
+        yield store
+
+
+def on_docker(image: str) -> dict[str, Any]:
+    settings = {"image": image, "network_mode": "host", "pull": "never", "mount_sdk_claude": True}
+    return {"provider": "docker", "provider_settings": settings}
+
+
+def containers_of_run(client: docker.DockerClient, node_ids: list[str]) -> list[str]:
+    found = []
+    for node_id in node_ids:
+        found += [
+            str(c.name)
+            for c in client.containers.list(all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"})
+        ]
+    return found
+
+
+@pytest.mark.parametrize("keep_node", [True, False], ids=["same-container", "fresh-container"])
+async def test_pause_and_resume_on_docker(
+    keep_node: bool,
+    store: Store,
+    scripted_model: ScriptedModel,
+    base_image: str,
+    docker_client: docker.DockerClient,
+) -> None:
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+    async with Orchestrator(store) as orchestrator:
+        run = await orchestrator.start(
+            "remember: the colour is teal", options=agent_options(scripted_model), **on_docker(base_image)
+        )
+
+        async def tool_running() -> bool:
+            return bool(host_processes_matching(marker))
+
+        assert await wait_until(tool_running, 90)
+        snapshot = await run.pause("human", "review", keep_node=keep_node)
+        assert host_processes_matching(marker) == []
+        first_node = snapshot.node_id
+        assert first_node is not None
+        assert bool(containers_of_run(docker_client, [first_node])) is keep_node
+
+        before = len(scripted_model.agent_requests)
+        scripted_model.extend([Text("it was teal")])
+        resumed = await orchestrator.resume(
+            snapshot.token, message="which colour?", options=agent_options(scripted_model)
+        )
+        assert await resumed.wait() == "ok", resumed.error
+        ready = next(iter([e async for e in resumed.events() if isinstance(e, NodeReady)]))
+        assert (ready.node_id == first_node) is keep_node
+        assert ready.transcript_restored is not keep_node
+    first_request_after_resume = scripted_model.agent_requests[before].text()
+    assert "remember: the colour is teal" in first_request_after_resume
+    assert "which colour?" in first_request_after_resume
+    assert containers_of_run(docker_client, [first_node, ready.node_id]) == []
+
+
+CONTROL_PLANE = textwrap.dedent("""
+    import json, sys, anyio
+    from claude_agent_sdk import ClaudeAgentOptions
+    from nodeprov.runs import Orchestrator
+    from nodeprov.store import Store
+
+    async def main() -> None:
+        url, settings, env = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+        async with await Store.open(url) as store, Orchestrator(store) as orchestrator:
+            options = ClaudeAgentOptions(env=env, permission_mode="bypassPermissions")
+            run = await orchestrator.start("remember: the fruit is plum", provider="docker",
+                                           provider_settings=settings, options=options)
+            print(run.id, flush=True)
+            await anyio.sleep(3600)
+
+    anyio.run(main)
+""")
+
+
+async def test_a_killed_control_plane_is_reconciled_and_its_run_resumed(
+    store: Store, scripted_model: ScriptedModel, base_image: str, docker_client: docker.DockerClient
+) -> None:
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+    settings = on_docker(base_image)["provider_settings"]
+    plane = await anyio.open_process(
+        [
+            sys.executable,
+            "-c",
+            CONTROL_PLANE,
+            store.url,
+            json.dumps(settings),
+            json.dumps(scripted_model.agent_env()),
+        ]
+    )
+    assert plane.stdout is not None
+    with anyio.fail_after(60):
+        run_id = (await TextReceiveStream(plane.stdout).receive()).strip()
+
+    async def mid_turn_and_mirrored() -> bool:
+        record = await store.run(run_id)
+        if not (record and record.agent_session_id and host_processes_matching(marker)):
+            return False
+        rows = await store.db.fetchall(
+            "SELECT entry FROM transcript_entries WHERE session_id = ?", (record.agent_session_id,)
+        )
+        return "the fruit is plum" in repr(rows)
+
+    assert await wait_until(mid_turn_and_mirrored, 90), "the run never got going"
+    plane.kill()  # SIGKILL: the control plane gets no chance to clean up
+    await plane.wait()
+    await plane.aclose()
+    record = await store.run(run_id)
+    assert record is not None
+    assert record.node_id is not None
+    assert containers_of_run(docker_client, [record.node_id])  # an orphan, for now
+
+    async with Orchestrator(store) as restarted:
+        assert await restarted.reconcile() == [run_id]
+        assert containers_of_run(docker_client, [record.node_id]) == []
+        assert await wait_until(lambda: _gone(marker), 10)
+        failed = await store.run(run_id)
+        assert failed is not None
+        assert (failed.state, failed.outcome) == ("failed", "error")
+        assert "died" in (failed.error or "")
+        assert await restarted.reconcile() == []  # nothing left to do
+
+        before = len(scripted_model.agent_requests)
+        scripted_model.extend([Text("the fruit was plum")])
+        resumed = await restarted.resume_run(
+            run_id, message="which fruit?", options=agent_options(scripted_model)
+        )
+        assert await resumed.wait() == "ok", resumed.error
+    seen = scripted_model.agent_requests[before].text()
+    assert "remember: the fruit is plum" in seen
+    assert "which fruit?" in seen
+    final = await store.run(run_id)
+    assert final is not None
+    assert final.state == "finished"
+
+
+async def _gone(marker: str) -> bool:
+    return not host_processes_matching(marker)
