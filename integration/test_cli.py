@@ -1,5 +1,7 @@
-"""``nodeprov run`` as users run it: the installed script, the real Claude Code CLI, a local
-node, the built-in scripted model."""
+"""``nodeprov run``, ``pause``, ``resume``, ``runs``, ``sessions`` and ``status`` as users run them:
+the installed script, the real Claude Code CLI, local nodes, the built-in scripted model."""
+
+from __future__ import annotations
 
 import json
 import os
@@ -8,19 +10,30 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nodeprov.claude import bundled_cli_path
 from nodeprov.testing.conformance import host_processes_matching, unique_marker
-from nodeprov.testing.pytest_plugin import require_engine
+
+from .agents import require_claude_cli
 
 NODEPROV = [sys.executable, "-m", "nodeprov"]
 
 
 @pytest.fixture(autouse=True)
 def _claude_cli() -> None:
-    require_engine("the Claude Code CLI", bundled_cli_path() is not None, "install claude-agent-sdk")
+    require_claude_cli()
+
+
+def environment(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "NO_COLOR": "1",
+        "COLUMNS": "200",
+        "NODEPROV_STORE": f"sqlite:///{tmp_path}/store.db",
+    }
 
 
 def nodeprov(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -30,31 +43,48 @@ def nodeprov(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=180,
         check=False,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+        env=environment(tmp_path),
         cwd=tmp_path,
     )
+
+
+def lines(output: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.splitlines()]
 
 
 def test_run_json_events(tmp_path: Path) -> None:
     root = tmp_path / "nodes"
     done = nodeprov(tmp_path, "run", "--json", "-s", f"root={root}", "list the files; $(rm -rf ~)")
     assert done.returncode == 0, done.stderr
-    events = [json.loads(line) for line in done.stdout.splitlines()]
-    assert events[0]["type"] == "node"
-    assert events[0]["state"] == "provisioned"
-    kinds = [e["message"]["kind"] for e in events if e["type"] == "message"]
+    events = lines(done.stdout)
+    assert [e["type"] for e in events[:2]] == ["run.started", "node.ready"]
+    kinds = [e["message"]["kind"] for e in events if e["type"] == "agent.message"]
     assert kinds[0] == "SystemMessage"
     assert "AssistantMessage" in kinds
     assert kinds[-1] == "ResultMessage"
     tool_result = next(
-        e["message"] for e in events if e["type"] == "message" and e["message"]["kind"] == "UserMessage"
+        e["message"] for e in events if e["type"] == "agent.message" and e["message"]["kind"] == "UserMessage"
     )
     assert tool_result["content"][0]["kind"] == "ToolResultBlock"
-    assert events[-2] == {"type": "node", "state": "destroyed", "node_id": events[0]["node_id"]}
-    assert events[-1]["type"] == "result"
-    assert events[-1]["ok"] is True
-    assert events[-1]["session_id"]
+    assert events[-2] == {
+        **events[-2],
+        "type": "node.released",
+        "node_id": events[1]["node_id"],
+        "kept": False,
+    }
+    assert events[-1]["type"] == "run.finished"
+    assert events[-1]["outcome"] == "ok"
+    assert events[-1]["agent_session_id"]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert list(root.iterdir()) == []  # the node is gone
+
+    listed = lines(nodeprov(tmp_path, "runs", "--json").stdout)
+    assert [(r["id"], r["state"], r["outcome"]) for r in listed] == [(events[0]["run_id"], "finished", "ok")]
+    sessions = lines(nodeprov(tmp_path, "sessions", "--json").stdout)
+    assert sessions[0]["provider_session_id"] == events[-1]["agent_session_id"]
+    again = nodeprov(tmp_path, "resume", events[0]["run_id"])
+    assert again.returncode == 1
+    assert again.stderr.strip().endswith("is finished: only a paused or failed run can be resumed")
 
 
 def test_run_human_output(tmp_path: Path) -> None:
@@ -73,27 +103,86 @@ def test_agent_failure_is_one_line_and_nonzero(tmp_path: Path) -> None:
     assert list((tmp_path / "nodes").iterdir()) == []
 
 
-def test_ctrl_c_destroys_the_node(tmp_path: Path) -> None:
-    marker = unique_marker()
-    hung_agent = tmp_path / "hung-agent"
-    hung_agent.write_text(f"#!/bin/sh\nsleep {marker}\n")
-    hung_agent.chmod(0o755)
-    root = tmp_path / "nodes"
-    with subprocess.Popen(
-        [*NODEPROV, "run", "-s", f"root={root}", "-s", f"claude_cli={hung_agent}", "hi"],
+def two_phase_agent(tmp_path: Path, marker: str) -> Path:
+    """A "CLI" that hangs the first time it runs and is the real Claude Code CLI after that."""
+    agent = tmp_path / "agent"
+    agent.write_text(f"""#!/bin/sh
+if [ ! -e {tmp_path}/ran-once ]; then touch {tmp_path}/ran-once; exec sleep {marker}; fi
+exec {bundled_cli_path()} "$@"
+""")
+    agent.chmod(0o755)
+    return agent
+
+
+def start_run(tmp_path: Path, marker: str, *extra: str) -> subprocess.Popen[str]:
+    agent = two_phase_agent(tmp_path, marker)
+    process = subprocess.Popen(
+        [
+            *NODEPROV,
+            "run",
+            "--json",
+            "-s",
+            f"root={tmp_path / 'nodes'}",
+            "-s",
+            f"claude_cli={agent}",
+            *extra,
+            "task",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "NO_COLOR": "1"},
-    ) as cli:
-        deadline = time.monotonic() + 60
-        while not host_processes_matching(marker):
-            assert time.monotonic() < deadline, "the agent never started"
-            time.sleep(0.05)
-        cli.send_signal(signal.SIGINT)
-        _, stderr = cli.communicate(timeout=60)
-    assert cli.returncode == 130
-    assert stderr.strip().splitlines()[-1] == "error: interrupted; the node was destroyed"
-    assert list(root.iterdir()) == []
+        env=environment(tmp_path),
+    )
+    deadline = time.monotonic() + 60
+    while not host_processes_matching(marker):
+        assert time.monotonic() < deadline, "the agent never started"
+        time.sleep(0.05)
+    return process
+
+
+def test_ctrl_c_pauses_and_resume_continues(tmp_path: Path) -> None:
+    marker = unique_marker()
+    process = start_run(tmp_path, marker)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 3, stderr
+    events = lines(stdout)
+    paused = next(e for e in events if e["type"] == "run.paused")
+    assert (paused["pause_kind"], paused["reason"]) == ("human", "interrupted from the terminal")
+    assert events[-1]["outcome"] == "paused"
     assert host_processes_matching(marker) == []
+    assert list((tmp_path / "nodes").iterdir()) == []  # released: the resume gets a new node
+    run_id = events[0]["run_id"]
+    status = lines(nodeprov(tmp_path, "status", run_id, "--json").stdout)[0]
+    assert status["state"] == "paused"
+    assert status["snapshots"][0]["resumable"] is True
+    assert "token" not in status["snapshots"][0]
+
+    resumed = nodeprov(tmp_path, "resume", run_id, "--message", "carry on", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert lines(resumed.stdout)[-1]["outcome"] == "ok"
+    status = lines(nodeprov(tmp_path, "status", run_id, "--json").stdout)[0]
+    assert (status["state"], status["snapshots"][0]["resumable"]) == ("finished", False)
+
+
+def test_pause_from_another_process_keeping_the_node(tmp_path: Path) -> None:
+    marker = unique_marker()
+    process = start_run(tmp_path, marker)
+    runs = lines(nodeprov(tmp_path, "runs", "--json").stdout)
+    run_id = runs[0]["id"]
+    paused = nodeprov(
+        tmp_path, "pause", run_id, "--kind", "external", "--reason", "quota", "--keep-node", "--json"
+    )
+    assert paused.returncode == 0, paused.stderr
+    assert lines(paused.stdout)[0]["node_kept"] is True
+    stdout, _ = process.communicate(timeout=60)
+    assert process.returncode == 3
+    assert next(e for e in lines(stdout) if e["type"] == "run.paused")["pause_kind"] == "external"
+    assert len(list((tmp_path / "nodes").iterdir())) == 1  # kept for the resume
+    resumed = nodeprov(tmp_path, "resume", run_id, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    ready = next(e for e in lines(resumed.stdout) if e["type"] == "node.ready")
+    assert ready["reused"] is True
+    assert list((tmp_path / "nodes").iterdir()) == []
+    assert nodeprov(tmp_path, "pause", run_id).returncode == 1  # finished: nothing to pause

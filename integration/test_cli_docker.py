@@ -16,7 +16,8 @@ from nodeprov.claude import bundled_cli_path
 from nodeprov.testing.pytest_plugin import require_engine
 
 
-def nodeprov(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def nodeprov(*args: str, stdin: str = "", store: str = "") -> subprocess.CompletedProcess[str]:
+    extra = {"NODEPROV_STORE": store} if store else {}
     return subprocess.run(
         [sys.executable, "-m", "nodeprov", *args],
         input=stdin,
@@ -24,7 +25,7 @@ def nodeprov(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
         check=False,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **extra},
     )
 
 
@@ -92,17 +93,18 @@ def test_run_on_docker(base_image: str, docker_client: docker.DockerClient, tmp_
         "mount_sdk_claude=true",
         "--json",
         "where am I?",
+        store=f"sqlite:///{tmp_path}/store.db",
     )
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
-    assert events[-1]["ok"] is True
+    assert events[-1]["outcome"] == "ok"
     tool_output = next(
         e["message"]["content"][0]["content"]
         for e in events
-        if e["type"] == "message" and e["message"]["kind"] == "UserMessage"
+        if e["type"] == "agent.message" and e["message"]["kind"] == "UserMessage"
     )
     assert "/workspace" in tool_output  # the agent's Bash ran in the container's workdir
-    node_id = events[0]["node_id"]
+    node_id = next(e["node_id"] for e in events if e["type"] == "node.ready")
     assert docker_client.containers.list(all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"}) == []
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shlex
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -28,19 +29,16 @@ from claude_agent_sdk import (
     ClaudeAgentOptions,
     ClaudeSDKError,
     Message,
-    ResultMessage,
     SystemMessage,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
     UserMessage,
-    query,
 )
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from .claude import NodeTransport
 from .errors import ConfigError, NodeGoneError, NodeprovError, ProviderError
 from .node import (
     LABEL_EXPIRES_AT,
@@ -52,7 +50,19 @@ from .node import (
     NodeProvider,
 )
 from .registry import provider_class, provider_names
+from .runs import (
+    AgentMessage,
+    NodeReady,
+    NodeReleased,
+    Orchestrator,
+    Run,
+    RunEvent,
+    RunFinished,
+    RunPaused,
+    RunStateError,
+)
 from .spawn import SpawnOptions
+from .store import RunRecord, SnapshotRecord, Store
 from .testing.scripted_model import ScriptedModel, Text, ToolUse
 
 app = typer.Typer(
@@ -209,43 +219,97 @@ def _render(message: Message) -> None:
                 out.print(f"[dim]← {text[:500]}[/]")
 
 
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="NODEPROV_STORE",
+        help="Store URL (sqlite:///PATH or postgresql://...); "
+        "default: the SQLite file under your state directory.",
+    ),
+]
+MessageEnvOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--env", "-e", help="Pass NAME (from this environment) or NAME=VALUE to the agent. Repeatable."
+    ),
+]
+ModelOption = Annotated[
+    str, typer.Option(help="'scripted' for the built-in offline model, else a model name for the real API.")
+]
+
+
 @app.command()
 def run(  # noqa: PLR0917 - one parameter per command-line option
     prompt: Annotated[str, typer.Argument(help="The task for the agent.")],
     provider: Annotated[str, typer.Option("--provider", "-p", help="Provider name.")] = "local",
-    setting: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--setting", "-s", help="Provider setting KEY=VALUE (VALUE as JSON when it parses). Repeatable."
-        ),
-    ] = None,
-    model: Annotated[
-        str,
-        typer.Option(help="'scripted' for the built-in offline model, else a model name for the real API."),
-    ] = "scripted",
-    env: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--env", "-e", help="Pass NAME (from this environment) or NAME=VALUE to the agent. Repeatable."
-        ),
-    ] = None,
+    setting: SettingOption = None,
+    model: ModelOption = "scripted",
+    env: MessageEnvOption = None,
     permission_mode: Annotated[str, typer.Option(help="Claude Code permission mode.")] = "bypassPermissions",
     max_turns: Annotated[int | None, typer.Option(help="Stop after this many turns.")] = None,
-    resume: Annotated[str | None, typer.Option(help="Resume this agent session id.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print events as JSON lines.")] = False,
+    workspace: Annotated[
+        str, typer.Option(help="Workspace whose agent session this run continues.")
+    ] = "default",
+    keep_node: Annotated[
+        bool, typer.Option(help="When paused (Ctrl-C), keep the node for the resume.")
+    ] = False,
+    store: StoreOption = None,
+    json_output: JsonOption = False,
 ) -> None:
-    """Provision a node, run Claude Code there on PROMPT, print the result, destroy the node."""
+    """Run Claude Code on PROMPT on a new node; events live; Ctrl-C pauses (kind human).
+
+    Exits 0 when the agent succeeds, 1 on an error, 3 when the run was paused.
+    """
     with _errors():
-        settings = _parse_settings(setting)
-        agent_env = _parse_env(env)
-        try:
-            request = _RunRequest(
-                prompt, provider, settings, model, agent_env, permission_mode, max_turns, resume, json_output
-            )
-            ok = anyio.run(_run, request)
-        except KeyboardInterrupt:
-            _fail("interrupted; the node was destroyed", 130)
-    raise typer.Exit(0 if ok else 1)
+        options = _agent_options(model, env, permission_mode, max_turns)
+        request = _RunRequest(
+            prompt,
+            provider,
+            _parse_settings(setting),
+            model,
+            options,
+            workspace,
+            keep_node,
+            store,
+            json_output,
+        )
+        outcome = anyio.run(_drive_run, request, None)
+    _exit_for(outcome)
+
+
+@app.command()
+def resume(  # noqa: PLR0917 - one parameter per command-line option
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id.")],
+    message: Annotated[str, typer.Option(help="What to tell the agent.")] = "continue",
+    model: ModelOption = "scripted",
+    env: MessageEnvOption = None,
+    permission_mode: Annotated[str, typer.Option(help="Claude Code permission mode.")] = "bypassPermissions",
+    keep_node: Annotated[bool, typer.Option(help="When paused again, keep the node.")] = False,
+    store: StoreOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Resume a paused (or failed) run with a message, on its kept node or a fresh one."""
+    with _errors():
+        options = _agent_options(model, env, permission_mode, None)
+        request = _RunRequest(message, "", {}, model, options, "", keep_node, store, json_output)
+        outcome = anyio.run(_drive_run, request, run_id)
+    _exit_for(outcome)
+
+
+def _agent_options(
+    model: str, env: list[str] | None, permission_mode: str, max_turns: int | None
+) -> dict[str, Any]:
+    return {
+        "env": _parse_env(env),
+        "permission_mode": permission_mode,
+        "max_turns": max_turns,
+        "model": None if model == "scripted" else model,
+    }
+
+
+def _exit_for(outcome: str) -> NoReturn:
+    raise typer.Exit({"ok": 0, "paused": 3}.get(outcome, 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,62 +318,214 @@ class _RunRequest:
     provider: str
     settings: dict[str, Any]
     model: str
-    agent_env: dict[str, str]
-    permission_mode: str
-    max_turns: int | None
-    resume: str | None
+    options: dict[str, Any]
+    workspace: str
+    keep_node: bool
+    store: str | None
     json_output: bool
 
 
-async def _run(request: _RunRequest) -> bool:
-    prompt, provider, json_output = request.prompt, request.provider, request.json_output
+async def _drive_run(request: _RunRequest, resume_id: str | None) -> str:
+    """Start (or resume) a run, show its events, pause it on Ctrl-C; return its outcome."""
+    async with _model(request.model, request.prompt) as (model_env, _):
+        options = ClaudeAgentOptions(**{**request.options, "env": {**model_env, **request.options["env"]}})
+        async with await Store.open(request.store) as store, Orchestrator(store) as orchestrator:
+            try:
+                await orchestrator.reconcile()
+            except NodeprovError as error:  # a provider that cannot be asked must not block this run
+                err.print(f"[yellow]warning:[/] reconcile: {error}")
+            if resume_id is None:
+                active = await orchestrator.start(
+                    request.prompt,
+                    provider=request.provider,
+                    provider_settings=request.settings,
+                    options=options,
+                    workspace=request.workspace,
+                )
+            else:
+                active = await orchestrator.resume_run(resume_id, message=request.prompt, options=options)
+            if not request.json_output:
+                out.print(f"[dim]run {active.id}[/]")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_pause_on_ctrl_c, active, request.keep_node, tg.cancel_scope)
+                async for event in active.events():
+                    _show(event, request.json_output)
+                tg.cancel_scope.cancel()
+            outcome = await active.wait()
+    if outcome == "paused" and not request.json_output:
+        err.print(f"paused: resume with `nodeprov resume {active.id}`")
+    elif outcome == "error":
+        _fail(active.error or "the run failed")
+    return outcome
 
-    def event(kind: str, **fields: Any) -> None:
-        if json_output:
-            sys.stdout.write(json.dumps({"type": kind, **fields}, default=str) + "\n")
-            sys.stdout.flush()
 
-    node_provider = provider_class(provider).from_settings(**request.settings)
-    async with _model(request.model, prompt) as (model_env, model_name):
-        options = ClaudeAgentOptions(
-            env={**model_env, **request.agent_env},
-            model=model_name,
-            permission_mode=request.permission_mode,  # type: ignore[arg-type]
-            max_turns=request.max_turns,
-            resume=request.resume,
+async def _pause_on_ctrl_c(active: Run, keep_node: bool, scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        async for _ in signals:
+            err.print("[yellow]pausing (Ctrl-C again to abort)...[/]")
+            with suppress(RunStateError):
+                await active.pause("human", "interrupted from the terminal", keep_node=keep_node)
+            async for _ in signals:
+                scope.cancel()  # the orchestrator still pauses (kind system) what runs
+
+
+def _show(event: RunEvent, json_output: bool) -> None:
+    if json_output:
+        _emit(event.to_json())
+    elif isinstance(event, AgentMessage):
+        _render(event.message)
+    elif isinstance(event, NodeReady):
+        how = (
+            "reused"
+            if event.reused
+            else "provisioned" + (", transcript restored" if event.transcript_restored else "")
         )
-        with err.status(f"provisioning a {provider} node...") if not json_output else _nothing():
-            node: NodeHandle = await node_provider.provision(NodeConfig())
-        event("node", state="provisioned", node_id=node.node_id, provider=provider)
-        if not json_output:
-            out.print(f"[dim]node {node.node_id} ({provider}) provisioned[/]")
-        result: ResultMessage | None = None
-        async with node:
-            transport = NodeTransport.for_node(node, options)
-            async for message in query(prompt=prompt, options=options, transport=transport):
-                if json_output:
-                    event("message", message=_jsonable(message))
-                else:
-                    _render(message)
-                if isinstance(message, ResultMessage):
-                    result = message
-        event("node", state="destroyed", node_id=node.node_id)
-    if result is None:
-        raise NodeprovError("the agent ended without a result")
-    event(
-        "result",
-        ok=not result.is_error,
-        session_id=result.session_id,
-        subtype=result.subtype,
-        turns=result.num_turns,
-        duration_ms=result.duration_ms,
-    )
-    if not json_output:
-        status = "[green]ok[/]" if not result.is_error else f"[red]{result.subtype}[/]"
-        out.print(f"\nresult: {status}  turns: {result.num_turns}  time: {result.duration_ms / 1000:.1f}s")
-        out.print(f"session: {result.session_id}")
-        out.print(f"[dim]node {node.node_id} destroyed[/]")
-    return not result.is_error
+        out.print(f"[dim]node {event.node_id} {how}[/]")
+    elif isinstance(event, NodeReleased):
+        out.print(f"[dim]node {event.node_id} {'kept' if event.kept else 'destroyed'}[/]")
+    elif isinstance(event, RunPaused):
+        out.print(f"paused ({event.pause_kind}): {event.reason}")
+    elif isinstance(event, RunFinished):
+        colour = {"ok": "green", "paused": "yellow"}.get(event.outcome, "red")
+        out.print(f"\nresult: [{colour}]{event.outcome}[/]" + (f": {event.error}" if event.error else ""))
+        if event.agent_session_id:
+            out.print(f"session: {event.agent_session_id}")
+
+
+@app.command()
+def pause(  # noqa: PLR0917 - one parameter per command-line option
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id.")],
+    kind: Annotated[str, typer.Option(help="human, external or system (diagnostics).")] = "human",
+    reason: Annotated[str, typer.Option(help="Why (shown in events and status).")] = "",
+    keep_node: Annotated[bool, typer.Option(help="Keep the node for the resume.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the pause.")] = 120,
+    store: StoreOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Pause a run driven by another nodeprov process (it checks twice a second)."""
+
+    async def request() -> SnapshotRecord:
+        async with await Store.open(store) as opened:
+            await Orchestrator(opened).request_pause(run_id, kind, reason, keep_node=keep_node)  # type: ignore[arg-type]
+            with anyio.fail_after(timeout):
+                while True:
+                    record = await opened.run(run_id)
+                    if record is not None and record.state != "pausing" and not record.pause_request:
+                        break
+                    await anyio.sleep(0.2)
+            snapshots = [s for s in await opened.snapshots(run_id) if s.used_at is None]
+            if record.state != "paused" or not snapshots:
+                raise RunStateError(f"run {run_id} ended {record.outcome or record.state} instead of pausing")
+            return snapshots[-1]
+
+    with _errors():
+        try:
+            snapshot = anyio.run(request)
+        except TimeoutError:
+            _fail(f"run {run_id} did not pause within {timeout}s (is its control plane alive?)")
+    if json_output:
+        _emit({"run_id": run_id, "state": "paused", "token": snapshot.token, "node_kept": snapshot.node_kept})
+    else:
+        out.print(f"paused {run_id}; resume with `nodeprov resume {run_id}`")
+
+
+@app.command()
+def runs(store: StoreOption = None, json_output: JsonOption = False) -> None:
+    """List runs, oldest first."""
+
+    async def load() -> list[RunRecord]:
+        async with await Store.open(store) as opened:
+            return await opened.runs()
+
+    with _errors():
+        records = anyio.run(load)
+    if json_output:
+        for record in records:
+            _emit(_run_json(record))
+        return
+    table = Table("run", "state", "outcome", "provider", "node", "workspace", "started", "task")
+    for record in records:
+        table.add_row(
+            record.id,
+            record.state,
+            record.outcome or "",
+            record.node_provider,
+            record.node_id or "",
+            record.workspace_id,
+            record.created_at[:19],
+            record.prompt[:40],
+        )
+    out.print(table)
+
+
+@app.command()
+def sessions(store: StoreOption = None, json_output: JsonOption = False) -> None:
+    """List workspaces' agent sessions (archived ones too)."""
+
+    async def load() -> list[Any]:
+        async with await Store.open(store) as opened:
+            return await opened.sessions()
+
+    with _errors():
+        records = anyio.run(load)
+    if json_output:
+        for record in records:
+            _emit(dataclasses.asdict(record))
+        return
+    table = Table("session", "workspace", "agent", "agent session", "state", "created")
+    for record in records:
+        table.add_row(
+            record.id,
+            record.workspace_id,
+            record.provider,
+            record.provider_session_id or "",
+            record.state,
+            record.created_at[:19],
+        )
+    out.print(table)
+
+
+@app.command()
+def status(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id.")],
+    store: StoreOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Show a run and its snapshots."""
+
+    async def load() -> tuple[RunRecord | None, list[SnapshotRecord]]:
+        async with await Store.open(store) as opened:
+            return await opened.run(run_id), await opened.snapshots(run_id)
+
+    with _errors():
+        record, snapshots = anyio.run(load)
+        if record is None:
+            raise RunStateError(f"no run {run_id}")
+    body = {
+        **_run_json(record),
+        "snapshots": [
+            {k: v for k, v in dataclasses.asdict(s).items() if k != "token"}
+            | {"resumable": s.used_at is None}
+            for s in snapshots
+        ],
+    }
+    if json_output:
+        _emit(body)
+        return
+    for key, value in body.items():
+        if key != "snapshots":
+            out.print(f"{key:>16}: {value if value is not None else ''}")
+    for snapshot in body["snapshots"]:
+        out.print(
+            f"        snapshot: {snapshot['pause_kind']} at {snapshot['created_at'][:19]} "
+            f"({snapshot['reason']}) {'resumable' if snapshot['resumable'] else 'used'}"
+        )
+
+
+def _run_json(record: RunRecord) -> dict[str, Any]:
+    return {
+        k: v for k, v in dataclasses.asdict(record).items() if k not in ("node_settings", "pause_request")
+    }
 
 
 @contextmanager

@@ -439,7 +439,7 @@ class Orchestrator:
                 await self.store.update_run(run.id, state="finished", outcome="ok")
                 run._close("ok", None)
         except Exception as error:  # noqa: BLE001 - any failure ends the run as an error, with a snapshot
-            logger.warning("run %s failed: %s", run.id, error)
+            logger.info("run %s failed: %s", run.id, error)  # an outcome, reported as an event
             await self._failed(run, str(error) or type(error).__name__)
         finally:
             with anyio.CancelScope(shield=True):
@@ -541,6 +541,9 @@ class Orchestrator:
                     if session_id and session_id != run.agent_session_id:
                         run.agent_session_id = session_id
                         await self.store.update_run(run.id, agent_session_id=session_id)
+                        record = await self.store.run(run.id)
+                        if record is not None:  # the workspace's session follows its agent's
+                            await self.store.set_provider_session_id(record.session_id, session_id)
                     if isinstance(message, ResultMessage):
                         result = message
             finally:
