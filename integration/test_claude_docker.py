@@ -10,12 +10,13 @@ import docker
 import pytest
 from claude_agent_sdk import ClaudeSDKClient
 
-from nodeprov import LABEL_NODE_ID, NodeHandle, StopPolicy, get_provider
+from nodeprov import NodeHandle, StopPolicy, get_provider
 from nodeprov.claude import NodeTransport
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import run, unique_marker, wait_until
 
 from .agents import TURN_TIMEOUT, agent_options, require_claude_cli, result_of, run_query
+from .containers import node_containers
 
 pytestmark = pytest.mark.anyio
 
@@ -94,5 +95,4 @@ async def test_after_destroy_no_container_of_the_run_remains(
     async with await provider.provision() as node:
         messages = await run_query(node, "hi", agent_options(scripted_model))
         assert result_of(messages).result == "hello from the container"
-    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_NODE_ID}={node.node_id}"})
-    assert left == []
+    assert node_containers(docker_client, node.node_id) == []

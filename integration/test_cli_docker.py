@@ -11,9 +11,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from nodeprov import LABEL_NODE_ID, LABEL_OWNER
+from nodeprov import LABEL_OWNER
 from nodeprov.claude import bundled_cli_path
 from nodeprov.testing.pytest_plugin import require_engine
+
+from .containers import node_containers
 
 
 def nodeprov(*args: str, stdin: str = "", store: str = "") -> subprocess.CompletedProcess[str]:
@@ -71,7 +73,7 @@ def test_provision_list_exec_destroy(base_image: str, docker_client: docker.Dock
         gone = nodeprov("destroy", node_id, "--json")
     assert gone.returncode == 0, gone.stderr
     assert json.loads(gone.stdout) == {"node_id": node_id, "provider": "docker", "destroyed": True}
-    assert docker_client.containers.list(all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"}) == []
+    assert node_containers(docker_client, node_id) == []
     again = nodeprov("destroy", node_id)
     assert again.returncode == 1
     assert again.stderr.strip() == f"error: no node {node_id}"
@@ -105,7 +107,7 @@ def test_run_on_docker(base_image: str, docker_client: docker.DockerClient, tmp_
     )
     assert "/workspace" in tool_output  # the agent's Bash ran in the container's workdir
     node_id = next(e["node_id"] for e in events if e["type"] == "node.ready")
-    assert docker_client.containers.list(all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"}) == []
+    assert node_containers(docker_client, node_id) == []
 
 
 def test_unknown_provider_setting_and_missing_image() -> None:

@@ -17,7 +17,6 @@ import pytest
 from anyio.streams.text import TextReceiveStream
 
 from nodeprov import (
-    LABEL_NODE_ID,
     NodeConfig,
     ProviderError,
     ProvisionError,
@@ -32,12 +31,13 @@ from nodeprov.testing.conformance import (
     wait_until,
 )
 
+from .containers import node_containers
+
 pytestmark = pytest.mark.anyio
 
 
 def containers_of(client: docker.DockerClient, node_id: str) -> list[str]:
-    found = client.containers.list(all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"})
-    return [str(c.name) for c in found]
+    return node_containers(client, node_id)
 
 
 async def gone(marker: str) -> bool:

@@ -4,18 +4,17 @@ import anyio.to_thread
 import docker
 import pytest
 
-from nodeprov import LABEL_NODE_ID, get_provider
+from nodeprov import get_provider
 from nodeprov.testing.conformance import AnyProvider, Leftovers, ProviderConformance
+
+from .containers import node_containers
 
 
 def docker_leftovers(client: docker.DockerClient) -> Leftovers:
     """Containers of a node, running or not."""
 
     async def find(node_id: str) -> list[str]:
-        containers = await anyio.to_thread.run_sync(
-            lambda: client.containers.list(all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"})
-        )
-        return [f"container {c.name} ({c.status})" for c in containers]
+        return await anyio.to_thread.run_sync(node_containers, client, node_id)
 
     return find
 

@@ -14,13 +14,13 @@ import docker
 import pytest
 from anyio.streams.text import TextReceiveStream
 
-from nodeprov import LABEL_NODE_ID
 from nodeprov.runs import NodeReady, Orchestrator
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 
 from .agents import agent_options, require_claude_cli
+from .containers import node_containers
 
 pytestmark = pytest.mark.anyio
 
@@ -38,13 +38,7 @@ def on_docker(image: str) -> dict[str, Any]:
 
 
 def containers_of_run(client: docker.DockerClient, node_ids: list[str]) -> list[str]:
-    found = []
-    for node_id in node_ids:
-        found += [
-            str(c.name)
-            for c in client.containers.list(all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"})
-        ]
-    return found
+    return node_containers(client, *node_ids)
 
 
 @pytest.mark.parametrize("keep_node", [True, False], ids=["same-container", "fresh-container"])
