@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import docker
 import docker.errors
 import pytest
 
+from nodeprov.store import Store
 from nodeprov.testing.pytest_plugin import require_engine
 
 IMAGES = Path(__file__).parent / "images"
+POSTGRES = os.environ.get(
+    "NODEPROV_TEST_POSTGRES_URL", "postgresql://nodeprov:nodeprov@127.0.0.1:5432/nodeprov_test"
+)
 
 
 @pytest.fixture
@@ -40,3 +46,17 @@ def base_image(docker_client: docker.DockerClient) -> str:
     if done.returncode != 0:
         require_engine("the test base image", False, done.stderr.strip()[-2000:])
     return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture
+async def postgres_url() -> AsyncIterator[str]:
+    """A store URL on the test PostgreSQL server, in a schema of this test's own."""
+    try:
+        admin = await Store.open(POSTGRES)
+    except Exception as error:  # any failure to reach the server means: no engine
+        require_engine("a PostgreSQL server", False, f"{error}; `make engines` starts one")
+    schema = f"t_{secrets.token_hex(4)}"
+    await admin.db.execute(f"CREATE SCHEMA {schema}")
+    yield f"{POSTGRES}?options=-csearch_path%3D{schema}"
+    await admin.db.execute(f"DROP SCHEMA {schema} CASCADE")
+    await admin.aclose()

@@ -265,3 +265,20 @@ async def test_limits_mounts_user_and_workdir_take_effect(
         code, _, err = await run(node, "sh", "-c", "echo no > /mnt/shared/given.txt")
         assert code != 0
         assert b"Read-only" in err
+
+
+async def test_a_node_removed_from_outside(base_image: str, docker_client: docker.DockerClient) -> None:
+    from nodeprov import NodeGoneError
+
+    provider = get_provider("docker", image=base_image, network_mode="host", pull="never")
+    node = await provider.provision()
+    process = await node.spawn(SpawnOptions("sleep", [unique_marker()]))
+    docker_client.api.remove_container(node.container_id, force=True)  # type: ignore[attr-defined]
+    with pytest.raises(NodeGoneError):
+        await process.wait()
+    assert process.returncode == 128 + 9
+    await process.aclose()  # quiet: the process went with its node
+    with pytest.raises(NodeGoneError):
+        await node.spawn(SpawnOptions("true"))
+    await node.destroy()  # and destroying what is gone is fine
+    assert node.destroyed

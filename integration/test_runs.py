@@ -148,6 +148,18 @@ async def test_tokens_and_states_are_enforced(
 async def test_two_control_planes_resume_the_same_run(
     store: Store, scripted_model: ScriptedModel, tmp_path: Path
 ) -> None:
+    await race_to_resume(store, scripted_model, tmp_path)
+
+
+async def test_two_control_planes_resume_the_same_run_on_postgres(
+    postgres_url: str, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    async with await Store.open(postgres_url) as store:
+        await race_to_resume(store, scripted_model, tmp_path)
+
+
+async def race_to_resume(store: Store, scripted_model: ScriptedModel, tmp_path: Path) -> None:
+    """Two control planes, each with its own connection, resume one run at once."""
     from nodeprov.runs import RunStateError
     from nodeprov.store import TokenError
 
@@ -174,6 +186,24 @@ async def test_two_control_planes_resume_the_same_run(
     assert len([o for o in outcomes if o == "ok"]) == 1
     assert any(isinstance(o, (TokenError, RunStateError)) for o in outcomes)
     assert len(scripted_model.agent_requests) == 2  # the first turn and exactly one resume
+
+
+async def test_leaving_the_orchestrator_pauses_what_runs(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+    async with Orchestrator(store) as orchestrator:
+        run = await orchestrator.start("long task", options=agent_options(scripted_model), **local(tmp_path))
+        await until_tool_runs(marker)
+    assert run.outcome == "paused"
+    paused = next(e for e in await collect(run) if isinstance(e, RunPaused))
+    assert paused.pause_kind == "system"
+    assert host_processes_matching(marker) == []
+    assert list((tmp_path / "nodes").iterdir()) == []
+    record = await store.run(run.id)
+    assert record is not None
+    assert record.state == "paused"
 
 
 async def test_no_secret_in_rows_events_or_logs(

@@ -14,6 +14,7 @@ import docker
 import pytest
 from anyio.streams.text import TextReceiveStream
 
+from nodeprov import LABEL_NODE_ID
 from nodeprov.runs import NodeReady, Orchestrator
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
@@ -164,3 +165,39 @@ async def test_a_killed_control_plane_is_reconciled_and_its_run_resumed(
 
 async def _gone(marker: str) -> bool:
     return not host_processes_matching(marker)
+
+
+async def test_a_node_that_dies_mid_run_is_resumed_on_a_new_one(
+    store: Store, scripted_model: ScriptedModel, base_image: str, docker_client: docker.DockerClient
+) -> None:
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+    async with Orchestrator(store) as orchestrator:
+        run = await orchestrator.start(
+            "remember: the stone is jade", options=agent_options(scripted_model), **on_docker(base_image)
+        )
+
+        async def mid_turn() -> bool:
+            return bool(host_processes_matching(marker))
+
+        assert await wait_until(mid_turn, 90)
+        record = await store.run(run.id)
+        assert record is not None
+        assert record.node_id is not None
+        container = docker_client.api.containers(filters={"label": f"{LABEL_NODE_ID}={record.node_id}"})[0]
+        docker_client.api.remove_container(container["Id"], force=True)  # the node dies under the run
+        assert await run.wait() == "error"
+        assert (await store.run(run.id)).state == "failed"  # type: ignore[union-attr]
+
+        before = len(scripted_model.agent_requests)
+        scripted_model.extend([Text("the stone was jade")])
+        resumed = await orchestrator.resume_run(
+            run.id, message="which stone?", options=agent_options(scripted_model)
+        )
+        assert await resumed.wait() == "ok", resumed.error
+        ready = next(iter([e async for e in resumed.events() if isinstance(e, NodeReady)]))
+        assert ready.transcript_restored
+    seen = scripted_model.agent_requests[before].text()
+    assert "remember: the stone is jade" in seen
+    assert "which stone?" in seen
+    assert containers_of_run(docker_client, [record.node_id, ready.node_id]) == []

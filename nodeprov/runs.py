@@ -440,7 +440,10 @@ class Orchestrator:
                 run._close("ok", None)
         except Exception as error:  # noqa: BLE001 - any failure ends the run as an error, with a snapshot
             logger.info("run %s failed: %s", run.id, error)  # an outcome, reported as an event
-            await self._failed(run, str(error) or type(error).__name__)
+            try:
+                await self._failed(run, str(error) or type(error).__name__)
+            except Exception:  # the store itself failed: the run still ends, below
+                logger.exception("could not record the failure of run %s", run.id)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._release(run)
@@ -456,7 +459,11 @@ class Orchestrator:
             if keep:
                 await self.store.set_node_state(node.node_id, "kept")
             else:
-                await node.destroy()
+                try:
+                    await node.destroy()
+                except NodeprovError as error:  # still recorded live: reconcile retries it
+                    logger.warning("could not destroy node %s of run %s: %s", node.node_id, run.id, error)
+                    return
                 await self.store.set_node_state(node.node_id, "destroyed")
             run._emit(NodeReleased, node_id=node.node_id, kept=keep)
 
@@ -635,6 +642,7 @@ class Orchestrator:
     async def reconcile(self) -> list[str]:
         """Clean up after control planes that died: destroy the nodes of their runs that no
         live control plane holds, and end those runs as errors with a resumable snapshot.
+        Nodes still recorded live for runs that are over (a destroy that failed) go too.
 
         Runs of live owners (and of owners on other hosts, which cannot be checked) are left
         alone; kept nodes of paused runs are kept. Returns the ids of the runs ended.
@@ -643,14 +651,7 @@ class Orchestrator:
         for record in await self.store.runs(states=("running", "pausing")):
             if record.id in self._runs or owner_alive(record.owner) is not False:
                 continue
-            settings = json.loads(record.node_settings)
-            provider = get_provider(record.node_provider, **settings)
-            for node_id, _, run_id, _ in await self.store.nodes(states=("intent", "live")):
-                if run_id != record.id:
-                    continue
-                with suppress(NodeGoneError):  # never made, or gone with its host
-                    await (await provider.attach(node_id)).destroy()
-                await self.store.set_node_state(node_id, "destroyed")
+            await self._destroy_nodes_of(record)
             reason = f"control plane {record.owner} died during the run"
             if record.agent_session_id:
                 await self.store.save_snapshot(
@@ -673,7 +674,20 @@ class Orchestrator:
                 record.id, expect_state=record.state, state="failed", outcome="error", error=reason
             ):
                 ended.append(record.id)
+        for record in await self.store.runs(states=("finished", "failed", "paused")):
+            await self._destroy_nodes_of(record)
         return ended
+
+    async def _destroy_nodes_of(self, record: RunRecord) -> None:
+        """Destroy the nodes recorded as being made or live for ``record`` (not kept ones)."""
+        nodes = [n for n in await self.store.nodes(states=("intent", "live")) if n[2] == record.id]
+        if not nodes:
+            return
+        provider = get_provider(record.node_provider, **json.loads(record.node_settings))
+        for node_id, _, _, _ in nodes:
+            with suppress(NodeGoneError):  # never made, or gone with its host
+                await (await provider.attach(node_id)).destroy()
+            await self.store.set_node_state(node_id, "destroyed")
 
 
 def _project_key(plan: _Plan, node: NodeHandle) -> str:

@@ -10,12 +10,15 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
 from typing import Self
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
+
+from .errors import NodeGoneError
 
 __all__ = ["SpawnFn", "SpawnOptions", "SpawnedProcess", "StopPolicy"]
 
@@ -171,8 +174,8 @@ class SpawnedProcess(ABC):
                         break
                     if signal is not None:
                         await signal()
-                    with anyio.move_on_after(grace if grace > 0 else 0.05):
-                        await self.wait()
+                    with anyio.move_on_after(grace if grace > 0 else 0.05), suppress(NodeGoneError):
+                        await self.wait()  # a vanished node took the process with it
                 with anyio.move_on_after(5):
                     await self._release()
                 self._closed = True

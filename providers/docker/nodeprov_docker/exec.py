@@ -16,6 +16,7 @@ from contextlib import suppress
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, SocketStream
 
+from nodeprov.errors import NodeGoneError
 from nodeprov.spawn import SpawnedProcess, StopPolicy
 
 STDOUT, STDERR = 1, 2
@@ -180,7 +181,11 @@ class DockerProcess(SpawnedProcess):
     async def wait(self) -> int:
         delay = 0.005
         while self._returncode is None:
-            self._returncode = await self._exit_code()
+            try:
+                self._returncode = await self._exit_code()
+            except NodeGoneError:
+                self._returncode = 128 + 9  # removed with its container: killed, as the engine reports it
+                raise
             if self._returncode is None:
                 await anyio.sleep(delay)  # the engine has no "exec exited" event to wait on
                 delay = min(delay * 2, 0.2)
