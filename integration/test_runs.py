@@ -215,7 +215,7 @@ async def test_no_secret_in_rows_events_or_logs(
 ) -> None:
     import logging
 
-    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG)  # every log line of the run, the pause kind included
     canary = "sk-canary-" + unique_marker().replace(".", "")
     monkeypatch.setenv("NODEPROV_CANARY_SECRET", canary)
     secret_options = agent_options(scripted_model)
@@ -247,3 +247,4 @@ async def test_no_secret_in_rows_events_or_logs(
         assert rows or table in ("workspaces",)
         assert canary not in repr(rows), table
     assert canary not in caplog.text
+    assert f"run {run.id} paused (human): check" in caplog.text  # the pause kind reaches the logs

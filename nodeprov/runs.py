@@ -566,6 +566,8 @@ class Orchestrator:
         await self._release(run, keep=pause.keep_node)
         await self.store.update_run(run.id, state="paused", outcome="paused", pause_request=None)
         pause.snapshot = snapshot
+        node_fate = "kept" if pause.keep_node else "released"
+        logger.info("run %s paused (%s): %s; node %s", run.id, pause.kind, pause.reason, node_fate)
         run._emit(
             RunPaused,
             pause_kind=pause.kind,
