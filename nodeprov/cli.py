@@ -189,18 +189,6 @@ async def _model(kind: str, prompt: str) -> AsyncIterator[tuple[dict[str, str], 
         yield model.agent_env(), None
 
 
-def _jsonable(value: Any) -> Any:
-    """SDK messages and content blocks as JSON, each dataclass tagged with its class name."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        return {"kind": type(value).__name__, **fields}
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
-
-
 def _render(message: Message) -> None:
     if isinstance(message, SystemMessage) and message.subtype == "init":
         out.print(
