@@ -46,6 +46,7 @@ __all__ = [
     "abandoned",
     "default_owner",
     "owner_alive",
+    "process_start_time",
 ]
 
 logger = logging.getLogger("nodeprov")
@@ -58,20 +59,24 @@ LABEL_EXPIRES_AT = "nodeprov.expires-at"
 _NODE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
-def default_owner() -> str:
-    """Identify this control-plane process as ``host:pid:start``.
-
-    ``start`` is the process start time in clock ticks since boot (Linux), so a reaper on
-    the same host can tell a live owner from a recycled pid.
-    """
-    pid = os.getpid()
+def process_start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, from ``/proc``), or ``None`` if
+    there is no such process or it has exited (a zombie). With the pid, it names a process
+    in a way a recycled pid cannot imitate."""
     try:
-        # Field 22 of /proc/PID/stat, counted after the parenthesised command name.
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        start = stat.rsplit(")", 1)[1].split()[19]
+        # After the parenthesised command name: field 3 is the state, field 22 the start.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        start = "0"
-    return f"{socket.gethostname()}:{pid}:{start}"
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def default_owner() -> str:
+    """Identify this control-plane process as ``host:pid:start`` (see
+    :func:`process_start_time`), so a reaper on the same host can tell a live owner from a
+    recycled pid."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{process_start_time(pid) or '0'}"
 
 
 def owner_alive(owner: str) -> bool | None:
@@ -84,14 +89,10 @@ def owner_alive(owner: str) -> bool | None:
     pid, _, start = rest.partition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return None
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    started = process_start_time(int(pid))
+    if started is None:
         return False
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] == "Z":
-        return False  # exited, not yet reaped by its parent
-    return start in ("", "0") or fields[19] == start
+    return start in ("", "0") or started == start
 
 
 def abandoned(labels: Mapping[str, str], now: datetime | None = None) -> str | None:

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import logging
 import posixpath
+import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ logger = logging.getLogger("nodeprov.runs")
 
 PauseKind = Literal["human", "external", "system"]
 _PAUSE_KINDS = ("human", "external", "system")
+_RESUMABLE = ("paused", "failed")
 # Agent options that are kept with a run (for display and for resuming without options).
 _STORED_OPTIONS = ("model", "permission_mode", "max_turns", "allowed_tools", "disallowed_tools", "cwd")
 
@@ -356,20 +358,12 @@ class Orchestrator:
             RunStateError: the run is not paused, or another control plane resumed it first.
         """
         peeked = await self.store.peek_snapshot(token)
-        current = await self.store.run(peeked.run_id) if peeked else None
-        if (
-            current is not None
-            and peeked is not None
-            and peeked.used_at is None
-            and current.state
-            not in (
-                "paused",
-                "failed",
-            )
-        ):
-            raise RunStateError(
-                f"run {current.id} is {current.state}: only a paused or failed run can be resumed"
-            )
+        if peeked is not None and peeked.used_at is None:  # else claiming says what is wrong
+            current = await self.store.run(peeked.run_id)
+            if current is not None and current.state not in _RESUMABLE:
+                raise RunStateError(
+                    f"run {current.id} is {current.state}: only a paused or failed run can be resumed"
+                )
         snapshot = await self.store.claim_snapshot(token)  # TokenError when unknown or used
         record = await self.store.run(snapshot.run_id)
         assert record is not None
@@ -394,7 +388,7 @@ class Orchestrator:
         record = await self.store.run(run_id)
         if record is None:
             raise RunStateError(f"no run {run_id}")
-        if record.state not in ("paused", "failed"):
+        if record.state not in _RESUMABLE:
             raise RunStateError(f"run {run_id} is {record.state}: only a paused or failed run can be resumed")
         unused = [s for s in await self.store.snapshots(run_id) if s.used_at is None]
         if not unused:
@@ -593,19 +587,13 @@ class Orchestrator:
     ) -> SnapshotRecord:
         record = await self.store.run(run.id)
         assert record is not None
-        snapshot = SnapshotRecord(
-            token=new_id("tok") + new_id(""),
-            run_id=run.id,
+        snapshot = _snapshot_of(
+            record,
             node_id=node.node_id if node else record.node_id,
-            node_kept=keep_node,
-            provider=record.node_provider,
             agent_session_id=run.agent_session_id,
-            project_key=record.project_key,
-            state=record.state,
-            pause_kind=kind,
-            reason=reason[:2000],
-            created_at=now(),
-            used_at=None,
+            kind=kind,
+            reason=reason,
+            keep_node=keep_node,
         )
         await self.store.save_snapshot(snapshot)
         return snapshot
@@ -649,47 +637,72 @@ class Orchestrator:
         Runs of live owners (and of owners on other hosts, which cannot be checked) are left
         alone; kept nodes of paused runs are kept. Returns the ids of the runs ended.
         """
+        recorded: dict[str, list[str]] = {}  # run id -> its nodes being made or live
+        for node_id, _, run_id, _ in await self.store.nodes(states=("intent", "live")):
+            recorded.setdefault(run_id, []).append(node_id)
         ended = []
         for record in await self.store.runs(states=("running", "pausing")):
+            nodes = recorded.pop(record.id, [])
             if record.id in self._runs or owner_alive(record.owner) is not False:
                 continue
-            await self._destroy_nodes_of(record)
+            await self._destroy_nodes(record, nodes)
             reason = f"control plane {record.owner} died during the run"
             if record.agent_session_id:
                 await self.store.save_snapshot(
-                    SnapshotRecord(
-                        token=new_id("tok") + new_id(""),
-                        run_id=record.id,
+                    _snapshot_of(
+                        record,
                         node_id=record.node_id,
-                        node_kept=False,
-                        provider=record.node_provider,
                         agent_session_id=record.agent_session_id,
-                        project_key=record.project_key,
-                        state=record.state,
-                        pause_kind="system",
+                        kind="system",
                         reason=reason,
-                        created_at=now(),
-                        used_at=None,
+                        keep_node=False,
                     )
                 )
             if await self.store.update_run(
                 record.id, expect_state=record.state, state="failed", outcome="error", error=reason
             ):
                 ended.append(record.id)
-        for record in await self.store.runs(states=("finished", "failed", "paused")):
-            await self._destroy_nodes_of(record)
+        for run_id, nodes in recorded.items():  # what is left belongs to runs that are over
+            over = await self.store.run(run_id)
+            if over is not None and run_id not in self._runs:
+                await self._destroy_nodes(over, nodes)
         return ended
 
-    async def _destroy_nodes_of(self, record: RunRecord) -> None:
-        """Destroy the nodes recorded as being made or live for ``record`` (not kept ones)."""
-        nodes = [n for n in await self.store.nodes(states=("intent", "live")) if n[2] == record.id]
-        if not nodes:
+    async def _destroy_nodes(self, record: RunRecord, node_ids: list[str]) -> None:
+        """Destroy nodes of ``record`` that the store still holds as being made or live."""
+        if not node_ids:
             return
         provider = get_provider(record.node_provider, **json.loads(record.node_settings))
-        for node_id, _, _, _ in nodes:
+        for node_id in node_ids:
             with suppress(NodeGoneError):  # never made, or gone with its host
                 await (await provider.attach(node_id)).destroy()
             await self.store.set_node_state(node_id, "destroyed")
+
+
+def _snapshot_of(
+    record: RunRecord,
+    *,
+    node_id: str | None,
+    agent_session_id: str | None,
+    kind: str,
+    reason: str,
+    keep_node: bool,
+) -> SnapshotRecord:
+    """A snapshot of ``record`` as it stands, with a fresh single-use token."""
+    return SnapshotRecord(
+        token=f"tok-{secrets.token_urlsafe(24)}",
+        run_id=record.id,
+        node_id=node_id,
+        node_kept=keep_node,
+        provider=record.node_provider,
+        agent_session_id=agent_session_id,
+        project_key=record.project_key,
+        state=record.state,
+        pause_kind=kind,
+        reason=reason[:2000],
+        created_at=now(),
+        used_at=None,
+    )
 
 
 def _project_key(plan: _Plan, node: NodeHandle) -> str:

@@ -123,7 +123,8 @@ class SpawnedProcess(ABC):
     def returncode(self) -> int | None:
         """The exit status once the process has exited and been reaped, else ``None``.
 
-        A process killed by signal N reports ``-N``.
+        A process killed by signal N reports ``-N`` where the platform can tell a signal
+        from an exit status (local); where it cannot (Docker), ``128 + N``, as a shell would.
         """
 
     @abstractmethod

@@ -31,6 +31,7 @@ from nodeprov.node import (
     ProviderSettings,
     Requirement,
     Rollback,
+    process_start_time,
 )
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
 
@@ -160,7 +161,7 @@ class LocalNode(NodeHandle):
                 raise SpawnError(f"cannot start {options.command!r}: {error}") from None
             # Remember the group on disk, so a destroy from any process can end it.
             async with await anyio.Path(self.directory / GROUPS_FILE).open("a") as groups:
-                await groups.write(f"{process.pid} {_start_time(process.pid)}\n")
+                await groups.write(f"{process.pid} {process_start_time(process.pid)}\n")
         return LocalProcess(process, self._stop_policy)
 
     async def _destroy(self) -> None:
@@ -171,7 +172,7 @@ class LocalNode(NodeHandle):
         for line in groups.splitlines():
             pgid, start = line.split()
             # A leader alive with another start time means the id was recycled: not ours.
-            if _start_time(int(pgid)) in (start, None):
+            if process_start_time(int(pgid)) in (start, None):
                 _signal_group(int(pgid), signal.SIGKILL)
         # The user's own workdir stays; only what the node made goes.
         try:
@@ -185,14 +186,6 @@ class LocalNode(NodeHandle):
             pass  # removed from outside already: destroyed is destroyed
         except OSError as error:
             raise ProviderError(f"cannot remove node directory {self.directory}: {error}") from None
-
-
-def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` (clock ticks since boot), or None if there is none."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def _remove_tree(path: Path) -> None:
