@@ -282,3 +282,12 @@ async def test_a_node_removed_from_outside(base_image: str, docker_client: docke
         await node.spawn(SpawnOptions("true"))
     await node.destroy()  # and destroying what is gone is fine
     assert node.destroyed
+
+
+async def test_a_spawn_the_engine_refuses_says_why(base_image: str) -> None:
+    from nodeprov import SpawnError
+
+    provider = get_provider("docker", image=base_image, network_mode="host", pull="never")
+    async with await provider.provision() as node:
+        with pytest.raises(SpawnError, match=r"chdir to cwd .*/workspace/no-such-dir"):
+            await node.spawn(SpawnOptions("pwd", cwd="no-such-dir"))

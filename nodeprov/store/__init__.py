@@ -129,6 +129,13 @@ def _marks(values: tuple[Any, ...]) -> str:
     return ", ".join("?" for _ in values)
 
 
+def _insert(table: str, record: Any) -> tuple[str, tuple[Any, ...]]:
+    """The statement and values that insert a record dataclass into ``table``."""
+    values = tuple(getattr(record, f.name) for f in fields(record))
+    values = tuple(int(v) if isinstance(v, bool) else v for v in values)  # INTEGER columns on both backends
+    return f"INSERT INTO {table} ({_columns(type(record))}) VALUES ({_marks(values)})", values
+
+
 def _columns(cls: type[Any]) -> str:
     return ", ".join(f.name for f in fields(cls))
 
@@ -198,10 +205,7 @@ class Store:
                     (now(), current.id),
                 )
             session = SessionRecord(new_id("ses"), workspace_id, provider, None, "active", now(), None)
-            await tx.execute(
-                f"INSERT INTO sessions ({_columns(SessionRecord)}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                tuple(getattr(session, f.name) for f in fields(SessionRecord)),
-            )
+            await tx.execute(*_insert("sessions", session))
             return session
 
     async def set_provider_session_id(self, session_id: str, provider_session_id: str) -> None:
@@ -219,11 +223,7 @@ class Store:
     # -- runs --------------------------------------------------------------------------
 
     async def create_run(self, run: RunRecord) -> None:
-        placeholders = ", ".join("?" for _ in fields(RunRecord))
-        await self.db.execute(
-            f"INSERT INTO runs ({_columns(RunRecord)}) VALUES ({placeholders})",
-            tuple(getattr(run, f.name) for f in fields(RunRecord)),
-        )
+        await self.db.execute(*_insert("runs", run))
 
     async def update_run(self, run_id: str, *, expect_state: str | None = None, **changes: Any) -> bool:
         """Change a run's fields; with ``expect_state``, only if it is in that state (a
@@ -279,12 +279,7 @@ class Store:
     # -- snapshots ---------------------------------------------------------------------
 
     async def save_snapshot(self, snapshot: SnapshotRecord) -> None:
-        placeholders = ", ".join("?" for _ in fields(SnapshotRecord))
-        values = [getattr(snapshot, f.name) for f in fields(SnapshotRecord)]
-        values = [int(v) if isinstance(v, bool) else v for v in values]  # an INTEGER column on both
-        await self.db.execute(
-            f"INSERT INTO snapshots ({_columns(SnapshotRecord)}) VALUES ({placeholders})", values
-        )
+        await self.db.execute(*_insert("snapshots", snapshot))
 
     async def claim_snapshot(self, token: str) -> SnapshotRecord:
         """Take a resume token: exactly once, even with several control planes racing.

@@ -4,6 +4,7 @@ import functools
 import os
 import posixpath
 from collections.abc import Callable
+from contextlib import suppress
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, cast
@@ -99,7 +100,8 @@ class DockerSettings(ProviderSettings):
 async def _engine(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a docker SDK call in a worker thread, mapping its errors into nodeprov's tree.
 
-    ``NotFound`` (container or exec) becomes :class:`NodeGoneError`; everything else a
+    ``NotFound`` (container or exec) becomes :class:`NodeGoneError`, a 409 :class:`_ConflictError`
+    (the container is not running, or is being removed), anything else a
     :class:`ProviderError`. Callers refine these where they know more.
     """
     try:
@@ -107,6 +109,8 @@ async def _engine(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     except docker.errors.NotFound as error:
         raise NodeGoneError(_explain(error)) from None
     except docker.errors.APIError as error:
+        if error.status_code == 409:
+            raise _ConflictError(f"Docker engine: {_explain(error)}") from None
         raise ProviderError(f"Docker engine: {_explain(error)}") from None
     except (docker.errors.DockerException, OSError) as error:
         raise ProviderError(f"Docker engine not reachable: {error}") from None
@@ -116,8 +120,19 @@ def _explain(error: docker.errors.APIError) -> str:
     return str(error.explanation or error)
 
 
-def _is_conflict(error: NodeprovError) -> bool:
-    return "409" in str(error) or "is not running" in str(error) or "in progress" in str(error)
+class _ConflictError(ProviderError):
+    """The engine answered 409: the container is not running, or already being removed."""
+
+
+async def _hijack(call: Callable[..., Any], *args: Any, **kwargs: Any) -> SocketStream:
+    """The raw socket of a hijacked Engine API connection, driven by the event loop."""
+    hijacked = await _engine(call, *args, **kwargs)
+    raw = getattr(hijacked, "_sock", hijacked)
+    try:
+        # Our own descriptor, so that the SDK's response object may close its one.
+        return await SocketStream.from_socket(raw.dup())
+    finally:
+        hijacked.close()
 
 
 class DockerNode(NodeHandle):
@@ -155,11 +170,21 @@ class DockerNode(NodeHandle):
             try:
                 with anyio.fail_after(self._provider.settings.ready_timeout):
                     exec_id: str = (
-                        await self._exec_create(api, argv, env=options.env, workdir=cwd, user=self._user)
+                        await self._in_container(
+                            api.exec_create,
+                            self.container_id,
+                            argv,
+                            stdin=True,
+                            stdout=True,
+                            stderr=True,
+                            environment=[f"{k}={v}" for k, v in options.env.items()],
+                            workdir=cwd,
+                            user=self._user,
+                        )
                     )["Id"]
-                    socket = await self._attach(api, exec_id)
+                    socket = await _hijack(api.exec_start, exec_id, socket=True)
                     output = ExecOutput(socket)
-                    pid = await self._handshake(api, exec_id, socket, output, options)
+                    pid = await self._handshake(socket, output, options)
             except TimeoutError:
                 raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
         return DockerProcess(
@@ -175,45 +200,16 @@ class DockerNode(NodeHandle):
     def _user(self) -> str:
         return self._provider.settings.user or ""
 
-    async def _exec_create(self, api: Any, argv: list[str], **kwargs: Any) -> dict[str, Any]:
-        env = kwargs.pop("env")
+    async def _in_container(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """An engine call about this node's container: its absence is :class:`NodeGoneError`."""
         try:
-            result: dict[str, Any] = await _engine(
-                api.exec_create,
-                self.container_id,
-                argv,
-                stdin=True,
-                stdout=True,
-                stderr=True,
-                environment=[f"{k}={v}" for k, v in env.items()],
-                **kwargs,
-            )
+            return await _engine(call, *args, **kwargs)
         except NodeGoneError:
             raise NodeGoneError(f"node {self.node_id}: its container is gone") from None
-        except ProviderError as error:
-            if _is_conflict(error):
-                raise NodeGoneError(f"node {self.node_id}: its container is not running") from None
-            raise
-        return result
+        except _ConflictError:
+            raise NodeGoneError(f"node {self.node_id}: its container is not running") from None
 
-    @staticmethod
-    async def _attach(api: Any, exec_id: str) -> SocketStream:
-        return await DockerNode._attach_with(api.exec_start, exec_id, socket=True)
-
-    @staticmethod
-    async def _attach_with(call: Callable[..., Any], *args: Any, **kwargs: Any) -> SocketStream:
-        """The raw socket of a hijacked Engine API connection, driven by the event loop."""
-        hijacked = await _engine(call, *args, **kwargs)
-        raw = getattr(hijacked, "_sock", hijacked)
-        try:
-            # Our own descriptor, so that the SDK's response object may close its one.
-            return await SocketStream.from_socket(raw.dup())
-        finally:
-            hijacked.close()
-
-    async def _handshake(
-        self, api: Any, exec_id: str, socket: SocketStream, output: ExecOutput, options: SpawnOptions
-    ) -> int:
+    async def _handshake(self, socket: SocketStream, output: ExecOutput, options: SpawnOptions) -> int:
         """Read the preamble's report; raise if the command could not be started."""
         first = b""
         try:
@@ -225,8 +221,8 @@ class DockerNode(NodeHandle):
         if line.startswith(_SENTINEL + b"ok "):
             output.push_back(STDOUT, rest)
             return int(line.removeprefix(_SENTINEL + b"ok "))
-        await socket.aclose()
         if line == _SENTINEL + b"notfound":
+            await socket.aclose()
             raise CommandNotFoundError(f"no command {options.command!r} on node {self.node_id}")
         # The engine could not start even the shell (a missing cwd, no /bin/sh): say what it said.
         said = first
@@ -235,6 +231,7 @@ class DockerNode(NodeHandle):
                 said += await output.receive(STDERR, 4096)
         except anyio.EndOfStream:
             pass
+        await socket.aclose()
         message = said.decode(errors="replace").strip() or "no output"
         raise SpawnError(f"cannot start {options.command!r} on node {self.node_id}: {message}")
 
@@ -245,18 +242,13 @@ class DockerNode(NodeHandle):
 
     async def _signal_group(self, api: Any, pid: int, signal: str) -> None:
         argv = ["/bin/sh", "-c", _SIGNAL_GROUP, "nodeprov", signal, str(pid)]
-        try:
+        with suppress(NodeGoneError):  # the container is gone, and every process with it
             exec_id = (
-                await _engine(
+                await self._in_container(
                     api.exec_create, self.container_id, argv, stdout=True, stderr=True, user=self._user
                 )
             )["Id"]
-            await _engine(api.exec_start, exec_id)
-        except NodeGoneError:
-            pass  # the container is gone, and every process with it
-        except ProviderError as error:
-            if not _is_conflict(error):
-                raise
+            await self._in_container(api.exec_start, exec_id)
 
     async def _destroy(self) -> None:
         await self._provider.remove_container(self.container_id)
@@ -335,7 +327,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
                     ),
                 )
                 # Attached before start, as `docker run` does: output is never missed.
-                socket = await DockerNode._attach_with(
+                socket = await _hijack(
                     client.api.attach_socket, container["Id"], params={"stdout": 1, "stderr": 1, "stream": 1}
                 )
                 try:
@@ -358,9 +350,9 @@ class DockerProvider(NodeProvider[DockerSettings]):
 
     async def _ensure_image(self, client: docker.DockerClient, image: str) -> None:
         pull = self.settings.pull
-        if pull != "always" and self._image_seen:
-            return
         if pull != "always":
+            if self._image_seen:
+                return
             try:
                 await _engine(client.api.inspect_image, image)
             except NodeGoneError:
@@ -407,9 +399,8 @@ class DockerProvider(NodeProvider[DockerSettings]):
             await _engine(api.remove_container, container, force=True)
         except NodeGoneError:
             return
-        except ProviderError as error:
-            if not _is_conflict(error):
-                raise
+        except _ConflictError:
+            pass  # already being removed
         # Removal was already under way (auto_remove): wait until it is done.
         while True:
             try:
