@@ -171,6 +171,9 @@ def test_pause_from_another_process_keeping_the_node(tmp_path: Path) -> None:
     process = start_run(tmp_path, marker)
     runs = lines(nodeprov(tmp_path, "runs", "--json").stdout)
     run_id = runs[0]["id"]
+    bad_kind = nodeprov(tmp_path, "pause", run_id, "--kind", "lunch")
+    assert bad_kind.returncode == 2
+    assert "pause kind must be one of human, external, system" in bad_kind.stderr
     paused = nodeprov(
         tmp_path, "pause", run_id, "--kind", "external", "--reason", "quota", "--keep-node", "--json"
     )

@@ -120,6 +120,7 @@ async def paused_run(orchestrator: Orchestrator, model: ScriptedModel, tmp_path:
 async def test_tokens_and_states_are_enforced(
     store: Store, scripted_model: ScriptedModel, tmp_path: Path
 ) -> None:
+    from nodeprov import ConfigError
     from nodeprov.runs import RunStateError
     from nodeprov.store import TokenError
 
@@ -127,6 +128,8 @@ async def test_tokens_and_states_are_enforced(
         with pytest.raises(TokenError, match="unknown"):
             await orchestrator.resume("tok-no-such-token")
         run, snapshot = await paused_run(orchestrator, scripted_model, tmp_path)
+        with pytest.raises(ConfigError, match="pause kind must be one of"):
+            await orchestrator.request_pause(run.id, "lunch")  # type: ignore[arg-type]
         with pytest.raises(RunStateError, match="cannot be paused"):
             await run.pause("human", "again")  # paused already
         scripted_model.extend([Text("finished now")])

@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import asynccontextmanager, contextmanager, nullcontext, suppress
 from datetime import timedelta
 from typing import Annotated, Any, NoReturn
 
@@ -108,9 +108,7 @@ def _errors() -> Iterator[None]:
 def _parse_settings(items: list[str] | None) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     for item in items or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--setting takes KEY=VALUE, got {item!r}")
+        key, raw = _parse_pair(item, "--setting")
         try:
             settings[key.replace("-", "_")] = json.loads(raw)
         except ValueError:
@@ -516,11 +514,6 @@ def _run_json(record: RunRecord) -> dict[str, Any]:
     }
 
 
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
-
-
 # -- node management -----------------------------------------------------------------
 
 ProviderOption = Annotated[str | None, typer.Option("--provider", "-p", help="Provider name (default: all).")]
@@ -587,7 +580,7 @@ def provision(  # noqa: PLR0917 - one parameter per command-line option
         )
 
         async def make() -> NodeHandle:
-            with err.status(f"provisioning a {provider} node...") if not json_output else _nothing():
+            with err.status(f"provisioning a {provider} node...") if not json_output else nullcontext():
                 return await provider_class(provider).from_settings(**settings).provision(config)
 
         node = anyio.run(make)

@@ -220,10 +220,10 @@ class Run:
         one. Returns the snapshot, whose ``token`` resumes the run.
 
         Raises:
+            ConfigError: ``kind`` is not human, external or system.
             RunStateError: the run has finished, or is being paused already.
         """
-        if kind not in _PAUSE_KINDS:
-            raise ConfigError(f"pause kind must be one of {_PAUSE_KINDS}, got {kind!r}")
+        _check_pause_kind(kind)
         if self._finished.is_set() or self._pause is not None:
             raise RunStateError(f"run {self.id} is {self.outcome or 'being paused'}: it cannot be paused")
         if not await self._orchestrator.store.update_run(self.id, expect_state="running", state="pausing"):
@@ -607,8 +607,10 @@ class Orchestrator:
         ``poll_interval``). For a run of this control plane, prefer :meth:`Run.pause`.
 
         Raises:
+            ConfigError: ``kind`` is not human, external or system.
             RunStateError: the run is not running.
         """
+        _check_pause_kind(kind)  # checked here: the driving process would meet it too late
         request = json.dumps({"kind": kind, "reason": reason, "keep_node": keep_node})
         if not await self.store.update_run(run_id, expect_state="running", pause_request=request):
             raise RunStateError(f"run {run_id} is not running")
@@ -677,6 +679,11 @@ class Orchestrator:
             with suppress(NodeGoneError):  # never made, or gone with its host
                 await (await provider.attach(node_id)).destroy()
             await self.store.set_node_state(node_id, "destroyed")
+
+
+def _check_pause_kind(kind: str) -> None:
+    if kind not in _PAUSE_KINDS:
+        raise ConfigError(f"pause kind must be one of {', '.join(_PAUSE_KINDS)}, got {kind!r}")
 
 
 def _snapshot_of(
