@@ -10,6 +10,7 @@ from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, Message, Resu
 from nodeprov import NodeHandle
 from nodeprov.claude import NodeTransport, bundled_cli_path
 from nodeprov.testing import ScriptedModel
+from nodeprov.testing.conformance import host_processes_matching, wait_until
 from nodeprov.testing.pytest_plugin import require_engine
 
 TURN_TIMEOUT = 180
@@ -49,3 +50,12 @@ def texts(messages: list[Message]) -> list[str]:
         for block in message.content
         if isinstance(block, TextBlock)
     ]
+
+
+async def until_tool_runs(marker: str) -> None:
+    """Wait until the agent's tool (a ``sleep`` with ``marker`` as its duration) is running."""
+
+    async def running() -> bool:
+        return bool(host_processes_matching(marker))
+
+    assert await wait_until(running, 90), "the agent's tool never started"

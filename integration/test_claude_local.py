@@ -22,7 +22,15 @@ from nodeprov.claude import NodeTransport
 from nodeprov.testing import ScriptedModel, Stall, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 
-from .agents import TURN_TIMEOUT, agent_options, require_claude_cli, result_of, run_query, texts
+from .agents import (
+    TURN_TIMEOUT,
+    agent_options,
+    require_claude_cli,
+    result_of,
+    run_query,
+    texts,
+    until_tool_runs,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -102,10 +110,7 @@ async def test_interrupt_then_abort_leaves_no_process(
         async with ClaudeSDKClient(options=options, transport=transport) as client:
             await client.query("run something long")
 
-            async def tool_running() -> bool:
-                return bool(host_processes_matching(marker))
-
-            assert await wait_until(tool_running, 60), "the Bash tool never started"
+            await until_tool_runs(marker)
             await client.interrupt()
             async for message in client.receive_response():
                 if isinstance(message, ResultMessage):

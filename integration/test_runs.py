@@ -12,9 +12,9 @@ import pytest
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run, RunFinished, RunPaused, RunStarted
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
-from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
+from nodeprov.testing.conformance import host_processes_matching, unique_marker
 
-from .agents import TURN_TIMEOUT, agent_options, require_claude_cli
+from .agents import TURN_TIMEOUT, agent_options, require_claude_cli, until_tool_runs
 
 pytestmark = pytest.mark.anyio
 
@@ -37,13 +37,6 @@ def local(tmp_path: Path) -> dict[str, Any]:
 async def collect(run: Run) -> list[Any]:
     with anyio.fail_after(TURN_TIMEOUT):
         return [event async for event in run.events()]
-
-
-async def until_tool_runs(marker: str) -> None:
-    async def running() -> bool:
-        return bool(host_processes_matching(marker))
-
-    assert await wait_until(running, 60), "the agent's tool never started"
 
 
 async def test_a_run_relays_every_message_and_destroys_its_node(

@@ -20,7 +20,7 @@ from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 
-from .agents import agent_options, require_claude_cli
+from .agents import agent_options, require_claude_cli, until_tool_runs
 from .containers import node_containers
 
 pytestmark = pytest.mark.anyio
@@ -57,10 +57,7 @@ async def test_pause_and_resume_on_docker(
             "remember: the colour is teal", options=agent_options(scripted_model), **on_docker(base_image)
         )
 
-        async def tool_running() -> bool:
-            return bool(host_processes_matching(marker))
-
-        assert await wait_until(tool_running, 90)
+        await until_tool_runs(marker)
         snapshot = await run.pause("human", "review", keep_node=keep_node)
         assert host_processes_matching(marker) == []
         first_node = snapshot.node_id
@@ -177,10 +174,7 @@ async def test_a_node_that_dies_mid_run_is_resumed_on_a_new_one(
             "remember: the stone is jade", options=agent_options(scripted_model), **on_docker(base_image)
         )
 
-        async def mid_turn() -> bool:
-            return bool(host_processes_matching(marker))
-
-        assert await wait_until(mid_turn, 90)
+        await until_tool_runs(marker)
         record = await store.run(run.id)
         assert record is not None
         assert record.node_id is not None
