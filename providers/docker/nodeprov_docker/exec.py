@@ -25,6 +25,13 @@ _READ_SIZE = 256 * 1024
 
 
 class ExecOutput:
+    """The stdout and stderr of one exec, split out of its multiplexed socket on demand.
+
+    Frames are parsed from large socket reads; a piece for the stream being read is handed
+    over directly, a piece for the other one queued (up to a limit, then reading waits, as a
+    full pipe would).
+    """
+
     def __init__(self, socket: SocketStream) -> None:
         self._socket = socket
         self._buffer = bytearray()  # read from the socket, not yet parsed
