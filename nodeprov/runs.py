@@ -64,6 +64,7 @@ logger = logging.getLogger("nodeprov.runs")
 PauseKind = Literal["human", "external", "system"]
 _PAUSE_KINDS = ("human", "external", "system")
 _RESUMABLE = ("paused", "failed")
+_SHUTDOWN = {"kind": "system", "reason": "the control plane is shutting down", "keep_node": False}
 # Agent options that are kept with a run (for display and for resuming without options).
 _STORED_OPTIONS = ("model", "permission_mode", "max_turns", "allowed_tools", "disallowed_tools", "cwd")
 
@@ -283,10 +284,10 @@ class Orchestrator:
     ) -> None:
         assert self._tg is not None
         with anyio.CancelScope(shield=True):
-            for run in list(self._runs.values()):
-                if not run._finished.is_set():
-                    with suppress(RunStateError):  # finished or pausing meanwhile
-                        await run.pause("system", "the control plane is shutting down")
+            async with anyio.create_task_group() as pausing:  # all at once: each may take seconds
+                for run in self._runs.values():
+                    if not run._finished.is_set():
+                        pausing.start_soon(self._pause_quietly, run, _SHUTDOWN)
         self._tg.cancel_scope.cancel()
         try:
             await self._tg.__aexit__(et, e, tb)
