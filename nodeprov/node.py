@@ -10,15 +10,17 @@ shielded, bounded teardown, and no leftovers when a call is cancelled half-way.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import secrets
 import socket
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType, TracebackType
@@ -28,7 +30,7 @@ import anyio
 import anyio.lowlevel
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import ConfigError, DeadlineError, NodeGoneError
+from .errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError
 from .spawn import SpawnedProcess, SpawnOptions, StopPolicy
 
 __all__ = [
@@ -36,10 +38,12 @@ __all__ = [
     "LABEL_NODE_ID",
     "LABEL_OWNER",
     "LABEL_SESSION_ID",
+    "GarbageReport",
     "NodeConfig",
     "NodeHandle",
     "NodeInfo",
     "NodeProvider",
+    "OwnerCheck",
     "ProviderSettings",
     "Requirement",
     "Rollback",
@@ -71,23 +75,37 @@ def process_start_time(pid: int) -> str | None:
     return None if fields[0] == "Z" else fields[19]
 
 
+@functools.cache
+def _pid_namespace() -> str:
+    """This process's PID namespace and boot (``inode.boot-id``): pids mean something only
+    within both, and a hostname is shared by containers, pods and cloned machines."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        return "unknown"
+    return f"{namespace}.{boot}"
+
+
 def default_owner() -> str:
-    """Identify this control-plane process as ``host:pid:start`` (see
-    :func:`process_start_time`), so a reaper on the same host can tell a live owner from a
-    recycled pid."""
+    """Identify this control-plane process as ``host:pid:start:namespace`` (see
+    :func:`process_start_time`), so a reaper in the same PID namespace can tell a live owner
+    from a recycled pid. Orchestrators with a store own nodes by lease instead (see
+    :mod:`nodeprov.runs`), which works across hosts."""
     pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{process_start_time(pid) or '0'}"
+    return f"{socket.gethostname()}:{pid}:{process_start_time(pid) or '0'}:{_pid_namespace()}"
 
 
 def owner_alive(owner: str) -> bool | None:
     """Whether the control-plane process named by ``owner`` (see :func:`default_owner`) lives.
 
-    ``None`` when it cannot be told from here: another host, or an owner string of another
-    form. A recycled pid is told apart by its start time.
+    ``None`` when it cannot be told from here: another host or PID namespace, or an owner of
+    another form (a lease, ``cli:USER@HOST``). A recycled pid is told apart by its start time.
     """
-    host, _, rest = owner.partition(":")
-    pid, _, start = rest.partition(":")
+    host, pid, start, namespace = [*owner.split(":", 3), "", "", ""][:4]
     if host != socket.gethostname() or not pid.isdigit():
+        return None
+    if namespace and namespace != _pid_namespace():
         return None
     started = process_start_time(int(pid))
     if started is None:
@@ -95,12 +113,18 @@ def owner_alive(owner: str) -> bool | None:
     return start in ("", "0") or started == start
 
 
-def abandoned(labels: Mapping[str, str], now: datetime | None = None) -> str | None:
+OwnerCheck = Callable[[str], "bool | None"]
+"""Whether the owner named by a ``nodeprov.owner`` label is alive: ``True``, ``False``, or
+``None`` when it cannot be told (the node is then kept until it expires)."""
+
+
+def abandoned(
+    labels: Mapping[str, str], now: datetime | None = None, *, alive: OwnerCheck = owner_alive
+) -> str | None:
     """Why a node with these labels may be reaped, or ``None`` if it must be kept.
 
-    A node is abandoned when its ``nodeprov.expires-at`` has passed, or when its owner is
-    known to be gone. A node whose owner cannot be checked (another host) is kept until it
-    expires.
+    A node is abandoned when its ``nodeprov.expires-at`` has passed, or when ``alive`` says
+    its owner is gone. A node whose owner cannot be checked is kept until it expires.
     """
     expires = labels.get(LABEL_EXPIRES_AT)
     if expires:
@@ -110,7 +134,7 @@ def abandoned(labels: Mapping[str, str], now: datetime | None = None) -> str | N
         except ValueError:
             return f"unreadable expiry {expires!r}"
     owner = labels.get(LABEL_OWNER, "")
-    if owner_alive(owner) is False:
+    if alive(owner) is False:
         return f"owner {owner} is gone"
     return None
 
@@ -139,7 +163,8 @@ class NodeConfig(BaseModel):
     owner: str = Field(
         default_factory=default_owner,
         description="Who holds the node; a reaper removes nodes whose owner is gone. "
-        "Defaults to this process (host:pid:start-time).",
+        "Defaults to this process (host:pid:start-time:pid-namespace); an orchestrator sets "
+        "its lease ('lease:ID').",
     )
     ttl: timedelta | None = Field(
         default=timedelta(hours=24),
@@ -224,6 +249,15 @@ class Requirement:
     detail: str
 
 
+@dataclass(frozen=True)
+class GarbageReport:
+    """What :meth:`NodeProvider.collect_garbage` did: the nodes it reaped (or, in a dry run,
+    would reap), and those whose destroy failed, with why."""
+
+    reaped: list[NodeInfo] = field(default_factory=list)
+    failed: list[tuple[NodeInfo, str]] = field(default_factory=list)
+
+
 class NodeHandle(ABC):
     """A provisioned node.
 
@@ -293,35 +327,46 @@ class NodeHandle(ABC):
             raise NodeGoneError(f"node {self.node_id} was destroyed during spawn")
         return process
 
-    async def destroy(self) -> None:
-        """Destroy the node: kill every process on it and remove its resources.
+    async def destroy(self, *, destroy_timeout: float | None = None) -> None:
+        """Destroy the node: remove it on its platform, which ends every process on it.
+
+        The platform removal comes first and takes the node's processes with it; the
+        handles of processes spawned here are then released without stopping each one (a
+        stop policy per process would cost engine calls the removal makes moot).
 
         Idempotent (a second call, or a call on a node already gone from outside, returns
-        quietly), shielded from cancellation, and bounded by :attr:`destroy_timeout`.
-        A failed destroy can be retried.
+        quietly), shielded from cancellation, and bounded by ``timeout`` seconds (default
+        :attr:`destroy_timeout`) plus at most one second to release process handles. A
+        failed destroy can be retried.
 
         Raises:
             DeadlineError: the platform did not finish in time (resources may remain; they
                 carry labels for a reaper).
             ProviderError: the platform refused.
         """
+        limit = self.destroy_timeout if destroy_timeout is None else destroy_timeout
         with anyio.CancelScope(shield=True):
-            async with self._destroy_lock:
-                if self._destroyed:
-                    return
-                self._closing = True
-                try:
-                    with anyio.fail_after(self.destroy_timeout):
-                        for process in list(self._processes):
-                            await _kill(process)
-                        self._processes.clear()
+            with anyio.move_on_after(limit) as deadline:
+                async with self._destroy_lock:
+                    if self._destroyed:
+                        return
+                    self._closing = True
+                    try:
                         await self._destroy()
-                except TimeoutError:
-                    raise DeadlineError(
-                        f"destroying node {self.node_id} took over {self.destroy_timeout}s"
-                    ) from None
-                self._destroyed = True
-                logger.info("destroyed node %s (%s)", self.node_id, self.provider)
+                    finally:
+                        await self._release_processes()
+                    self._destroyed = True
+                    logger.info("destroyed node %s (%s)", self.node_id, self.provider)
+            if deadline.cancelled_caught:
+                await self._release_processes()
+                raise DeadlineError(f"destroying node {self.node_id} took over {limit}s")
+
+    async def _release_processes(self) -> None:
+        """Drop the handles of this node's processes (their node is gone), within a second."""
+        processes, self._processes = list(self._processes), set()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+            for process in processes:
+                await process.discard()
 
     @abstractmethod
     async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
@@ -478,26 +523,55 @@ class NodeProvider(ABC, Generic[SettingsT]):
             ProviderError: the platform could not be asked.
         """
 
-    async def collect_garbage(self, *, now: datetime | None = None, dry_run: bool = False) -> list[NodeInfo]:
-        """Destroy every node that is :func:`abandoned` (expired, or its owner is gone).
+    async def collect_garbage(
+        self,
+        *,
+        now: datetime | None = None,
+        dry_run: bool = False,
+        alive: OwnerCheck = owner_alive,
+        spare: Collection[str] = (),
+        settle: float = 0.0,
+    ) -> GarbageReport:
+        """Destroy every node that is :func:`abandoned` (expired, or ``alive`` says its owner
+        is gone), except the node ids in ``spare`` (say, kept nodes of paused runs).
 
-        Nodes of live owners are never touched. Returns the nodes reaped (or, with
-        ``dry_run``, those that would be). A node that vanishes meanwhile is skipped.
+        Nodes of live owners are never touched. A node that vanishes meanwhile is skipped; a
+        destroy that fails is reported in :attr:`GarbageReport.failed` and the others go on.
+        With ``settle`` seconds, the nodes are listed again until no abandoned node has
+        shown up for that long: a control plane killed mid-provision leaves requests that
+        the platform still completes after its death.
 
         Raises:
-            ProviderError: the platform could not be asked or refused a removal.
+            ProviderError: the platform could not be asked.
         """
-        reaped = []
-        for info in await self.list_nodes():
-            reason = abandoned(info.labels, now)
-            if reason is None:
-                continue
-            logger.info("reaping node %s (%s): %s", info.node_id, self.name, reason)
-            if not dry_run:
+        report = GarbageReport()
+        done: set[str] = set()
+        quiet_since = time.monotonic()
+        while True:
+            found = [
+                (info, reason)
+                for info in await self.list_nodes()
+                if info.node_id not in done and info.node_id not in spare
+                if (reason := abandoned(info.labels, now, alive=alive)) is not None
+            ]
+            if found:
+                quiet_since = time.monotonic()
+            for info, reason in found:
+                done.add(info.node_id)
+                logger.info("reaping node %s (%s): %s", info.node_id, self.name, reason)
+                if dry_run:
+                    report.reaped.append(info)
+                    continue
                 try:
-                    node = await self.attach(info.node_id)
+                    await (await self.attach(info.node_id)).destroy()
                 except NodeGoneError:
                     continue
-                await node.destroy()
-            reaped.append(info)
-        return reaped
+                except NodeprovError as error:
+                    logger.warning("could not reap node %s (%s): %s", info.node_id, self.name, error)
+                    report.failed.append((info, str(error)))
+                    continue
+                report.reaped.append(info)
+            waited = time.monotonic() - quiet_since
+            if dry_run or waited >= settle:
+                return report
+            await anyio.sleep(min(0.5, settle - waited))

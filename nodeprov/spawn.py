@@ -181,6 +181,16 @@ class SpawnedProcess(ABC):
                     await self._release()
                 self._closed = True
 
+    async def discard(self) -> None:
+        """Release the process's streams without stopping it: its node is gone, and took the
+        process with it. Idempotent and shielded; bounded by one second."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+            if self._closed:
+                return
+            self._closed = True
+            await _close_quietly(self.stdin)
+            await self._release()
+
     async def __aenter__(self) -> Self:
         return self
 

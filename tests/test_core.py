@@ -138,6 +138,7 @@ class _Process(SpawnedProcess):
         self._send = send
         self._exit = anyio.Event()
         self._code: int | None = None
+        self.terminated = False
 
     @property
     def returncode(self) -> int | None:
@@ -149,7 +150,7 @@ class _Process(SpawnedProcess):
         return self._code
 
     async def terminate(self) -> None:
-        pass  # ignores SIGTERM, like a stubborn agent
+        self.terminated = True  # and ignores it, like a stubborn agent
 
     async def kill(self) -> None:
         self._code = -9
@@ -203,6 +204,8 @@ class _Node(NodeHandle):
     async def _destroy(self) -> None:
         self.destroy_calls += 1
         await anyio.sleep(self.settings.destroy_seconds)
+        for process in self.spawned:  # the platform's removal takes every process
+            await process.kill()
 
 
 class _Provider(NodeProvider[_Settings]):
@@ -226,7 +229,8 @@ async def test_destroy_is_idempotent_and_kills_live_processes() -> None:
     await node.destroy()
     await node.destroy()
     assert node.destroy_calls == 1
-    assert process.returncode == -9  # SIGTERM ignored; destroy went straight to SIGKILL
+    assert process.returncode == -9  # the platform's removal took it
+    assert not process.terminated  # no stop policy: the removal made it moot
     with pytest.raises(NodeGoneError):
         await node.spawn(SpawnOptions("anything"))
 
@@ -234,9 +238,10 @@ async def test_destroy_is_idempotent_and_kills_live_processes() -> None:
 async def test_destroy_is_bounded_and_can_be_retried() -> None:
     node = await _Provider.from_settings(destroy_seconds=5).provision()
     assert isinstance(node, _Node)
-    node.destroy_timeout = 0.1  # type: ignore[misc]
+    started = anyio.current_time()
     with pytest.raises(DeadlineError, match=r"took over 0\.1s"):
-        await node.destroy()
+        await node.destroy(destroy_timeout=0.1)
+    assert anyio.current_time() - started < 1.1  # the deadline, plus at most 1 s to release handles
     assert not node.destroyed
     node.settings = _Settings()
     await node.destroy()

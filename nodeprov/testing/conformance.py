@@ -207,9 +207,11 @@ class ProviderConformance:
         kept = await provider.provision(NodeConfig(ttl=timedelta(hours=10)))
         try:
             would = await provider.collect_garbage(now=now + timedelta(hours=2), dry_run=True)
-            assert {short.node_id, orphan.node_id} <= {info.node_id for info in would}
+            assert {short.node_id, orphan.node_id} <= {info.node_id for info in would.reaped}
             assert await leftovers(short.node_id) != []
-            reaped = {info.node_id for info in await provider.collect_garbage(now=now + timedelta(hours=2))}
+            report = await provider.collect_garbage(now=now + timedelta(hours=2))
+            reaped = {info.node_id for info in report.reaped}
+            assert report.failed == []
             assert {short.node_id, orphan.node_id} <= reaped
             assert kept.node_id not in reaped
             assert await leftovers(short.node_id) == []
