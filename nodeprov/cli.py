@@ -720,12 +720,16 @@ def gc(
     """Remove every node that has expired or whose owner is gone; live owners' nodes stay."""
 
     async def collect() -> tuple[list[NodeInfo], list[str]]:
-        reaped, problems = [], []
+        reaped: list[NodeInfo] = []
+        problems: list[str] = []
         for each in _providers(provider, setting):
             try:
-                reaped += await each.collect_garbage(dry_run=dry_run)
+                report = await each.collect_garbage(dry_run=dry_run)
             except ProviderError as error:
                 problems.append(f"{each.name}: {error}")
+                continue
+            reaped += report.reaped
+            problems += [f"{each.name}: node {info.node_id}: {why}" for info, why in report.failed]
         return reaped, problems
 
     with _errors():
