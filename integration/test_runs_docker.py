@@ -70,7 +70,7 @@ async def test_pause_and_resume_on_docker(
             snapshot.token, message="which colour?", options=agent_options(scripted_model)
         )
         assert await resumed.wait() == "ok", resumed.error
-        ready = next(iter([e async for e in resumed.events() if isinstance(e, NodeReady)]))
+        ready = [e async for e in resumed.events() if isinstance(e, NodeReady)][-1]  # this drive's
         assert (ready.node_id == first_node) is keep_node
         assert ready.transcript_restored is not keep_node
     first_request_after_resume = scripted_model.agent_requests[before].text()
@@ -87,7 +87,7 @@ CONTROL_PLANE = textwrap.dedent("""
 
     async def main() -> None:
         url, settings, env = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-        async with await Store.open(url) as store, Orchestrator(store) as orchestrator:
+        async with await Store.open(url) as store, Orchestrator(store, lease_ttl=2) as orchestrator:
             options = ClaudeAgentOptions(env=env, permission_mode="bypassPermissions")
             run = await orchestrator.start("remember: the fruit is plum", provider="docker",
                                            provider_settings=settings, options=options)
@@ -137,14 +137,19 @@ async def test_a_killed_control_plane_is_reconciled_and_its_run_resumed(
     assert containers_of_run(docker_client, [record.node_id])  # an orphan, for now
 
     async with Orchestrator(store) as restarted:
-        assert await restarted.reconcile() == [run_id]
+        assert (await restarted.reconcile()).ended == []  # its lease has not expired yet
+
+        async def reconciled() -> bool:
+            return (await restarted.reconcile()).ended == [run_id]
+
+        assert await wait_until(reconciled, 10), "the dead control plane's lease never expired"
         assert containers_of_run(docker_client, [record.node_id]) == []
         assert await wait_until(lambda: _gone(marker), 10)
         failed = await store.run(run_id)
         assert failed is not None
         assert (failed.state, failed.outcome) == ("failed", "error")
         assert "died" in (failed.error or "")
-        assert await restarted.reconcile() == []  # nothing left to do
+        assert (await restarted.reconcile()).ended == []  # nothing left to do
 
         before = len(scripted_model.agent_requests)
         scripted_model.extend([Text("the fruit was plum")])
@@ -189,7 +194,7 @@ async def test_a_node_that_dies_mid_run_is_resumed_on_a_new_one(
             run.id, message="which stone?", options=agent_options(scripted_model)
         )
         assert await resumed.wait() == "ok", resumed.error
-        ready = next(iter([e async for e in resumed.events() if isinstance(e, NodeReady)]))
+        ready = [e async for e in resumed.events() if isinstance(e, NodeReady)][-1]  # this drive's
         assert ready.transcript_restored
     seen = scripted_model.agent_requests[before].text()
     assert "remember: the stone is jade" in seen

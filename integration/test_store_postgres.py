@@ -14,6 +14,8 @@ pytestmark = pytest.mark.anyio
 globals().update({name: getattr(shared, name) for name in dir(shared) if name.startswith("test_")})
 
 TABLES = [
+    "run_events",
+    "leases",
     "snapshots",
     "nodes",
     "runs",

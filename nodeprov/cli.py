@@ -59,6 +59,7 @@ from .runs import (
     RunEvent,
     RunFinished,
     RunPaused,
+    RunState,
     RunStateError,
 )
 from .spawn import SpawnOptions
@@ -220,6 +221,13 @@ MessageEnvOption = Annotated[
         "--env", "-e", help="Pass NAME (from this environment) or NAME=VALUE to the agent. Repeatable."
     ),
 ]
+TimeoutOption = Annotated[
+    float | None, typer.Option("--timeout", help="End the run as failed after this many seconds.")
+]
+IdleTimeoutOption = Annotated[
+    float | None,
+    typer.Option(help="End the run as failed when the agent makes no progress for this many seconds."),
+]
 ModelOption = Annotated[
     str, typer.Option(help="'scripted' for the built-in offline model, else a model name for the real API.")
 ]
@@ -240,10 +248,13 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     keep_node: Annotated[
         bool, typer.Option(help="When paused (Ctrl-C), keep the node for the resume.")
     ] = False,
+    timeout: TimeoutOption = None,
+    idle_timeout: IdleTimeoutOption = None,
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Run Claude Code on PROMPT on a new node; events live; Ctrl-C pauses (kind human).
+    """Run Claude Code on PROMPT on a new node; events live. Ctrl-C pauses (kind human);
+    SIGTERM and SIGHUP pause too (kind system).
 
     Exits 0 when the agent succeeds, 1 on an error, 3 when the run was paused.
     """
@@ -259,6 +270,8 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
             keep_node,
             store,
             json_output,
+            timeout,
+            idle_timeout,
         )
         outcome = anyio.run(_drive_run, request, None)
     _exit_for(outcome)
@@ -272,13 +285,17 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
     env: MessageEnvOption = None,
     permission_mode: Annotated[str, typer.Option(help="Claude Code permission mode.")] = "bypassPermissions",
     keep_node: Annotated[bool, typer.Option(help="When paused again, keep the node.")] = False,
+    timeout: TimeoutOption = None,
+    idle_timeout: IdleTimeoutOption = None,
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Resume a paused (or failed) run with a message, on its kept node or a fresh one."""
     with _errors():
         options = _agent_options(model, env, permission_mode, None)
-        request = _RunRequest(message, "", {}, model, options, "", keep_node, store, json_output)
+        request = _RunRequest(
+            message, "", {}, model, options, "", keep_node, store, json_output, timeout, idle_timeout
+        )
         outcome = anyio.run(_drive_run, request, run_id)
     _exit_for(outcome)
 
@@ -309,17 +326,17 @@ class _RunRequest:
     keep_node: bool
     store: str | None
     json_output: bool
+    deadline: float | None
+    idle_timeout: float | None
 
 
 async def _drive_run(request: _RunRequest, resume_id: str | None) -> str:
-    """Start (or resume) a run, show its events, pause it on Ctrl-C; return its outcome."""
+    """Start (or resume) a run, show its events, pause it on Ctrl-C, SIGTERM or SIGHUP;
+    return its outcome."""
     async with _model(request.model, request.prompt) as (model_env, _):
         options = ClaudeAgentOptions(**{**request.options, "env": {**model_env, **request.options["env"]}})
         async with await Store.open(request.store) as store, Orchestrator(store) as orchestrator:
-            try:
-                await orchestrator.reconcile()
-            except NodeprovError as error:  # a provider that cannot be asked must not block this run
-                err.print(f"[yellow]warning:[/] reconcile: {error}")
+            await _reconcile(orchestrator)
             if resume_id is None:
                 active = await orchestrator.start(
                     request.prompt,
@@ -327,13 +344,21 @@ async def _drive_run(request: _RunRequest, resume_id: str | None) -> str:
                     provider_settings=request.settings,
                     options=options,
                     workspace=request.workspace,
+                    deadline=request.deadline,
+                    idle_timeout=request.idle_timeout,
                 )
             else:
-                active = await orchestrator.resume_run(resume_id, message=request.prompt, options=options)
+                active = await orchestrator.resume_run(
+                    resume_id,
+                    message=request.prompt,
+                    options=options,
+                    deadline=request.deadline,
+                    idle_timeout=request.idle_timeout,
+                )
             if not request.json_output:
                 out.print(f"[dim]run {active.id}[/]")
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_pause_on_ctrl_c, active, request.keep_node, tg.cancel_scope)
+                tg.start_soon(_pause_on_signals, active, request.keep_node, tg.cancel_scope)
                 async for event in active.events():
                     _show(event, request.json_output)
                 tg.cancel_scope.cancel()
@@ -345,14 +370,30 @@ async def _drive_run(request: _RunRequest, resume_id: str | None) -> str:
     return outcome
 
 
-async def _pause_on_ctrl_c(active: Run, keep_node: bool, scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT) as signals:
-        async for _ in signals:
-            err.print("[yellow]pausing (Ctrl-C again to abort)...[/]")
+async def _reconcile(orchestrator: Orchestrator) -> None:
+    """Clean up after dead control planes; a provider that cannot be asked must not block."""
+    try:
+        report = await orchestrator.reconcile()
+    except NodeprovError as error:
+        err.print(f"[yellow]warning:[/] reconcile: {error}")
+        return
+    for node_id, why in report.failed:
+        err.print(f"[yellow]warning:[/] reconcile: node {node_id}: {why}")
+
+
+async def _pause_on_signals(active: Run, keep_node: bool, scope: anyio.CancelScope) -> None:
+    """Ctrl-C pauses (kind human); SIGTERM and SIGHUP, sent by `timeout`, systemd, a closed
+    terminal or a CI cancel, pause too (kind system). A second signal aborts: leaving the
+    orchestrator still pauses what runs."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async for signum in signals:
+            human = signum == signal.SIGINT
+            err.print(f"[yellow]pausing ({'Ctrl-C' if human else signum.name} again to abort)...[/]")
+            reason = "interrupted from the terminal" if human else f"nodeprov received {signum.name}"
             with suppress(RunStateError):
-                await active.pause("human", "interrupted from the terminal", keep_node=keep_node)
+                await active.pause("human" if human else "system", reason, keep_node=keep_node)
             async for _ in signals:
-                scope.cancel()  # the orchestrator still pauses (kind system) what runs
+                scope.cancel()
 
 
 def _show(event: RunEvent, json_output: bool) -> None:
@@ -391,16 +432,20 @@ def pause(  # noqa: PLR0917 - one parameter per command-line option
     """Pause a run driven by another nodeprov process (it checks twice a second)."""
 
     async def request() -> SnapshotRecord:
-        async with await Store.open(store) as opened:
-            await Orchestrator(opened).request_pause(run_id, kind, reason, keep_node=keep_node)  # type: ignore[arg-type]
-            with anyio.fail_after(timeout):
-                while True:
-                    record = await opened.run(run_id)
-                    if record is not None and record.state != "pausing" and not record.pause_request:
-                        break
-                    await anyio.sleep(0.2)
+        async with await Store.open(store) as opened, Orchestrator(opened, reconcile_interval=0) as plane:
+            asked = await plane.request_pause(run_id, kind, reason, keep_node=keep_node)  # type: ignore[arg-type]
+            try:
+                with anyio.fail_after(timeout):
+                    while True:
+                        record = await opened.run(run_id)
+                        if record is not None and not RunState(record.state).live:
+                            break
+                        await anyio.sleep(0.2)
+            except TimeoutError:
+                await plane.withdraw_pause(run_id, asked)  # or a later resume would pause at once
+                raise
             snapshots = [s for s in await opened.snapshots(run_id) if s.used_at is None]
-            if record.state != "paused" or not snapshots:
+            if record.state != RunState.PAUSED or not snapshots:
                 raise RunStateError(f"run {run_id} ended {record.outcome or record.state} instead of pausing")
             return snapshots[-1]
 
@@ -413,6 +458,29 @@ def pause(  # noqa: PLR0917 - one parameter per command-line option
         _emit({"run_id": run_id, "state": "paused", "token": snapshot.token, "node_kept": snapshot.node_kept})
     else:
         out.print(f"paused {run_id}; resume with `nodeprov resume {run_id}`")
+
+
+@app.command()
+def logs(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id.")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep following until nobody drives the run.")
+    ] = False,
+    after: Annotated[int, typer.Option(help="Start after this event sequence number.")] = 0,
+    store: StoreOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Show a run's events, from any process (they are kept in the store)."""
+
+    async def show() -> None:
+        async with await Store.open(store) as opened:
+            # Reading needs no lease: a reader owns nothing.
+            reader = Orchestrator(opened)
+            async for event in reader.events(run_id, after=after, follow=follow):
+                _show(event, json_output)
+
+    with _errors():
+        anyio.run(show)
 
 
 @app.command()
@@ -711,25 +779,35 @@ def destroy(
 
 
 @app.command()
-def gc(
+def gc(  # noqa: PLR0917 - one parameter per command-line option
     provider: ProviderOption = None,
     setting: SettingOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be removed.")] = False,
+    settle: Annotated[
+        float, typer.Option(help="Keep looking this many seconds for nodes still being made by dead owners.")
+    ] = 0.0,
+    store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Remove every node that has expired or whose owner is gone; live owners' nodes stay."""
+    """Remove every node that has expired or whose owner is gone; live owners' nodes stay,
+    and so do nodes the store holds (kept for a paused run, or in use). Runs of dead control
+    planes are reconciled first."""
 
     async def collect() -> tuple[list[NodeInfo], list[str]]:
         reaped: list[NodeInfo] = []
         problems: list[str] = []
-        for each in _providers(provider, setting):
-            try:
-                report = await each.collect_garbage(dry_run=dry_run)
-            except ProviderError as error:
-                problems.append(f"{each.name}: {error}")
-                continue
-            reaped += report.reaped
-            problems += [f"{each.name}: node {info.node_id}: {why}" for info, why in report.failed]
+        async with await Store.open(store) as opened, Orchestrator(opened, reconcile_interval=0) as plane:
+            if not dry_run:
+                report = await plane.reconcile()
+                problems += [f"node {node_id}: {why}" for node_id, why in report.failed]
+            for each in _providers(provider, setting):
+                try:
+                    garbage = await plane.collect_garbage(each, dry_run=dry_run, settle=settle)
+                except ProviderError as error:
+                    problems.append(f"{each.name}: {error}")
+                    continue
+                reaped += garbage.reaped
+                problems += [f"{each.name}: node {info.node_id}: {why}" for info, why in garbage.failed]
         return reaped, problems
 
     with _errors():

@@ -15,9 +15,12 @@ errors, ...) into this tree at their boundary, so a caller never catches a platf
     ├── SpawnError                   a process could not be started on a node
     │   └── CommandNotFoundError     the command does not exist on the node
     ├── DeadlineError                a bounded operation ran out of time
-    └── AgentError                   the agent process misbehaved (SDK bridge)
-        ├── AgentOutputError         malformed, non-UTF-8 or oversized output
-        └── AgentExitError           the agent exited non-zero or stopped answering
+    ├── AgentError                   the agent process misbehaved (SDK bridge)
+    │   ├── AgentOutputError         malformed, non-UTF-8 or oversized output
+    │   └── AgentExitError           the agent exited non-zero or stopped answering
+    ├── StoreError                   the store's database failed or timed out
+    ├── TokenError                   a resume token is unknown or used already
+    └── RunStateError                a run is not in a state that allows the call
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ __all__ = [
     "ProviderError",
     "ProviderNotFoundError",
     "ProvisionError",
+    "RunStateError",
     "SpawnError",
+    "StoreError",
+    "TokenError",
 ]
 
 
@@ -94,3 +100,16 @@ class AgentExitError(AgentError):
         super().__init__(detail)
         self.exit_code = exit_code
         self.stderr_tail = stderr_tail
+
+
+class StoreError(NodeprovError):
+    """The store's database failed, refused, or did not answer within its statement timeout."""
+
+
+class TokenError(NodeprovError):
+    """A resume token is unknown, or was used already."""
+
+
+class RunStateError(NodeprovError):
+    """The run is not in a state that allows this (resuming a run that is not paused,
+    pausing one that is finishing or over, another control plane got there first)."""

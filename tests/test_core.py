@@ -226,6 +226,7 @@ async def test_destroy_is_idempotent_and_kills_live_processes() -> None:
     node = await _Provider.from_settings().provision()
     assert isinstance(node, _Node)
     process = await node.spawn(SpawnOptions("anything"))
+    assert isinstance(process, _Process)
     await node.destroy()
     await node.destroy()
     assert node.destroy_calls == 1

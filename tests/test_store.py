@@ -11,7 +11,8 @@ import anyio
 import pytest
 from claude_agent_sdk.testing import run_session_store_conformance
 
-from nodeprov.store import RunRecord, SnapshotRecord, Store, TokenError, TranscriptStore, now
+from nodeprov.errors import ConfigError, StoreError
+from nodeprov.store import EventRecord, RunRecord, SnapshotRecord, Store, TokenError, TranscriptStore, now
 
 pytestmark = pytest.mark.anyio
 
@@ -98,11 +99,80 @@ def _run(session_id: str, run_id: str = "run-1") -> RunRecord:
 async def test_run_compare_and_set(store: Store) -> None:
     session = await store.active_session("ws", "claude")
     await store.create_run(_run(session.id))
-    assert await store.update_run("run-1", expect_state="running", state="pausing")
-    assert not await store.update_run("run-1", expect_state="running", state="finished")
+    assert await store.update_run("run-1", expect_states=("running",), expect_owner="me", state="pausing")
+    assert not await store.update_run("run-1", expect_states=("running",), state="finished")
+    assert not await store.update_run("run-1", expect_states=("pausing",), expect_owner="other", state="x")
     assert (await store.run("run-1")).state == "pausing"  # type: ignore[union-attr]
-    with pytest.raises(ValueError, match="unknown run fields"):
+    with pytest.raises(ConfigError, match="unknown run fields"):
         await store.update_run("run-1", colour="blue")
+
+
+async def test_leases_live_by_the_database_clock_until_they_expire_or_are_released(store: Store) -> None:
+    lease = await store.acquire_lease("host pid 1", ttl=30)
+    short = await store.acquire_lease("host pid 2", ttl=0.2)
+    assert {lease.id, short.id} <= await store.live_leases()
+    assert lease.expires_ms - lease.heartbeat_ms == 30_000
+    await anyio.sleep(0.3)
+    assert short.id not in await store.live_leases()
+    assert not await store.renew_lease(short.id, 30)  # expired: lost, not revived
+    assert await store.renew_lease(lease.id, 30)
+    await store.release_lease(lease.id)
+    assert lease.id not in await store.live_leases()
+    assert not await store.renew_lease(lease.id, 30)
+    released = await store.lease(lease.id)
+    assert released is not None
+    assert released.released
+
+
+async def test_events_are_stored_in_order_and_read_from_any_point(store: Store) -> None:
+    session = await store.active_session("ws", "claude")
+    await store.create_run(_run(session.id))
+    events = [EventRecord("run-1", seq, "kind", now(), f'{{"n": {seq}}}') for seq in range(1, 6)]
+    async with anyio.create_task_group() as tg:  # concurrent writers share transactions
+        tg.start_soon(store.append_events, events[:2])
+        tg.start_soon(store.append_events, events[2:])
+    assert [e.seq for e in await store.events("run-1")] == [1, 2, 3, 4, 5]
+    assert [e.body for e in await store.events("run-1", after=3)] == ['{"n": 4}', '{"n": 5}']
+    assert await store.last_event_seq("run-1") == 5
+    assert await store.last_event_seq("run-none") == 0
+
+
+async def test_group_commit_blames_only_the_failing_writer(store: Store) -> None:
+    session = await store.active_session("ws", "claude")
+    await store.create_run(_run(session.id))
+    first = EventRecord("run-1", 1, "kind", now(), "{}")
+    await store.append_events([first])
+    outcomes: dict[str, BaseException | None] = {}
+
+    async def append(name: str, records: list[EventRecord]) -> None:
+        try:
+            await store.append_events(records)
+            outcomes[name] = None
+        except StoreError as error:
+            outcomes[name] = error
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(append, "duplicate", [first])
+        for seq in range(2, 12):
+            tg.start_soon(append, f"ok-{seq}", [EventRecord("run-1", seq, "kind", now(), "{}")])
+    assert isinstance(outcomes.pop("duplicate"), StoreError)  # a store error, never a raw driver one
+    assert set(outcomes.values()) == {None}
+    assert await store.last_event_seq("run-1") == 11
+
+
+async def test_a_statement_that_runs_too_long_is_interrupted(tmp_path: Path) -> None:
+    async with await Store.open(f"sqlite:///{tmp_path}/slow.db", statement_timeout=0.5) as store:
+        endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+        with anyio.fail_after(10), pytest.raises(StoreError, match="interrupted"):
+            await store.db.fetchall(endless)
+        assert await store.db.fetchall("SELECT 1") == [(1,)]  # the connection is still good
+
+
+async def test_the_sqlite_file_is_private(tmp_path: Path) -> None:
+    async with await Store.open(f"sqlite:///{tmp_path}/private/store.db"):
+        pass
+    assert (tmp_path / "private").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "private" / "store.db").stat().st_mode & 0o777 == 0o600
 
 
 async def test_a_token_is_claimed_exactly_once_across_stores(make_store: MakeStore) -> None:

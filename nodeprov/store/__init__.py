@@ -1,10 +1,13 @@
-"""The durable session store: workspaces and their agent sessions, runs, node intents,
-pause snapshots, and agent transcripts mirrored off the nodes.
+"""The durable session store: workspaces and their agent sessions, runs and their events,
+node intents, pause snapshots, control-plane leases, and agent transcripts mirrored off the
+nodes.
 
 ``await Store.open()`` uses an embedded SQLite file under the user's state directory
 (``$XDG_STATE_HOME/nodeprov/nodeprov.db``, WAL, safe with several processes);
 ``await Store.open("postgresql://...")`` uses PostgreSQL, for control planes that share
-state. Both behave the same and migrate their schema on open.
+state. Both behave the same and migrate their schema on open. Every statement is bounded
+by the store's ``statement_timeout``; run events and transcript frames are written with
+group commit (one transaction for whatever many runs submit at once).
 
 Nothing secret is stored: agent options are kept without their ``env``, and the callers
 supply credentials again when they resume.
@@ -15,19 +18,21 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from ..errors import ConfigError, NodeprovError
-from ._db import Database, PostgresDatabase, SQLiteDatabase, StoreError
+from ..errors import ConfigError, StoreError, TokenError
+from ._db import DEFAULT_STATEMENT_TIMEOUT, Database, PostgresDatabase, SQLiteDatabase, Transaction
 from ._schema import migrate
 from .transcripts import TranscriptStore
 
 __all__ = [
+    "EventRecord",
+    "LeaseRecord",
     "RunRecord",
     "SessionRecord",
     "SnapshotRecord",
@@ -37,10 +42,6 @@ __all__ = [
     "TranscriptStore",
     "default_store_path",
 ]
-
-
-class TokenError(NodeprovError):
-    """A resume token is unknown, or was used already."""
 
 
 def default_store_path() -> Path:
@@ -75,8 +76,9 @@ class SessionRecord:
 class RunRecord:
     """One run: its task, where it runs, and how it stands.
 
-    ``state``: pending, provisioning, running, pausing, paused, resuming, finished.
-    ``outcome`` once paused or finished: ok, paused, error.
+    ``state`` is one of :class:`nodeprov.runs.RunState` (the run state machine);
+    ``outcome`` once paused or over: ok, paused, error. ``owner`` is the control plane that
+    drives it (``lease:ID`` for an orchestrator).
     """
 
     id: str
@@ -116,12 +118,39 @@ class SnapshotRecord:
     used_at: str | None
 
 
+@dataclass(frozen=True)
+class LeaseRecord:
+    """A control plane's claim to the runs and nodes it owns (their ``owner`` is
+    ``lease:ID``). It lives while heartbeats renew it; times are the database's clock in
+    epoch milliseconds, so control planes on several hosts judge it alike."""
+
+    id: str
+    holder: str
+    created_at: str
+    heartbeat_ms: int
+    expires_ms: int
+    released: bool
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One run event as stored: ``seq`` counts from 1 over the run's whole life (resumes
+    included); ``body`` is the event's JSON."""
+
+    run_id: str
+    seq: int
+    kind: str
+    at: str
+    body: str
+
+
 def _record(cls: type[Any], row: tuple[Any, ...] | None) -> Any:
     if row is None:
         return None
     values = dict(zip([f.name for f in fields(cls)], row, strict=True))
-    if cls is SnapshotRecord:
-        values["node_kept"] = bool(values["node_kept"])
+    for name in ("node_kept", "released"):
+        if name in values:
+            values[name] = bool(values[name])
     return cls(**values)
 
 
@@ -143,8 +172,8 @@ def _columns(cls: type[Any]) -> str:
 class Store:
     """The store; use ``async with await Store.open(url) as store`` or call :meth:`aclose`.
 
-    Raises :class:`StoreError` (a :class:`~nodeprov.errors.ProviderError`) when the
-    database fails, and :class:`TokenError` for a bad resume token.
+    Raises :class:`~nodeprov.errors.StoreError` when the database fails or a statement
+    runs out of time, and :class:`~nodeprov.errors.TokenError` for a bad resume token.
     """
 
     def __init__(self, db: Database, url: str) -> None:
@@ -153,14 +182,19 @@ class Store:
         self.transcripts = TranscriptStore(db)
 
     @classmethod
-    async def open(cls, url: str | None = None) -> Store:
-        """Open (and migrate) ``sqlite:///PATH``, ``postgresql://...``, or the default file."""
+    async def open(
+        cls, url: str | None = None, *, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
+    ) -> Store:
+        """Open (and migrate) ``sqlite:///PATH``, ``postgresql://...``, or the default file.
+
+        ``statement_timeout`` bounds every transaction, in seconds.
+        """
         if url is None:
             url = f"sqlite:///{default_store_path()}"
         if url.startswith("sqlite:///"):
-            db: Database = await SQLiteDatabase.open(Path(url.removeprefix("sqlite://")))
+            db: Database = await SQLiteDatabase.open(Path(url.removeprefix("sqlite://")), statement_timeout)
         elif url.startswith(("postgresql://", "postgres://")):
-            db = await PostgresDatabase.open(url)
+            db = await PostgresDatabase.open(url, statement_timeout)
         else:
             raise ConfigError(f"unknown store URL {url!r}: use sqlite:///PATH or postgresql://...")
         try:
@@ -225,20 +259,38 @@ class Store:
     async def create_run(self, run: RunRecord) -> None:
         await self.db.execute(*_insert("runs", run))
 
-    async def update_run(self, run_id: str, *, expect_state: str | None = None, **changes: Any) -> bool:
-        """Change a run's fields; with ``expect_state``, only if it is in that state (a
-        compare-and-set: exactly one of several racing control planes wins)."""
+    async def update_run(
+        self,
+        run_id: str,
+        *,
+        expect_states: Collection[str] = (),
+        expect_owner: str | None = None,
+        **changes: Any,
+    ) -> bool:
+        """Change a run's fields; with ``expect_states`` (and ``expect_owner``), only if it is
+        in one of those states (held by that owner): a compare-and-set, so exactly one of
+        several racing control planes wins. Returns whether the row changed."""
         allowed = {f.name for f in fields(RunRecord)} - {"id", "created_at"}
         unknown = set(changes) - allowed
         if unknown:
-            raise ValueError(f"unknown run fields: {sorted(unknown)}")
+            raise ConfigError(f"unknown run fields: {sorted(unknown)}")
         assignments = ", ".join(f"{name} = ?" for name in changes)
         sql = f"UPDATE runs SET {assignments}, updated_at = ? WHERE id = ?"
         params: list[Any] = [*changes.values(), now(), run_id]
-        if expect_state is not None:
-            sql += " AND state = ?"
-            params.append(expect_state)
+        if expect_states:
+            sql += f" AND state IN ({_marks(tuple(expect_states))})"
+            params += list(expect_states)
+        if expect_owner is not None:
+            sql += " AND owner = ?"
+            params.append(expect_owner)
         return await self.db.execute(sql, params) == 1
+
+    async def pause_requests(self, owner: str) -> list[tuple[str, str]]:
+        """``(run_id, request)`` of the runs held by ``owner`` that someone asked to pause."""
+        rows = await self.db.fetchall(
+            "SELECT id, pause_request FROM runs WHERE owner = ? AND pause_request IS NOT NULL", (owner,)
+        )
+        return [(str(row[0]), str(row[1])) for row in rows]
 
     async def run(self, run_id: str) -> RunRecord | None:
         row = await self.db.fetchone(f"SELECT {_columns(RunRecord)} FROM runs WHERE id = ?", (run_id,))
@@ -252,6 +304,23 @@ class Store:
         )
         return [_record(RunRecord, row) for row in rows]
 
+    async def clear_pause_request(self, run_id: str, request: str) -> bool:
+        """Withdraw ``request`` if it is still the run's pending pause request."""
+        return (
+            await self.db.execute(
+                "UPDATE runs SET pause_request = NULL WHERE id = ? AND pause_request = ?", (run_id, request)
+            )
+            == 1
+        )
+
+    async def clear_stale_pause_requests(self, states: Collection[str]) -> int:
+        """Withdraw the pause requests of runs in ``states`` (nobody will serve them)."""
+        return await self.db.execute(
+            f"UPDATE runs SET pause_request = NULL WHERE pause_request IS NOT NULL"
+            f" AND state IN ({_marks(tuple(states))})",
+            tuple(states),
+        )
+
     # -- nodes -----------------------------------------------------------------------
 
     async def node_intent(self, node_id: str, provider: str, run_id: str) -> None:
@@ -263,7 +332,8 @@ class Store:
         )
 
     async def set_node_state(self, node_id: str, state: str) -> None:
-        """``intent`` -> ``live`` -> ``kept`` | ``destroyed``."""
+        """``intent`` -> ``live`` -> ``kept`` | ``destroyed``; ``intent`` -> ``failed`` when
+        provisioning failed (the provider left nothing behind)."""
         await self.db.execute(
             "UPDATE nodes SET state = ?, updated_at = ? WHERE id = ?", (state, now(), node_id)
         )
@@ -275,6 +345,78 @@ class Store:
             states,
         )
         return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+
+    # -- leases ------------------------------------------------------------------------
+
+    async def acquire_lease(self, holder: str, ttl: float) -> LeaseRecord:
+        """A new lease for ``holder`` (a description: host, pid, command), alive for ``ttl``
+        seconds unless renewed."""
+        lease_id = new_id("lease")
+        now_ms = self.db.now_ms
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO leases (id, holder, created_at, heartbeat_ms, expires_ms, released)"
+                f" VALUES (?, ?, ?, {now_ms}, {now_ms} + ?, 0)",
+                (lease_id, holder, now(), int(ttl * 1000)),
+            )
+            rows = await tx.fetchall(f"SELECT {_columns(LeaseRecord)} FROM leases WHERE id = ?", (lease_id,))
+        lease: LeaseRecord = _record(LeaseRecord, rows[0])
+        return lease
+
+    async def renew_lease(self, lease_id: str, ttl: float) -> bool:
+        """Extend a live lease by ``ttl`` seconds from now. ``False``: it had expired or was
+        released, and whatever it owned may already be another control plane's to clean."""
+        now_ms = self.db.now_ms
+        renewed = await self.db.execute(
+            f"UPDATE leases SET heartbeat_ms = {now_ms}, expires_ms = {now_ms} + ?"
+            f" WHERE id = ? AND released = 0 AND expires_ms > {now_ms}",
+            (int(ttl * 1000), lease_id),
+        )
+        return renewed == 1
+
+    async def release_lease(self, lease_id: str) -> None:
+        """End a lease now: what it still owns is left to reconcile."""
+        await self.db.execute(
+            f"UPDATE leases SET released = 1, expires_ms = {self.db.now_ms} WHERE id = ?", (lease_id,)
+        )
+
+    async def live_leases(self) -> set[str]:
+        """Ids of the leases that are neither expired nor released, by the database's clock."""
+        rows = await self.db.fetchall(
+            f"SELECT id FROM leases WHERE released = 0 AND expires_ms > {self.db.now_ms}"
+        )
+        return {str(row[0]) for row in rows}
+
+    async def lease(self, lease_id: str) -> LeaseRecord | None:
+        row = await self.db.fetchone(f"SELECT {_columns(LeaseRecord)} FROM leases WHERE id = ?", (lease_id,))
+        lease: LeaseRecord | None = _record(LeaseRecord, row)
+        return lease
+
+    # -- run events ----------------------------------------------------------------------
+
+    async def append_events(self, events: Sequence[EventRecord]) -> None:
+        """Store run events, grouped with other writers' into one transaction."""
+        if not events:
+            return
+
+        async def write(tx: Transaction) -> None:
+            for event in events:
+                await tx.execute(*_insert("run_events", event))
+
+        await self.db.grouped(write)
+
+    async def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[EventRecord]:
+        """The run's events with ``seq`` above ``after``, in order, at most ``limit``."""
+        rows = await self.db.fetchall(
+            f"SELECT {_columns(EventRecord)} FROM run_events"
+            " WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (run_id, after, limit),
+        )
+        return [_record(EventRecord, row) for row in rows]
+
+    async def last_event_seq(self, run_id: str) -> int:
+        row = await self.db.fetchone("SELECT MAX(seq) FROM run_events WHERE run_id = ?", (run_id,))
+        return int(row[0]) if row is not None and row[0] is not None else 0
 
     # -- snapshots ---------------------------------------------------------------------
 

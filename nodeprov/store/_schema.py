@@ -85,6 +85,28 @@ MIGRATIONS: list[list[str]] = [
             data TEXT NOT NULL,
             PRIMARY KEY (project_key, session_id))""",
     ],
+    [
+        # A control plane's claim on its runs and nodes (owner 'lease:ID'); times are the
+        # database's clock in epoch milliseconds.
+        """CREATE TABLE leases (
+            id TEXT PRIMARY KEY,
+            holder TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            heartbeat_ms BIGINT NOT NULL,
+            expires_ms BIGINT NOT NULL,
+            released INTEGER NOT NULL)""",
+        # Durable run events, so any process can follow a run from any point.
+        """CREATE TABLE run_events (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            at TEXT NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq))""",
+        "CREATE INDEX runs_owner ON runs(owner) WHERE pause_request IS NOT NULL",
+        "CREATE INDEX runs_state ON runs(state)",
+        "CREATE INDEX nodes_state ON nodes(state)",
+    ],
 ]
 
 

@@ -23,7 +23,7 @@ from claude_agent_sdk.types import (
     SessionSummaryEntry,
 )
 
-from ._db import Database
+from ._db import Database, Transaction
 
 __all__ = ["TranscriptStore", "entries_to_jsonl"]
 
@@ -39,50 +39,52 @@ class TranscriptStore(SessionStore):
         self._db = db
 
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
-        if not entries:
-            return
+        """Durable once this returns; committed together with other runs' frames."""
+        if entries:
+            await self._db.grouped(lambda tx: self._append(tx, key, entries))
+
+    async def _append(self, tx: Transaction, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         project, session, subpath = key["project_key"], key["session_id"], _subpath(key)
-        async with self._db.transaction() as tx:
-            if self._db.dialect == "postgres":
-                lock = f"{len(project)}:{project}/{session}"  # unambiguous, and text may not hold NUL
-                await tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (lock,))
-            written = int(time.time() * 1000)
-            for entry in entries:
-                uuid = entry.get("uuid")
-                await tx.execute(
-                    "INSERT INTO transcript_entries"
-                    " (project_key, session_id, subpath, uuid, entry, written_ms)"
-                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    (
-                        project,
-                        session,
-                        subpath,
-                        uuid if isinstance(uuid, str) else None,
-                        json.dumps(entry),
-                        written,
-                    ),
-                )
-            if subpath:
-                return  # subagent transcripts do not feed the session's summary
-            rows = await tx.fetchall(
-                "SELECT mtime, data FROM transcript_summaries WHERE project_key = ? AND session_id = ?",
-                (project, session),
-            )
-            previous = (
-                cast(
-                    SessionSummaryEntry,
-                    {"session_id": session, "mtime": rows[0][0], "data": json.loads(rows[0][1])},
-                )
-                if rows
-                else None
-            )
-            summary = fold_session_summary(previous, key, entries)
+        if self._db.dialect == "postgres":
+            lock = f"{len(project)}:{project}/{session}"  # unambiguous, and text may not hold NUL
+            await tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (lock,))
+        written = int(time.time() * 1000)
+        for entry in entries:
+            uuid = entry.get("uuid")
             await tx.execute(
-                "INSERT INTO transcript_summaries (project_key, session_id, mtime, data) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (project_key, session_id)"
-                " DO UPDATE SET mtime = excluded.mtime, data = excluded.data",
-                (project, session, written, json.dumps(summary["data"])),
+                "INSERT INTO transcript_entries"
+                " (project_key, session_id, subpath, uuid, entry, written_ms)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (
+                    project,
+                    session,
+                    subpath,
+                    uuid if isinstance(uuid, str) else None,
+                    json.dumps(entry),
+                    written,
+                ),
             )
+        if subpath:
+            return  # subagent transcripts do not feed the session's summary
+        rows = await tx.fetchall(
+            "SELECT mtime, data FROM transcript_summaries WHERE project_key = ? AND session_id = ?",
+            (project, session),
+        )
+        previous = (
+            cast(
+                SessionSummaryEntry,
+                {"session_id": session, "mtime": rows[0][0], "data": json.loads(rows[0][1])},
+            )
+            if rows
+            else None
+        )
+        summary = fold_session_summary(previous, key, entries)
+        await tx.execute(
+            "INSERT INTO transcript_summaries (project_key, session_id, mtime, data) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (project_key, session_id)"
+            " DO UPDATE SET mtime = excluded.mtime, data = excluded.data",
+            (project, session, written, json.dumps(summary["data"])),
+        )
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
         rows = await self._db.fetchall(

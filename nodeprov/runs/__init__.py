@@ -1,0 +1,50 @@
+"""Runs: what a control plane calls.
+
+:class:`Orchestrator` starts runs (provision a node, drive the agent through the SDK bridge,
+relay every message as a typed :class:`RunEvent`, destroy the node), pauses and resumes them,
+and reconciles what dead control planes left behind. State lives in a
+:class:`~nodeprov.store.Store`; transcripts are mirrored into it during runs, so a run whose
+node died can resume on a new node. A run moves through the :class:`RunState` machine
+(:mod:`nodeprov.runs.state`), one compare-and-set per transition.
+
+Pause and resume are workflow concerns, not provider capabilities: pausing interrupts the
+agent (the SDK's interrupt, then abort), saves a :class:`~nodeprov.store.SnapshotRecord`
+with a single-use token, and keeps or releases the node. Resuming takes the token, attaches
+to the kept node or provisions a fresh one (writing the agent's transcript onto it first),
+and continues the agent's session with a message.
+
+Nothing secret is stored or emitted: the agent options' ``env`` never reaches the store or
+an event; callers pass their options (with credentials) again when resuming.
+"""
+
+from ..errors import RunStateError
+from .events import (
+    AgentMessage,
+    NodeReady,
+    NodeReleased,
+    RunEvent,
+    RunFinished,
+    RunPaused,
+    RunStarted,
+    event_from_json,
+)
+from .orchestrator import Orchestrator, PauseKind, ReconcileReport, Run
+from .state import TRANSITIONS, RunState
+
+__all__ = [
+    "TRANSITIONS",
+    "AgentMessage",
+    "NodeReady",
+    "NodeReleased",
+    "Orchestrator",
+    "PauseKind",
+    "ReconcileReport",
+    "Run",
+    "RunEvent",
+    "RunFinished",
+    "RunPaused",
+    "RunStarted",
+    "RunState",
+    "RunStateError",
+    "event_from_json",
+]

@@ -1,0 +1,1132 @@
+"""The orchestrator: starts, pauses, resumes and reconciles runs; see :mod:`nodeprov.runs`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import posixpath
+import secrets
+import socket
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import anyio
+from anyio.abc import TaskGroup
+from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, Message, ResultMessage, SystemMessage
+
+# Pinned with the SDK: the CLI's own project-directory naming (see pyproject.toml).
+from claude_agent_sdk._internal.sessions import _sanitize_path
+
+from ..claude import NodeTransport
+from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError
+from ..node import GarbageReport, NodeConfig, NodeHandle, NodeProvider, owner_alive
+from ..registry import get_provider
+from ..spawn import SpawnOptions
+from ..store import EventRecord, RunRecord, SnapshotRecord, Store, dumps, new_id, now
+from ..store.transcripts import entries_to_jsonl
+from .events import (
+    AgentMessage,
+    NodeReady,
+    NodeReleased,
+    RunEvent,
+    RunFinished,
+    RunPaused,
+    RunStarted,
+    _jsonable,
+    event_from_json,
+)
+from .state import LIVE_STATES, TRANSITIONS, RunState
+
+logger = logging.getLogger("nodeprov.runs")
+
+PauseKind = Literal["human", "external", "system"]
+_PAUSE_KINDS = ("human", "external", "system")
+_RESUMABLE = (RunState.PAUSED, RunState.FAILED)
+_LEASE_PREFIX = "lease:"
+# Agent options that are kept with a run (for display and for resuming without options).
+_STORED_OPTIONS = ("model", "permission_mode", "max_turns", "allowed_tools", "disallowed_tools", "cwd")
+_INTERRUPT_TIMEOUT = 10.0  # the polite interrupt; the abort after it is certain
+_CLEANUP_TIMEOUT = 180.0  # a run's own teardown outside a shutdown: destroy plus store writes
+_SUBSCRIBER_BUFFER = 1024  # events a subscriber may lag before it reads from the store instead
+_EVENT_FLUSH_INTERVAL = 0.02
+
+
+@dataclass
+class _Pause:
+    kind: str
+    reason: str
+    keep_node: bool
+    snapshot: SnapshotRecord | None = None
+
+
+class _Subscriber:
+    """One reader of a run's live events; one that lags too far is told to read the store."""
+
+    def __init__(self) -> None:
+        self.queue: deque[RunEvent | None] = deque()  # None: the drive ended
+        self.overflowed = False
+        self.ready = anyio.Event()
+
+    def push(self, event: RunEvent | None) -> None:
+        if event is not None and len(self.queue) >= _SUBSCRIBER_BUFFER:
+            self.queue.clear()
+            self.overflowed = True
+        else:
+            self.queue.append(event)
+        self.ready.set()
+
+
+class Run:
+    """A run driven by this control plane. Subscribe with :meth:`events`; wait with
+    :meth:`wait`; pause with :meth:`pause`. ``state`` is its :class:`RunState`."""
+
+    def __init__(self, orchestrator: Orchestrator, run_id: str, state: RunState, first_seq: int) -> None:
+        self.id = run_id
+        self.state = state
+        self.outcome: str | None = None
+        self.error: str | None = None
+        self.agent_session_id: str | None = None
+        self._orchestrator = orchestrator
+        self.first_seq = first_seq
+        """The sequence number of this drive's ``run.started`` (a resume continues the run's)."""
+        self._next_seq = first_seq
+        self._unflushed: list[RunEvent] = []  # emitted, not yet in the store
+        self._subscribers: list[_Subscriber] = []
+        self._finished = anyio.Event()
+        self._moving = anyio.Lock()
+        self._client: ClaudeSDKClient | None = None
+        self._node: NodeHandle | None = None
+        self._abort: anyio.CancelScope | None = None
+        self._pause: _Pause | None = None
+        self._last_retry: str | None = None
+
+    def _emit(self, event_type: type[RunEvent], **fields: Any) -> None:
+        event = event_type(run_id=self.id, seq=self._next_seq, at=now(), **fields)
+        self._next_seq += 1
+        self._unflushed.append(event)
+        self._orchestrator._queue_event(event)
+        for subscriber in self._subscribers:
+            subscriber.push(event)
+
+    async def events(self, *, after: int | None = None) -> AsyncIterator[RunEvent]:
+        """The events of this drive of the run from its ``run.started`` (a late subscriber
+        gets them from the store first), or, with ``after``, every event of the run's whole
+        life above that sequence number; then live ones, until this drive ends. Any number
+        of subscribers; one that falls behind by more than a buffer's worth reads what it
+        missed from the store.
+
+        Raises:
+            StoreError: the store could not be read.
+        """
+        store = self._orchestrator.store
+        subscriber = _Subscriber()
+        if not self._finished.is_set():
+            self._subscribers.append(subscriber)  # before the history is read: nothing is missed
+        else:
+            subscriber.push(None)
+        last = self.first_seq - 1 if after is None else after
+        try:
+            while True:
+                subscriber.overflowed = False
+                await self._orchestrator._flush_events()
+                while records := await store.events(self.id, after=last):
+                    for record in records:
+                        last = record.seq
+                        yield event_from_json(json.loads(record.body))
+                for event in list(self._unflushed):
+                    if event.seq > last:
+                        last = event.seq
+                        yield event
+                while not subscriber.overflowed:
+                    if not subscriber.queue:
+                        subscriber.ready = anyio.Event()
+                        await subscriber.ready.wait()
+                        continue
+                    item = subscriber.queue.popleft()
+                    if item is None:
+                        return
+                    if item.seq > last:
+                        last = item.seq
+                        yield item
+        finally:
+            with suppress(ValueError):
+                self._subscribers.remove(subscriber)
+
+    async def wait(self) -> str:
+        """Wait until nobody drives the run; return its outcome (ok, paused, error)."""
+        await self._finished.wait()
+        assert self.outcome is not None  # set before _finished
+        return self.outcome
+
+    async def pause(
+        self, kind: PauseKind = "human", reason: str = "", *, keep_node: bool = False
+    ) -> SnapshotRecord:
+        """Stop the agent (the SDK's interrupt, then abort) and save a snapshot.
+
+        Works while the run starts (provisioning is interrupted; the snapshot keeps the
+        session being resumed) or runs. ``kind`` (human, external, system) is diagnostics
+        metadata. With ``keep_node`` the node stays for the resume; otherwise it is
+        destroyed and the resume provisions a new one. Returns the snapshot, whose
+        ``token`` resumes the run.
+
+        Raises:
+            ConfigError: ``kind`` is not human, external or system.
+            RunStateError: the run is finishing or over, is being paused already, or
+                failed while pausing (its error says why).
+        """
+        _check_pause_kind(kind)
+        if self._pause is not None:
+            raise RunStateError(f"run {self.id} is being paused already: it cannot be paused")
+        pause = _Pause(kind, reason, keep_node)
+        if not await self._orchestrator._move(self, RunState.PAUSING, before=lambda: self._claim(pause)):
+            raise RunStateError(f"run {self.id} is {self.state}: it cannot be paused")
+        client = self._client
+        if client is not None:
+            with anyio.move_on_after(_INTERRUPT_TIMEOUT), suppress(Exception):
+                await client.interrupt()  # a dying agent may refuse: the abort is what counts
+        if self._abort is not None:
+            self._abort.cancel()
+        await self._finished.wait()
+        if pause.snapshot is None:
+            raise RunStateError(f"run {self.id} failed while pausing: {self.error}")
+        return pause.snapshot
+
+    def _claim(self, pause: _Pause) -> bool:
+        if self._pause is not None:
+            return False
+        self._pause = pause
+        return True
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How to get the run's node and what to tell the agent."""
+
+    prompt: str
+    provider: str
+    provider_settings: dict[str, Any]
+    options: ClaudeAgentOptions
+    node_config: NodeConfig
+    resume: SnapshotRecord | None = None
+    deadline: float | None = None
+    idle_timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What :meth:`Orchestrator.reconcile` did: ``ended`` runs of dead control planes, the
+    nodes it ``destroyed``, and the nodes it could not destroy (``failed``, with why; they
+    stay recorded and are tried again next time)."""
+
+    ended: list[str] = field(default_factory=list)
+    destroyed: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+class Orchestrator:
+    """Starts, pauses, resumes and reconciles runs. Use it as an async context manager.
+
+    **Ownership.** On entering, it takes a lease in the store (id, holder, heartbeat,
+    expiry by the database's clock) and renews it every ``lease_ttl / 3`` seconds. Its runs
+    and nodes are owned by ``lease:ID``. Any control plane sharing the store reconciles what
+    a dead one left (every ``reconcile_interval`` seconds, and in :meth:`reconcile`): a
+    control plane that died, on any host or in any PID namespace, is cleaned up within
+    ``lease_ttl + reconcile_interval`` seconds plus the time its nodes take to destroy. An
+    orchestrator that finds its own lease lost (the store unreachable for longer than the
+    lease) aborts its runs, since another may have taken them over, and takes a new lease.
+
+    **Supervision.** A failure in one run ends that run as ``failed`` (with a resumable
+    snapshot when the agent's session is known) and never another run or the
+    orchestrator. Background work (heartbeats, pause requests, reconcile, event writes)
+    logs its failures and goes on.
+
+    **Leaving** pauses whatever still runs (kind ``system``, node released), so nothing is
+    left without a snapshot, then flushes events and releases the lease. It takes at most
+    ``shutdown_timeout`` seconds (plus, if the store itself hangs, its statement timeout):
+    a run that cannot be paused in time is left to reconcile, which the released lease
+    makes immediate for any other control plane.
+
+    **Events** are written to the store in batches, with their sequence numbers, and can
+    be read from any process (:meth:`events`).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        holder: str | None = None,
+        lease_ttl: float = 30.0,
+        reconcile_interval: float | None = None,
+        poll_interval: float = 0.5,
+        shutdown_timeout: float = 30.0,
+    ) -> None:
+        self.store = store
+        self.holder = holder or f"{socket.gethostname()} pid {os.getpid()}"
+        self.lease_ttl = lease_ttl
+        self.reconcile_interval = lease_ttl / 2 if reconcile_interval is None else reconcile_interval
+        self.shutdown_timeout = shutdown_timeout
+        self._poll_interval = poll_interval
+        self.owner = ""  # lease:ID once entered
+        self._runs: dict[str, Run] = {}
+        self._launching: set[str] = set()  # owned in the store, not yet in _runs
+        self._providers: dict[str, NodeProvider[Any]] = {}
+        self._tg: TaskGroup | None = None
+        self._pending_events: list[RunEvent] = []
+        self._events_waiting = anyio.Event()
+        self._flush_lock = anyio.Lock()
+        self._shutdown_at: float | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self._take_lease()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._every, self.lease_ttl / 3, self._heartbeat, "lease heartbeat")
+        self._tg.start_soon(self._every, self._poll_interval, self._serve_pause_requests, "pause requests")
+        self._tg.start_soon(self._write_events)
+        if self.reconcile_interval > 0:
+            self._tg.start_soon(self._every, self.reconcile_interval, self.reconcile, "reconcile")
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._tg is not None
+        self._shutdown_at = anyio.current_time() + self.shutdown_timeout
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.shutdown_timeout * 0.8):
+            async with anyio.create_task_group() as pausing:  # all at once: each may take seconds
+                for run in list(self._runs.values()):
+                    pausing.start_soon(self._pause_for_shutdown, run)
+        self._tg.cancel_scope.cancel()  # drives still going end in their bounded cleanup
+        try:
+            await self._tg.__aexit__(None, None, None)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_time()):
+                await self._flush_events()
+                await self.store.release_lease(self.owner.removeprefix(_LEASE_PREFIX))
+
+    async def _pause_for_shutdown(self, run: Run) -> None:
+        with suppress(NodeprovError):  # over, or pausing already: either way it ends
+            await run.pause("system", "the control plane is shutting down")
+
+    def _cleanup_time(self) -> float:
+        """How long a teardown may still take: until the shutdown deadline, if shutting down."""
+        if self._shutdown_at is None:
+            return _CLEANUP_TIMEOUT
+        return max(0.0, self._shutdown_at - anyio.current_time())
+
+    async def _take_lease(self) -> None:
+        lease = await self.store.acquire_lease(self.holder, self.lease_ttl)
+        self.owner = _LEASE_PREFIX + lease.id
+
+    async def _heartbeat(self) -> None:
+        if await self.store.renew_lease(self.owner.removeprefix(_LEASE_PREFIX), self.lease_ttl):
+            return
+        logger.error("control plane lease %s was lost: aborting its runs and taking a new lease", self.owner)
+        for run in list(self._runs.values()):
+            if run._abort is not None:
+                run._abort.cancel()
+        await self._take_lease()
+
+    async def _every(self, interval: float, step: Callable[[], Awaitable[Any]], name: str) -> None:
+        while True:
+            await anyio.sleep(interval)
+            try:
+                await step()
+            except Exception:
+                logger.exception("%s failed; trying again in %g s", name, interval)
+
+    # -- starting and resuming ---------------------------------------------------------
+
+    def run(self, run_id: str) -> Run:
+        """A run this control plane drives now, by id.
+
+        Raises:
+            RunStateError: no such run is driven here.
+        """
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise RunStateError(f"run {run_id} is not driven by this control plane") from None
+
+    async def start(
+        self,
+        prompt: str,
+        *,
+        provider: str,
+        provider_settings: Mapping[str, Any] | None = None,
+        options: ClaudeAgentOptions | None = None,
+        workspace: str = "default",
+        node_config: NodeConfig | None = None,
+        deadline: float | None = None,
+        idle_timeout: float | None = None,
+    ) -> Run:
+        """Start a run of ``prompt`` on a new node of ``provider``; returns at once.
+
+        ``deadline`` bounds the whole run in seconds (provisioning included);
+        ``idle_timeout`` bounds the time the agent may go without progress (a message other
+        than the CLI's API-retry notices). Either ends the run as failed, with the cause:
+        the model API's last error when it kept failing.
+
+        Raises:
+            ProviderNotFoundError, ConfigError: the provider or its settings are wrong.
+            StoreError: the store failed.
+        """
+        settings = dict(provider_settings or {})
+        self._provider(provider, settings)  # fail now, not in the background
+        options = options or ClaudeAgentOptions()
+        session = await self.store.active_session(workspace, "claude")
+        run_id = new_id("run")
+        plan = _Plan(
+            prompt, provider, settings, options, node_config or NodeConfig(), None, deadline, idle_timeout
+        )
+        self._launching.add(run_id)
+        try:
+            await self.store.create_run(
+                RunRecord(
+                    id=run_id,
+                    session_id=session.id,
+                    workspace_id=workspace,
+                    prompt=prompt,
+                    node_provider=provider,
+                    node_settings=dumps(settings),
+                    agent_options=dumps(_stored_options(options)),
+                    state=RunState.STARTING,
+                    outcome=None,
+                    error=None,
+                    node_id=None,
+                    agent_session_id=None,
+                    project_key=None,
+                    owner=self.owner,
+                    pause_request=None,
+                    created_at=now(),
+                    updated_at=now(),
+                )
+            )
+            return await self._launch(run_id, plan)
+        finally:
+            self._launching.discard(run_id)
+
+    async def resume(
+        self,
+        token: str,
+        *,
+        message: str = "continue",
+        options: ClaudeAgentOptions | None = None,
+        deadline: float | None = None,
+        idle_timeout: float | None = None,
+    ) -> Run:
+        """Resume a paused (or failed) run from its snapshot token; the token is used up.
+
+        On a kept node the agent resumes there; otherwise a fresh node is provisioned and
+        the agent's transcript restored onto it first. ``options`` carry what was not
+        stored (credentials in ``env``); without them the stored options are used. A run
+        paused before its agent ever started is started again with its own prompt.
+
+        Raises:
+            TokenError: the token is unknown or used already.
+            RunStateError: the run is not paused or failed, or another control plane
+                resumed it first.
+        """
+        peeked = await self.store.peek_snapshot(token)
+        if peeked is not None and peeked.used_at is None:  # else claiming says what is wrong
+            current = await self.store.run(peeked.run_id)
+            if current is not None and current.state not in _RESUMABLE:
+                raise RunStateError(
+                    f"run {current.id} is {current.state}: only a paused or failed run can be resumed"
+                )
+        snapshot = await self.store.claim_snapshot(token)
+        self._launching.add(snapshot.run_id)
+        try:
+            return await self._claim_and_launch(snapshot, message, options, deadline, idle_timeout)
+        finally:
+            self._launching.discard(snapshot.run_id)
+
+    async def _claim_and_launch(
+        self,
+        snapshot: SnapshotRecord,
+        message: str,
+        options: ClaudeAgentOptions | None,
+        deadline: float | None,
+        idle_timeout: float | None,
+    ) -> Run:
+        record = await self.store.run(snapshot.run_id)
+        if record is None:
+            raise RunStateError(f"run {snapshot.run_id} is gone")
+        if not await self.store.update_run(
+            record.id,
+            expect_states=_RESUMABLE,
+            state=RunState.STARTING,
+            owner=self.owner,
+            outcome=None,
+            error=None,
+            pause_request=None,
+        ):
+            raise RunStateError(f"run {record.id} was resumed by another control plane")
+        options = options or ClaudeAgentOptions(**json.loads(record.agent_options))
+        settings = json.loads(record.node_settings)
+        if snapshot.agent_session_id is None:  # the agent never started: start it afresh
+            message = record.prompt if message == "continue" else f"{record.prompt}\n\n{message}"
+        plan = _Plan(
+            message,
+            record.node_provider,
+            settings,
+            options,
+            NodeConfig(),
+            snapshot,
+            deadline,
+            idle_timeout,
+        )
+        return await self._launch(record.id, plan)
+
+    async def resume_run(
+        self,
+        run_id: str,
+        *,
+        message: str = "continue",
+        options: ClaudeAgentOptions | None = None,
+        deadline: float | None = None,
+        idle_timeout: float | None = None,
+    ) -> Run:
+        """Resume ``run_id`` from its latest unused snapshot (see :meth:`resume`).
+
+        Raises:
+            RunStateError: the run does not exist, is not paused or failed, or has no
+                snapshot left to resume from.
+        """
+        record = await self.store.run(run_id)
+        if record is None:
+            raise RunStateError(f"no run {run_id}")
+        if record.state not in _RESUMABLE:
+            raise RunStateError(f"run {run_id} is {record.state}: only a paused or failed run can be resumed")
+        unused = [s for s in await self.store.snapshots(run_id) if s.used_at is None]
+        if not unused:
+            raise RunStateError(f"run {run_id} has no snapshot to resume from")
+        return await self.resume(
+            unused[-1].token, message=message, options=options, deadline=deadline, idle_timeout=idle_timeout
+        )
+
+    async def _launch(self, run_id: str, plan: _Plan) -> Run:
+        if self._tg is None:
+            raise RuntimeError("use the Orchestrator as an async context manager")
+        run = Run(self, run_id, RunState.STARTING, await self.store.last_event_seq(run_id) + 1)
+        if plan.resume is not None:  # a pause before the agent starts must keep the session
+            run.agent_session_id = plan.resume.agent_session_id
+        self._runs[run_id] = run
+        resumed = f"{plan.resume.pause_kind} pause at {plan.resume.created_at}" if plan.resume else None
+        run._emit(RunStarted, prompt=plan.prompt, provider=plan.provider, resumed_from=resumed)
+        self._tg.start_soon(self._drive, run, plan)
+        return run
+
+    def _provider(self, name: str, settings: dict[str, Any]) -> NodeProvider[Any]:
+        """The provider ``name`` with ``settings``, made once per orchestrator."""
+        key = f"{name}\0{dumps(settings)}"
+        if key not in self._providers:
+            self._providers[key] = get_provider(name, **settings)
+        return self._providers[key]
+
+    # -- state ---------------------------------------------------------------------------
+
+    async def _move(
+        self, run: Run, target: RunState, *, before: Callable[[], bool] | None = None, **changes: Any
+    ) -> bool:
+        """Move ``run`` to ``target`` if the table allows it from where it stands: one
+        compare-and-set in the store, on the run's state and its owner (this control
+        plane). ``before`` runs first and may veto. Returns whether the run moved."""
+        async with run._moving:
+            if target not in TRANSITIONS[run.state] or (before is not None and not before()):
+                return False
+            if target.outcome is not None:
+                changes.setdefault("outcome", target.outcome)
+            moved = await self.store.update_run(
+                run.id, expect_states=(run.state,), expect_owner=self.owner, state=target, **changes
+            )
+            if moved:
+                run.state = target
+            else:
+                logger.warning("run %s changed under this control plane (lease lost?)", run.id)
+            return moved
+
+    # -- driving a run ---------------------------------------------------------------------
+
+    async def _drive(self, run: Run, plan: _Plan) -> None:
+        """Drive ``run`` to a state nobody drives. Never raises: whatever fails ends the run."""
+        try:
+            result = await self._steps(run, plan)
+            if run.state is RunState.PAUSING:
+                await self._settle_pause(run)
+            elif result is not None and not result.is_error:
+                if await self._move(run, RunState.FINISHING):
+                    await self._release(run)
+                    await self._move(run, RunState.FINISHED)
+                elif run._pause is not None:  # the pause won the race with the result
+                    await self._settle_pause(run)
+            else:
+                await self._fail(run, _result_error(result, run))
+        except Exception as error:  # noqa: BLE001 - any failure ends this run, and only this run
+            logger.info("run %s failed: %s", run.id, error)  # an outcome, reported as an event
+            await self._fail(run, _describe(error))
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_time()):
+                if run.state is RunState.PAUSING:  # cancelled while pausing: finish the pause
+                    with suppress(Exception):
+                        await self._settle_pause(run)
+                if run.state.live:
+                    await self._fail(run, "the control plane stopped before the run could pause")
+            await self._close(run)
+
+    async def _steps(self, run: Run, plan: _Plan) -> ResultMessage | None:
+        """Get a node and run the agent, unless a pause or a deadline cuts in."""
+        with anyio.CancelScope() as scope:
+            run._abort = scope
+            if plan.deadline is not None:
+                scope.deadline = anyio.current_time() + plan.deadline
+            try:
+                provider = self._provider(plan.provider, plan.provider_settings)
+                reused, restored = await self._node_for(run, plan, provider)
+                assert run._node is not None
+                run._emit(NodeReady, node_id=run._node.node_id, reused=reused, transcript_restored=restored)
+                if await self._move(run, RunState.RUNNING):
+                    return await self._agent(run, plan, run._node)
+                if run.state is not RunState.PAUSING:
+                    raise NodeprovError(f"run {run.id} was taken over by another control plane")
+                return None  # a pause won
+            finally:
+                run._abort = None
+        if run.state is not RunState.PAUSING:  # cancelled by the deadline, or by a lost lease
+            if plan.deadline is not None and anyio.current_time() >= scope.deadline:
+                raise DeadlineError(f"the run's deadline of {plan.deadline:g} s passed" + _retry_cause(run))
+            raise NodeprovError("the run was aborted")
+        return None
+
+    async def _release(self, run: Run, *, keep: bool = False) -> None:
+        """Destroy the run's node (or record it kept) before the run reports its outcome.
+
+        A destroy that fails leaves the node recorded live, for reconcile to retry.
+        """
+        node, run._node = run._node, None
+        if node is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_time()):
+            if keep:
+                await self.store.set_node_state(node.node_id, "kept")
+            else:
+                try:
+                    await node.destroy()
+                except NodeprovError as error:
+                    logger.warning("could not destroy node %s of run %s: %s", node.node_id, run.id, error)
+                    return
+                await self.store.set_node_state(node.node_id, "destroyed")
+            run._emit(NodeReleased, node_id=node.node_id, kept=keep)
+
+    async def _node_for(self, run: Run, plan: _Plan, provider: NodeProvider[Any]) -> tuple[bool, bool]:
+        """Get the run's node into ``run._node``: the kept one, or a new one (with the
+        transcript restored onto it when resuming). Returns (reused, restored).
+
+        Provisioning is not shielded: a pause or shutdown interrupts it, and the provider
+        removes whatever it had made (its contract), so the intent is settled as failed.
+        """
+        snapshot = plan.resume
+        if snapshot is not None and snapshot.node_kept and snapshot.node_id:
+            try:
+                node = await provider.attach(snapshot.node_id)
+            except NodeGoneError:
+                logger.info(
+                    "kept node %s of run %s is gone: provisioning a new one", snapshot.node_id, run.id
+                )
+            else:
+                run._node = node
+                await self._record_node(run, node)
+                return True, False
+        config = plan.node_config.model_copy(update={"session_id": run.id, "owner": self.owner})
+        await self.store.node_intent(config.node_id, plan.provider, run.id)
+        try:
+            node = await provider.provision(config)
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_time()):
+                await self.store.set_node_state(config.node_id, "failed")
+            raise
+        run._node = node
+        await self._record_node(run, node)
+        if snapshot is not None and snapshot.agent_session_id and snapshot.project_key:
+            return False, await self._restore_transcript(node, plan, snapshot)
+        return False, False
+
+    async def _record_node(self, run: Run, node: NodeHandle) -> None:
+        await self.store.set_node_state(node.node_id, "live")
+        await self.store.update_run(run.id, node_id=node.node_id)
+
+    def _agent_options(self, plan: _Plan, node: NodeHandle) -> ClaudeAgentOptions:
+        home = node.base_env.get("HOME", "/root")
+        env = {**plan.options.env, "CLAUDE_CONFIG_DIR": f"{home}/.claude"}  # where the mirror keys come from
+        # Eager: every frame reaches the store at once (group-committed), so a crash
+        # mid-turn loses nothing.
+        changes: dict[str, Any] = {
+            "env": env,
+            "session_store": self.store.transcripts,
+            "session_store_flush": "eager",
+        }
+        if plan.resume is not None and plan.resume.agent_session_id:
+            changes["resume"] = plan.resume.agent_session_id
+        return dataclasses.replace(plan.options, **changes)
+
+    async def _restore_transcript(self, node: NodeHandle, plan: _Plan, snapshot: SnapshotRecord) -> bool:
+        """Write the agent's mirrored transcript where the CLI on ``node`` will look for it."""
+        assert snapshot.agent_session_id
+        assert snapshot.project_key
+        key = {"project_key": snapshot.project_key, "session_id": snapshot.agent_session_id}
+        entries = await self.store.transcripts.load(key)  # type: ignore[arg-type]
+        if not entries:
+            return False
+        directory = (
+            f"{self._agent_options(plan, node).env['CLAUDE_CONFIG_DIR']}/projects/{_project_key(plan, node)}"
+        )
+        files = {f"{directory}/{snapshot.agent_session_id}.jsonl": entries}
+        for subpath in await self.store.transcripts.list_subkeys(key):  # type: ignore[arg-type]
+            sub = await self.store.transcripts.load({**key, "subpath": subpath})  # type: ignore[typeddict-item]
+            files[f"{directory}/{snapshot.agent_session_id}/{subpath}.jsonl"] = sub or []
+        for path, content in files.items():
+            write = SpawnOptions("sh", ["-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "restore", path])
+            async with await node.spawn(write) as process:
+                await process.stdin.send(entries_to_jsonl(content))
+                await process.stdin.aclose()
+                if await process.wait() != 0:
+                    raise NodeprovError(f"could not restore the transcript to {path} on node {node.node_id}")
+        return True
+
+    async def _agent(self, run: Run, plan: _Plan, node: NodeHandle) -> ResultMessage | None:
+        options = self._agent_options(plan, node)
+        await self.store.update_run(run.id, project_key=_project_key(plan, node))
+        result: ResultMessage | None = None
+        async with ClaudeSDKClient(
+            options=options, transport=NodeTransport.for_node(node, options)
+        ) as client:
+            run._client = client
+            try:
+                await client.query(plan.prompt)
+                async for message in _progress_bounded(client.receive_response(), plan.idle_timeout, run):
+                    run._emit(AgentMessage, message=message)
+                    session_id = _session_id(message)
+                    if session_id and session_id != run.agent_session_id:
+                        run.agent_session_id = session_id
+                        await self.store.update_run(run.id, agent_session_id=session_id)
+                        record = await self.store.run(run.id)
+                        if record is not None:  # the workspace's session follows its agent's
+                            await self.store.set_provider_session_id(record.session_id, session_id)
+                    if isinstance(message, ResultMessage):
+                        result = message
+            finally:
+                run._client = None
+        return result
+
+    async def _settle_pause(self, run: Run) -> None:
+        pause = run._pause
+        assert pause is not None
+        keep = pause.keep_node and run._node is not None  # nothing to keep before provisioning
+        snapshot = await self._snapshot(run, pause.kind, pause.reason, keep_node=keep)
+        await self._release(run, keep=keep)
+        if await self._move(run, RunState.PAUSED, pause_request=None):
+            pause.snapshot = snapshot
+            logger.info(
+                "run %s paused (%s): %s; node %s",
+                run.id,
+                pause.kind,
+                pause.reason,
+                "kept" if keep else "released",
+            )
+            run._emit(
+                RunPaused, pause_kind=pause.kind, reason=pause.reason, token=snapshot.token, node_kept=keep
+            )
+
+    async def _fail(self, run: Run, error: str) -> None:
+        """End ``run`` as failed, resumable when its agent session is known. Bounded and
+        shielded; a store that fails here is logged (the run then ends in memory only, and
+        reconcile settles its row once this control plane's lease is gone)."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_time()):
+            run.error = error
+            try:
+                if run.agent_session_id and run.state.live:
+                    await self._snapshot(run, "system", error, keep_node=False)
+                await self._release(run)
+                await self._move(run, RunState.FAILED, error=error[:2000])
+            except Exception:
+                logger.exception("could not record the failure of run %s", run.id)
+
+    async def _close(self, run: Run) -> None:
+        """Report the end of this drive: the last event, flushed, then release the waiters."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_time()):
+            with suppress(Exception):
+                await self._release(run)  # a failure before the release path, say
+            run.outcome = run.state.outcome or "error"
+            if run.outcome != "error":
+                run.error = None
+            elif run.error is None:
+                run.error = f"the run ended {run.state}"
+            run._emit(
+                RunFinished, outcome=run.outcome, error=run.error, agent_session_id=run.agent_session_id
+            )
+            with suppress(Exception):
+                await self._flush_events()
+        if self._runs.get(run.id) is run:
+            del self._runs[run.id]
+        run._finished.set()
+        for subscriber in run._subscribers:
+            subscriber.push(None)
+
+    async def _snapshot(self, run: Run, kind: str, reason: str, *, keep_node: bool) -> SnapshotRecord:
+        record = await self.store.run(run.id)
+        if record is None:
+            raise RunStateError(f"run {run.id} is gone from the store")
+        snapshot = _snapshot_of(
+            record,
+            node_id=run._node.node_id if run._node else record.node_id,
+            agent_session_id=run.agent_session_id,
+            kind=kind,
+            reason=reason,
+            keep_node=keep_node,
+        )
+        await self.store.save_snapshot(snapshot)
+        return snapshot
+
+    # -- events ------------------------------------------------------------------------
+
+    def _queue_event(self, event: RunEvent) -> None:
+        self._pending_events.append(event)
+        self._events_waiting.set()
+
+    async def _write_events(self) -> None:
+        while True:
+            await self._events_waiting.wait()
+            self._events_waiting = anyio.Event()
+            await anyio.sleep(_EVENT_FLUSH_INTERVAL)  # let a batch gather
+            try:
+                await self._flush_events()
+            except Exception:
+                logger.exception("could not write run events; trying again")
+                self._events_waiting.set()
+                await anyio.sleep(1)
+
+    async def _flush_events(self) -> None:
+        """Write every pending event to the store (one grouped transaction)."""
+        async with self._flush_lock:
+            batch, self._pending_events = self._pending_events, []
+            if not batch:
+                return
+            try:
+                await self.store.append_events(
+                    [EventRecord(e.run_id, e.seq, e.kind, e.at, json.dumps(e.to_json())) for e in batch]
+                )
+            except BaseException:
+                self._pending_events[:0] = batch
+                raise
+            written = {(e.run_id, e.seq) for e in batch}
+            for run_id in {e.run_id for e in batch}:
+                run = self._runs.get(run_id)
+                if run is not None:
+                    run._unflushed = [e for e in run._unflushed if (e.run_id, e.seq) not in written]
+
+    async def events(self, run_id: str, *, after: int = 0, follow: bool = True) -> AsyncIterator[RunEvent]:
+        """The events of any run, from any process: those above sequence ``after``, then, with
+        ``follow``, new ones as they are written, until the run's drive ends with nobody
+        driving it (checked every ``poll_interval``). A server forwarding server-sent events
+        passes the client's ``Last-Event-ID`` as ``after``.
+
+        Raises:
+            RunStateError: there is no such run.
+            StoreError: the store could not be read.
+        """
+        if await self.store.run(run_id) is None:
+            raise RunStateError(f"no run {run_id}")
+        last, ended = after, False
+        while True:
+            run = self._runs.get(run_id)
+            if run is not None:
+                async for event in run.events(after=last):
+                    last = event.seq
+                    ended = isinstance(event, RunFinished)
+                    yield event
+                continue  # it may have been resumed here meanwhile
+            stored = await self.store.events(run_id, after=last)
+            for item in stored:
+                event = event_from_json(json.loads(item.body))
+                last, ended = item.seq, isinstance(event, RunFinished)
+                yield event
+            if stored:
+                continue
+            if not follow:
+                return
+            record = await self.store.run(run_id)
+            if ended and record is not None and not RunState(record.state).live:
+                return
+            await anyio.sleep(self._poll_interval)
+
+    # -- across processes --------------------------------------------------------------
+
+    async def request_pause(
+        self, run_id: str, kind: PauseKind = "external", reason: str = "", *, keep_node: bool = False
+    ) -> str:
+        """Ask whichever control plane drives ``run_id`` to pause it (it checks every
+        ``poll_interval``). For a run of this control plane, prefer :meth:`Run.pause`.
+        Returns the request, for :meth:`withdraw_pause`.
+
+        Raises:
+            ConfigError: ``kind`` is not human, external or system.
+            RunStateError: the run is not starting or running.
+        """
+        _check_pause_kind(kind)  # checked here: the driving process would meet it too late
+        request = json.dumps({"kind": kind, "reason": reason, "keep_node": keep_node, "id": new_id("pause")})
+        if not await self.store.update_run(
+            run_id, expect_states=(RunState.STARTING, RunState.RUNNING), pause_request=request
+        ):
+            raise RunStateError(f"run {run_id} is not running")
+        return request
+
+    async def withdraw_pause(self, run_id: str, request: str) -> bool:
+        """Take back a pause request nobody served (its control plane is gone, say), so a
+        later resume does not pause at once. Returns whether it was still pending."""
+        return await self.store.clear_pause_request(run_id, request)
+
+    async def _serve_pause_requests(self) -> None:
+        for run_id, raw in await self.store.pause_requests(self.owner):
+            run = self._runs.get(run_id)
+            if run is None or run._pause is not None or not run.state.live:
+                continue
+            assert self._tg is not None
+            self._tg.start_soon(self._serve_pause, run, raw)
+
+    async def _serve_pause(self, run: Run, raw: str) -> None:
+        try:
+            request = json.loads(raw)
+            await run.pause(request["kind"], request["reason"], keep_node=bool(request["keep_node"]))
+        except (NodeprovError, ValueError, KeyError, TypeError) as error:  # over meanwhile, or garbled
+            logger.info("pause request for run %s not served: %s", run.id, error)
+            with suppress(NodeprovError):
+                await self.store.clear_pause_request(run.id, raw)
+
+    # -- reconcile and garbage -----------------------------------------------------------
+
+    async def reconcile(self) -> ReconcileReport:
+        """Clean up after control planes that died, on any host sharing this store.
+
+        A run is orphaned when its owner is gone: a lease that expired or was released, or
+        (for owners without a lease) a process known to be dead. Its nodes (being made or
+        live) are destroyed, and the run ends: ``failed`` with a resumable snapshot (kind
+        ``system``) when its agent's session is known, ``finished`` when it was finishing.
+        Nodes still recorded live for runs that are over (a destroy that failed) are
+        destroyed too; pause requests nobody will serve are cleared. Runs of live owners
+        and kept nodes of paused runs are left alone. A destroy that fails is reported and
+        the rest goes on.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        report = ReconcileReport()
+        alive = await self._owner_check()
+        recorded: dict[str, list[str]] = {}  # run id -> its nodes being made or live
+        for node_id, _, run_id, _ in await self.store.nodes(states=("intent", "live")):
+            recorded.setdefault(run_id, []).append(node_id)
+        for record in await self.store.runs(states=tuple(LIVE_STATES)):
+            nodes = recorded.pop(record.id, [])
+            if record.id in self._runs or record.id in self._launching:
+                continue
+            if record.owner != self.owner and alive(record.owner) is not False:
+                continue  # a live owner drives it (ours, not driven here, is orphaned)
+            await self._destroy_nodes(record, nodes, report)
+            reason = f"control plane {record.owner} died during the run"
+            finishing = record.state == RunState.FINISHING
+            if record.agent_session_id and not finishing:
+                await self.store.save_snapshot(
+                    _snapshot_of(
+                        record,
+                        node_id=record.node_id,
+                        agent_session_id=record.agent_session_id,
+                        kind="system",
+                        reason=reason,
+                        keep_node=False,
+                    )
+                )
+            target = RunState.FINISHED if finishing else RunState.FAILED
+            if await self.store.update_run(
+                record.id,
+                expect_states=(record.state,),
+                expect_owner=record.owner,
+                state=target,
+                outcome=target.outcome,
+                error=None if finishing else reason,
+                pause_request=None,
+            ):
+                report.ended.append(record.id)
+                await self._append_finished(record, target, None if finishing else reason)
+        for run_id, nodes in recorded.items():  # what is left belongs to runs that are over
+            over = await self.store.run(run_id)
+            if over is not None and run_id not in self._runs and not RunState(over.state).live:
+                await self._destroy_nodes(over, nodes, report)
+        await self.store.clear_stale_pause_requests(
+            tuple(s for s in RunState if s not in (RunState.STARTING, RunState.RUNNING))
+        )
+        return report
+
+    async def _append_finished(self, record: RunRecord, state: RunState, error: str | None) -> None:
+        """The ``run.finished`` event a dead control plane could not write, so followers end."""
+        seq = await self.store.last_event_seq(record.id) + 1
+        event = RunFinished(
+            run_id=record.id,
+            seq=seq,
+            at=now(),
+            outcome=state.outcome or "error",
+            error=error,
+            agent_session_id=record.agent_session_id,
+        )
+        with suppress(NodeprovError):  # its writer got there after all: the stream has an end
+            await self.store.append_events(
+                [EventRecord(record.id, seq, event.kind, event.at, json.dumps(event.to_json()))]
+            )
+
+    async def _owner_check(self) -> Callable[[str], bool | None]:
+        """Whether an owner lives: leases by the store, other owners by :func:`owner_alive`."""
+        live = await self.store.live_leases()
+
+        def alive(owner: str) -> bool | None:
+            if owner.startswith(_LEASE_PREFIX):
+                return owner.removeprefix(_LEASE_PREFIX) in live
+            return owner_alive(owner)
+
+        return alive
+
+    async def _destroy_nodes(self, record: RunRecord, node_ids: list[str], report: ReconcileReport) -> None:
+        """Destroy nodes of ``record`` that the store still holds as being made or live."""
+        if not node_ids:
+            return
+        try:
+            provider = self._provider(record.node_provider, json.loads(record.node_settings))
+        except NodeprovError as error:
+            report.failed.extend((node_id, str(error)) for node_id in node_ids)
+            return
+        for node_id in node_ids:
+            try:
+                with suppress(NodeGoneError):  # never made, or gone with its host
+                    await (await provider.attach(node_id)).destroy()
+                await self.store.set_node_state(node_id, "destroyed")
+                report.destroyed.append(node_id)
+            except NodeprovError as error:
+                logger.warning("could not destroy node %s of run %s: %s", node_id, record.id, error)
+                report.failed.append((node_id, str(error)))
+
+    async def collect_garbage(
+        self, provider: NodeProvider[Any], *, dry_run: bool = False, settle: float = 0.0
+    ) -> GarbageReport:
+        """Reap ``provider``'s abandoned nodes, judging owners by the store: a lease that
+        expired or was released is gone. Nodes the store holds (being made, live, or kept
+        for a paused run) are never touched here; :meth:`reconcile` settles those.
+        See :meth:`NodeProvider.collect_garbage` for ``settle``.
+
+        Raises:
+            ProviderError: the platform could not be asked.
+            StoreError: the store failed.
+        """
+        held = {node_id for node_id, *_ in await self.store.nodes(states=("intent", "live", "kept"))}
+        report = await provider.collect_garbage(
+            dry_run=dry_run, alive=await self._owner_check(), spare=held, settle=settle
+        )
+        if not dry_run:
+            for info in report.reaped:
+                await self.store.set_node_state(info.node_id, "destroyed")
+        return report
+
+
+async def _progress_bounded(
+    messages: AsyncIterator[Message], idle_timeout: float | None, run: Run
+) -> AsyncIterator[Message]:
+    """``messages``, ended with :class:`DeadlineError` when none but API-retry notices come for
+    ``idle_timeout`` seconds. The last retry's error is kept on ``run`` as the likely cause."""
+    progress_at = anyio.current_time()
+    while True:
+        remaining = None if idle_timeout is None else progress_at + idle_timeout - anyio.current_time()
+        with anyio.move_on_after(remaining) as waiting:
+            try:
+                message = await anext(messages)
+            except StopAsyncIteration:
+                return
+        if waiting.cancelled_caught:
+            raise DeadlineError(f"the agent made no progress for {idle_timeout:g} s" + _retry_cause(run))
+        if isinstance(message, SystemMessage) and message.subtype == "api_retry":
+            run._last_retry = str(message.data.get("error") or message.data.get("error_status") or "unknown")
+        else:
+            progress_at = anyio.current_time()
+        yield message
+
+
+def _retry_cause(run: Run) -> str:
+    if run._last_retry:
+        return f"; the model API kept failing: {run._last_retry}"
+    return ""
+
+
+def _result_error(result: ResultMessage | None, run: Run) -> str:
+    """Why the agent's result is a failure, in the agent's own words where it gave them."""
+    if result is None:
+        return "the agent ended without a result" + _retry_cause(run)
+    errors = getattr(result, "errors", None) or []
+    said = result.result or "; ".join(str(e) for e in errors)
+    return (said or f"the agent ended with {result.subtype}") + _retry_cause(run)
+
+
+def _describe(error: BaseException) -> str:
+    return str(error) or type(error).__name__
+
+
+def _check_pause_kind(kind: str) -> None:
+    if kind not in _PAUSE_KINDS:
+        raise ConfigError(f"pause kind must be one of {', '.join(_PAUSE_KINDS)}, got {kind!r}")
+
+
+def _snapshot_of(
+    record: RunRecord,
+    *,
+    node_id: str | None,
+    agent_session_id: str | None,
+    kind: str,
+    reason: str,
+    keep_node: bool,
+) -> SnapshotRecord:
+    """A snapshot of ``record`` as it stands, with a fresh single-use token."""
+    return SnapshotRecord(
+        token=f"tok-{secrets.token_urlsafe(24)}",
+        run_id=record.id,
+        node_id=node_id,
+        node_kept=keep_node,
+        provider=record.node_provider,
+        agent_session_id=agent_session_id,
+        project_key=record.project_key,
+        state=record.state,
+        pause_kind=kind,
+        reason=reason[:2000],
+        created_at=now(),
+        used_at=None,
+    )
+
+
+def _project_key(plan: _Plan, node: NodeHandle) -> str:
+    """The directory name the CLI gives the agent's working directory (its session key)."""
+    cwd = str(plan.options.cwd) if plan.options.cwd else node.workdir
+    return str(_sanitize_path(posixpath.normpath(posixpath.join(node.workdir, cwd))))
+
+
+def _session_id(message: Message) -> str | None:
+    if isinstance(message, SystemMessage) and message.subtype == "init":
+        value = message.data.get("session_id")
+        return str(value) if value else None
+    value = getattr(message, "session_id", None)
+    return str(value) if value else None
+
+
+def _stored_options(options: ClaudeAgentOptions) -> dict[str, Any]:
+    """What of the agent options is kept: never ``env`` (credentials) or callbacks."""
+    return {name: _jsonable(getattr(options, name)) for name in _STORED_OPTIONS if getattr(options, name)}

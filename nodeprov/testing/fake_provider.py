@@ -1,0 +1,148 @@
+"""A fake provider, for fast tests of the layers above providers (runs, the CLI).
+
+Registered as ``fake``. A node is a directory under ``root``, listed from a JSON record
+file; a spawn is a plain child process of this control plane in its own process group.
+Unlike the real providers it contains nothing: it exists to make provisioning slow, failing
+or hanging on demand, so that races between runs, pauses and shutdowns can be driven many
+times quickly. Use the ``local`` provider for anything about processes on a node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+from contextlib import suppress
+from pathlib import Path
+from subprocess import PIPE
+from typing import Any, ClassVar
+
+import anyio
+import anyio.to_thread
+from anyio.abc import Process
+from pydantic import Field
+
+from ..errors import CommandNotFoundError, NodeGoneError, ProvisionError
+from ..node import NodeConfig, NodeHandle, NodeInfo, NodeProvider, ProviderSettings, Rollback
+from ..spawn import SpawnedProcess, SpawnOptions
+
+__all__ = ["FakeProvider", "FakeSettings"]
+
+_RECORD = "node.json"
+
+
+class FakeSettings(ProviderSettings):
+    """Settings of the fake provider: where nodes live, and how provisioning misbehaves."""
+
+    root: Path = Field(
+        default_factory=lambda: Path(tempfile.gettempdir()) / "nodeprov-fake",
+        description="Directory under which each node gets its own directory.",
+    )
+    provision_delay: float = Field(default=0.0, ge=0, description="Seconds provisioning takes (cancellable).")
+    provision_error: str | None = Field(
+        default=None, description="Fail provisioning with this message, after the delay."
+    )
+    destroy_delay: float = Field(default=0.0, ge=0, description="Seconds destroying takes.")
+
+
+class _Process(SpawnedProcess):
+    def __init__(self, process: Process) -> None:
+        super().__init__()
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
+        self._process = process
+        self.stdin, self.stdout, self.stderr = process.stdin, process.stdout, process.stderr
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode
+
+    async def wait(self) -> int:
+        return await self._process.wait()
+
+    async def terminate(self) -> None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGTERM)
+
+    async def kill(self) -> None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+
+
+class _Node(NodeHandle):
+    def __init__(self, provider: FakeProvider, record: dict[str, Any], directory: Path) -> None:
+        super().__init__(
+            node_id=str(record["node_id"]),
+            provider=FakeProvider.name,
+            labels=record["labels"],
+            workdir=str(directory / "work"),
+            base_env={"PATH": os.defpath, "HOME": str(directory / "work")},
+        )
+        self._settings = provider.settings
+        self._directory = directory
+        self._spawned: list[_Process] = []
+
+    async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
+        with anyio.CancelScope(shield=True):  # a cancellation between fork and return would orphan it
+            try:
+                process = await anyio.open_process(
+                    options.argv,
+                    stdin=PIPE,
+                    stdout=PIPE,
+                    stderr=PIPE,
+                    cwd=str(Path(self.workdir) / (options.cwd or ".")),
+                    env={**self.base_env, **options.env},
+                    start_new_session=True,
+                )
+            except OSError as error:
+                raise CommandNotFoundError(f"cannot run {options.command!r}: {error.strerror}") from None
+        spawned = _Process(process)
+        self._spawned.append(spawned)
+        return spawned
+
+    async def _destroy(self) -> None:
+        await anyio.sleep(self._settings.destroy_delay)
+        for process in self._spawned:
+            await process.kill()
+        await anyio.to_thread.run_sync(shutil.rmtree, self._directory, True)
+
+
+class FakeProvider(NodeProvider[FakeSettings]):
+    """See :mod:`nodeprov.testing.fake_provider`."""
+
+    name: ClassVar[str] = "fake"
+    settings_model: ClassVar[type[ProviderSettings]] = FakeSettings
+
+    async def _provision(self, config: NodeConfig) -> NodeHandle:
+        directory = self.settings.root / config.node_id
+        async with Rollback() as rollback:
+            await anyio.Path(directory / "work").mkdir(parents=True)
+            rollback.push(lambda: anyio.to_thread.run_sync(shutil.rmtree, directory, True))
+            record = {"node_id": config.node_id, "labels": config.resource_labels()}
+            await anyio.Path(directory / _RECORD).write_text(json.dumps(record))
+            await anyio.sleep(self.settings.provision_delay)
+            if self.settings.provision_error is not None:
+                raise ProvisionError(self.settings.provision_error)
+            return _Node(self, record, directory)
+
+    async def list_nodes(self) -> list[NodeInfo]:
+        return [
+            NodeInfo(str(record["node_id"]), self.name, record["labels"], "ready")
+            for record in await anyio.to_thread.run_sync(self._records)
+        ]
+
+    async def attach(self, node_id: str) -> NodeHandle:
+        for record in await anyio.to_thread.run_sync(self._records):
+            if record["node_id"] == node_id:
+                return _Node(self, record, self.settings.root / node_id)
+        raise NodeGoneError(f"no fake node {node_id}")
+
+    def _records(self) -> list[dict[str, Any]]:
+        records = []
+        for path in self.settings.root.glob(f"*/{_RECORD}"):
+            with suppress(OSError, ValueError):
+                records.append(json.loads(path.read_text()))
+        return records
