@@ -618,8 +618,8 @@ class Orchestrator:
             if keep:
                 await self.store.set_node_state(node.node_id, "kept")
             else:
-                try:
-                    await node.destroy()
+                try:  # bounded by the shutdown deadline too: destroy is shielded on its own
+                    await node.destroy(destroy_timeout=min(node.destroy_timeout, self._cleanup_time()))
                 except NodeprovError as error:
                     logger.warning("could not destroy node %s of run %s: %s", node.node_id, run.id, error)
                     return
