@@ -100,12 +100,18 @@ class DockerSettings(ProviderSettings):
 async def _engine(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a docker SDK call in a worker thread, mapping its errors into nodeprov's tree.
 
+    A cancelled call is abandoned, not waited for: deadlines (destroy's, a shutdown's) hold
+    even when the engine does not answer. The engine may still complete the request, which
+    is why every resource carries labels and reapers settle (see ``collect_garbage``).
+
     ``NotFound`` (container or exec) becomes :class:`NodeGoneError`, a 409 :class:`_ConflictError`
     (the container is not running, or is being removed), anything else a
     :class:`ProviderError`. Callers refine these where they know more.
     """
     try:
-        return await anyio.to_thread.run_sync(functools.partial(call, *args, **kwargs))
+        return await anyio.to_thread.run_sync(
+            functools.partial(call, *args, **kwargs), abandon_on_cancel=True
+        )
     except docker.errors.NotFound as error:
         raise NodeGoneError(_explain(error)) from None
     except docker.errors.APIError as error:
