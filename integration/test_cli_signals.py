@@ -1,0 +1,140 @@
+"""``nodeprov run`` killed the ways real terminals, ``timeout``, systemd and CI kill it: the
+real Claude Code CLI, a scripted model, local and Docker nodes.
+
+SIGTERM and SIGHUP pause the run (kind ``system``) like Ctrl-C; after SIGKILL nothing can
+clean up, and the agent must stop by itself: on a local node its supervisor sees its
+control plane die at once; on any node the agent's stdin guard stops it once the channel
+closes (grace: the stop policy's EOF and TERM graces, 5 s each by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import docker
+import pytest
+
+from nodeprov import LABEL_SESSION_ID
+from nodeprov.testing import ScriptedModel, Text, ToolUse
+from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
+
+from .agents import require_claude_cli
+
+pytestmark = pytest.mark.anyio
+
+STOP_BOUND = 5 + 5 + 5  # eof grace + term grace + a margin
+
+
+@pytest.fixture(autouse=True)
+def _claude_cli() -> None:
+    require_claude_cli()
+
+
+@pytest.fixture(params=["local", "docker"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
+    if request.param == "local":
+        return ["-s", f"root={tmp_path / 'nodes'}"]
+    image = request.getfixturevalue("base_image")
+    settings = {"image": image, "network_mode": "host", "pull": "never", "mount_sdk_claude": True}
+    return ["--provider", "docker", *[arg for k, v in settings.items() for arg in ("-s", f"{k}={v}")]]
+
+
+def agent_processes(model: ScriptedModel) -> list[int]:
+    """Processes whose environment points at ``model``: the agent and its tools, wherever
+    they run on this machine (containers' processes are visible from here)."""
+    needle = model.url.encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def start(tmp_path: Path, model: ScriptedModel, where: list[str]) -> tuple[subprocess.Popen[str], str]:
+    marker = unique_marker()
+    model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+    env_args = [arg for name, value in model.agent_env().items() for arg in ("-e", f"{name}={value}")]
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nodeprov",
+            "run",
+            "--json",
+            "--model",
+            "claude-scripted",
+            *env_args,
+            *where,
+            "task",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "NO_COLOR": "1", "NODEPROV_STORE": f"sqlite:///{tmp_path}/store.db"},
+    )
+    deadline = time.monotonic() + 90
+    while not host_processes_matching(marker):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the agent's tool never started"
+        time.sleep(0.05)
+    return process, marker
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_pause_the_run(
+    signum: signal.Signals, where: list[str], scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    process, marker = start(tmp_path, scripted_model, where)
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 3, stderr
+    events = [json.loads(line) for line in stdout.splitlines()]
+    paused = next(e for e in events if e["type"] == "run.paused")
+    assert (paused["pause_kind"], paused["reason"]) == ("system", f"nodeprov received {signum.name}")
+    assert events[-1]["outcome"] == "paused"
+    assert host_processes_matching(marker) == []
+    assert agent_processes(scripted_model) == []
+
+
+async def test_sigkill_leaves_no_agent_running(
+    where: list[str], scripted_model: ScriptedModel, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    process, marker = start(tmp_path, scripted_model, where)
+    process.kill()
+    process.communicate(timeout=30)
+    killed = time.monotonic()
+
+    async def stopped() -> bool:
+        return not agent_processes(scripted_model) and not host_processes_matching(marker)
+
+    assert await wait_until(stopped, STOP_BOUND), "the agent outlived its control plane"
+    print(f"\nthe agent stopped {time.monotonic() - killed:.1f} s after its control plane was SIGKILLed")
+    requests = len(scripted_model.requests)
+    await anyio.sleep(1)
+    assert len(scripted_model.requests) == requests  # nothing calls the model any more
+    if "docker" in where:  # the container itself waits for gc once the lease expires; not here
+        client: Any = request.getfixturevalue("docker_client")
+        _remove_run_containers(client, tmp_path)
+
+
+def _remove_run_containers(client: docker.DockerClient, tmp_path: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "store.db") as db:
+        run_ids = [row[0] for row in db.execute("SELECT id FROM runs")]
+    for run_id in run_ids:
+        for container in client.api.containers(all=True, filters={"label": f"{LABEL_SESSION_ID}={run_id}"}):
+            client.api.remove_container(container["Id"], force=True)

@@ -1,0 +1,129 @@
+"""Leases across control planes: two orchestrators as separate processes share PostgreSQL;
+one runs in another PID namespace with the same hostname (where ``host:pid`` ownership
+would be misjudged) and is SIGKILLed mid-run. The survivor reconciles its runs and reaps its
+nodes within the stated bound (lease expiry plus the reconcile interval, plus destroy time),
+and never touches its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.abc import Process
+from anyio.streams.text import TextReceiveStream
+
+from nodeprov.runs import RunState
+from nodeprov.store import Store
+from nodeprov.testing import fake_agent_command
+from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
+from nodeprov.testing.pytest_plugin import require_engine
+
+pytestmark = pytest.mark.anyio
+
+TRIALS = int(os.environ.get("NODEPROV_LEASE_TRIALS", "20"))
+LEASE_TTL = 1.0
+RECONCILE_INTERVAL = 0.3
+BOUND = LEASE_TTL + RECONCILE_INTERVAL + 10  # destroying local nodes takes well under 10 s
+
+CONTROL_PLANE = textwrap.dedent("""
+    import json, signal, sys, anyio
+    from claude_agent_sdk import ClaudeAgentOptions
+    from nodeprov.runs import Orchestrator
+    from nodeprov.store import Store
+
+    async def main() -> None:
+        url, root, cli, marker, count = sys.argv[1:6]
+        steps = [{"spawn": ["sleep", marker]}, {"stall": True}]
+        options = ClaudeAgentOptions(cli_path=cli, env={"NODEPROV_FAKE_AGENT": json.dumps(steps)})
+        async with await Store.open(url) as store, Orchestrator(
+            store, lease_ttl=%(ttl)s, reconcile_interval=%(interval)s
+        ) as orchestrator:
+            runs = [
+                await orchestrator.start("work", provider="local", provider_settings={"root": root},
+                                         options=options)
+                for _ in range(int(count))
+            ]
+            for run in runs:
+                async for _ in run.events():
+                    if run.agent_session_id:
+                        break
+            print(json.dumps([run.id for run in runs]), flush=True)
+            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    break  # leaving the orchestrator pauses what runs
+
+    anyio.run(main)
+""") % {"ttl": LEASE_TTL, "interval": RECONCILE_INTERVAL}
+
+
+async def start_plane(argv: list[str]) -> tuple[Process, list[str]]:
+    plane = await anyio.open_process(argv)
+    assert plane.stdout is not None
+    with anyio.fail_after(60):
+        line = await TextReceiveStream(plane.stdout).receive()
+    return plane, json.loads(line)
+
+
+async def test_a_killed_control_plane_in_another_pid_namespace_is_reaped_by_a_survivor(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    unshare = shutil.which("unshare")
+    require_engine("unshare(1) and root, for a PID namespace", bool(unshare) and os.geteuid() == 0)
+    cli = fake_agent_command(tmp_path)
+    survivor_root, victim_root = tmp_path / "survivor", tmp_path / "victim"
+    survivor_marker = unique_marker()
+    survivor, kept = await start_plane(
+        [sys.executable, "-c", CONTROL_PLANE, postgres_url, str(survivor_root), cli, survivor_marker, "2"]
+    )
+    reconcile_times = []
+    try:
+        async with await Store.open(postgres_url) as store:
+            for _ in range(TRIALS):
+                marker = unique_marker()
+                victim, doomed = await start_plane(
+                    [
+                        str(unshare),
+                        "--pid",
+                        "--fork",
+                        "--kill-child=SIGKILL",
+                        sys.executable,
+                        "-c",
+                        CONTROL_PLANE,
+                        postgres_url,
+                        str(victim_root),
+                        cli,
+                        marker,
+                        "2",
+                    ]
+                )
+                victim.kill()  # and its namespace's init with it: SIGKILL, no cleanup
+                await victim.wait()
+                await victim.aclose()
+                killed = time.monotonic()
+
+                async def reaped(doomed: list[str] = doomed) -> bool:
+                    states = [(await store.run(run_id)).state for run_id in doomed]  # type: ignore[union-attr]
+                    return all(state == RunState.FAILED for state in states) and not any(
+                        victim_root.iterdir()
+                    )
+
+                assert await wait_until(reaped, BOUND), "the survivor did not reconcile in time"
+                reconcile_times.append(time.monotonic() - killed)
+                assert host_processes_matching(marker) == []  # no orphan
+                for run_id in kept:  # no false deletion
+                    assert (await store.run(run_id)).state == RunState.RUNNING  # type: ignore[union-attr]
+                assert len(list(survivor_root.iterdir())) == len(kept)
+                assert len(host_processes_matching(survivor_marker)) == len(kept)
+    finally:
+        survivor.send_signal(signal.SIGTERM)
+        with anyio.fail_after(60):
+            await survivor.wait()
+    print(f"\nreconciled a dead control plane in {min(reconcile_times):.1f}-{max(reconcile_times):.1f} s")
