@@ -138,3 +138,52 @@ def _remove_run_containers(client: docker.DockerClient, tmp_path: Path) -> None:
     for run_id in run_ids:
         for container in client.api.containers(all=True, filters={"label": f"{LABEL_SESSION_ID}={run_id}"}):
             client.api.remove_container(container["Id"], force=True)
+
+
+def test_logs_follow_from_another_process_sees_every_event_in_order(
+    scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    scripted_model.extend(
+        [ToolUse("Bash", {"command": "for i in 1 2 3; do echo tick $i; sleep 0.5; done"}), Text("all done")]
+    )
+    env_args = [
+        arg for name, value in scripted_model.agent_env().items() for arg in ("-e", f"{name}={value}")
+    ]
+    environment = {**os.environ, "NO_COLOR": "1", "NODEPROV_STORE": f"sqlite:///{tmp_path}/store.db"}
+    nodes = ["-s", f"root={tmp_path / 'nodes'}"]
+    running = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nodeprov",
+            "run",
+            "--json",
+            "--model",
+            "claude-scripted",
+            *env_args,
+            *nodes,
+            "go",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=environment,
+    )
+    assert running.stdout is not None
+    started = json.loads(running.stdout.readline())
+    assert started["type"] == "run.started"
+    follower = subprocess.run(
+        [sys.executable, "-m", "nodeprov", "logs", started["run_id"], "--follow", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        check=False,
+    )
+    rest, _ = running.communicate(timeout=120)
+    assert running.returncode == 0
+    assert follower.returncode == 0, follower.stderr
+    lived = [started, *(json.loads(line) for line in rest.splitlines())]
+    followed = [json.loads(line) for line in follower.stdout.splitlines()]
+    assert followed == lived  # every event, in order, the same in both processes
+    assert followed[-1]["type"] == "run.finished"
