@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from claude_agent_sdk import ClaudeAgentOptions
 
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run, RunFinished, RunPaused, RunStarted
 from nodeprov.store import Store
@@ -244,3 +246,35 @@ async def test_no_secret_in_rows_events_or_logs(
         assert canary not in repr(rows), table
     assert canary not in caplog.text
     assert f"run {run.id} paused (human): check" in caplog.text  # the pause kind reaches the logs
+
+
+async def test_a_refused_and_a_silent_model_end_the_run_with_the_real_cause(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    from nodeprov.testing import Stall
+
+    with socket.socket() as probe:  # a port nothing listens on: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    refused_env = {**scripted_model.agent_env(), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{closed_port}"}
+    scripted_model.extend([Stall()])
+    async with Orchestrator(store) as orchestrator:
+        refused = await orchestrator.start(
+            "hello?",
+            options=ClaudeAgentOptions(env=refused_env, permission_mode="bypassPermissions"),
+            idle_timeout=8,
+            **local(tmp_path),
+        )
+        silent = await orchestrator.start(
+            "hello?", options=agent_options(scripted_model), idle_timeout=8, **local(tmp_path)
+        )
+        with anyio.fail_after(TURN_TIMEOUT):
+            assert await refused.wait() == "error"
+            assert await silent.wait() == "error"
+    assert refused.error is not None
+    assert refused.error.startswith(
+        "the agent made no progress for 8 s (waiting for the model API, which failed "
+    )
+    assert refused.error.endswith(" times: no response (connection refused, reset or timed out))")
+    assert silent.error == "the agent made no progress for 8 s (waiting for the model API)"
+    assert list((tmp_path / "nodes").iterdir()) == []

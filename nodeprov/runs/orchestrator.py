@@ -18,7 +18,16 @@ from typing import Any, Literal, Self
 
 import anyio
 from anyio.abc import TaskGroup
-from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, Message, ResultMessage, SystemMessage
+from claude_agent_sdk import (
+    AssistantMessage,
+    ClaudeAgentOptions,
+    ClaudeSDKClient,
+    Message,
+    ResultMessage,
+    SystemMessage,
+    ToolUseBlock,
+    UserMessage,
+)
 
 # Pinned with the SDK: the CLI's own project-directory naming (see pyproject.toml).
 from claude_agent_sdk._internal.sessions import _sanitize_path
@@ -104,7 +113,7 @@ class Run:
         self._node: NodeHandle | None = None
         self._abort: anyio.CancelScope | None = None
         self._pause: _Pause | None = None
-        self._last_retry: str | None = None
+        self._progress = _Progress()
 
     def _emit(self, event_type: type[RunEvent], **fields: Any) -> None:
         event = event_type(run_id=self.id, seq=self._next_seq, at=now(), **fields)
@@ -184,7 +193,12 @@ class Run:
         if self._pause is not None:
             raise RunStateError(f"run {self.id} is being paused already: it cannot be paused")
         pause = _Pause(kind, reason, keep_node)
-        if not await self._orchestrator._move(self, RunState.PAUSING, before=lambda: self._claim(pause)):
+        if not await self._orchestrator._move(
+            self,
+            RunState.PAUSING,
+            unless=lambda: self._pause is not None,
+            then=lambda: self._paused_by(pause),
+        ):
             raise RunStateError(f"run {self.id} is {self.state}: it cannot be paused")
         client = self._client
         if client is not None:
@@ -197,11 +211,8 @@ class Run:
             raise RunStateError(f"run {self.id} failed while pausing: {self.error}")
         return pause.snapshot
 
-    def _claim(self, pause: _Pause) -> bool:
-        if self._pause is not None:
-            return False
+    def _paused_by(self, pause: _Pause) -> None:
         self._pause = pause
-        return True
 
 
 @dataclass(frozen=True)
@@ -535,24 +546,33 @@ class Orchestrator:
     # -- state ---------------------------------------------------------------------------
 
     async def _move(
-        self, run: Run, target: RunState, *, before: Callable[[], bool] | None = None, **changes: Any
+        self,
+        run: Run,
+        target: RunState,
+        *,
+        unless: Callable[[], bool] | None = None,
+        then: Callable[[], None] | None = None,
+        **changes: Any,
     ) -> bool:
         """Move ``run`` to ``target`` if the table allows it from where it stands: one
         compare-and-set in the store, on the run's state and its owner (this control
-        plane). ``before`` runs first and may veto. Returns whether the run moved."""
+        plane). ``unless`` may veto first; ``then`` runs once the run has moved, before any
+        other mover of the run. Returns whether the run moved."""
         async with run._moving:
-            if target not in TRANSITIONS[run.state] or (before is not None and not before()):
+            if target not in TRANSITIONS[run.state] or (unless is not None and unless()):
                 return False
             if target.outcome is not None:
                 changes.setdefault("outcome", target.outcome)
             moved = await self.store.update_run(
                 run.id, expect_states=(run.state,), expect_owner=self.owner, state=target, **changes
             )
-            if moved:
-                run.state = target
-            else:
+            if not moved:
                 logger.warning("run %s changed under this control plane (lease lost?)", run.id)
-            return moved
+                return False
+            run.state = target
+            if then is not None:
+                then()
+            return True
 
     # -- driving a run ---------------------------------------------------------------------
 
@@ -602,7 +622,9 @@ class Orchestrator:
                 run._abort = None
         if run.state is not RunState.PAUSING:  # cancelled by the deadline, or by a lost lease
             if plan.deadline is not None and anyio.current_time() >= scope.deadline:
-                raise DeadlineError(f"the run's deadline of {plan.deadline:g} s passed" + _retry_cause(run))
+                raise DeadlineError(
+                    f"the run's deadline of {plan.deadline:g} s passed ({run._progress.waiting()})"
+                )
             raise NodeprovError("the run was aborted")
         return None
 
@@ -1041,11 +1063,50 @@ class Orchestrator:
         return report
 
 
+class _Progress:
+    """What the agent is waiting for, and how the model API has been failing, so that a run
+    that times out can say why."""
+
+    def __init__(self) -> None:
+        self.tool: str | None = None  # the tool the agent waits on, else the model
+        self.retries = 0
+        self.failure = ""
+
+    def saw(self, message: Message) -> bool:
+        """Note ``message``; return whether it is progress (API-retry notices are not)."""
+        if isinstance(message, SystemMessage) and message.subtype == "api_retry":
+            status, error = message.data.get("error_status"), message.data.get("error")
+            said = "" if error in (None, "", "unknown") else f": {error}"
+            self.retries += 1
+            self.failure = (
+                f"HTTP {status}{said}"
+                if status
+                else (said[2:] or "no response (connection refused, reset or timed out)")
+            )
+            return False
+        if isinstance(message, AssistantMessage):
+            tools = [block.name for block in message.content if isinstance(block, ToolUseBlock)]
+            self.tool = tools[-1] if tools else None
+        elif isinstance(message, UserMessage):
+            self.tool = None
+        return True
+
+    def waiting(self) -> str:
+        if self.tool is not None:
+            return f"waiting for its {self.tool} tool"
+        if self.retries:
+            return f"waiting for the model API, which failed {self.retries} times: {self.failure}"
+        return "waiting for the model API"
+
+    def cause(self) -> str:
+        return f" (the model API failed {self.retries} times: {self.failure})" if self.retries else ""
+
+
 async def _progress_bounded(
     messages: AsyncIterator[Message], idle_timeout: float | None, run: Run
 ) -> AsyncIterator[Message]:
-    """``messages``, ended with :class:`DeadlineError` when none but API-retry notices come for
-    ``idle_timeout`` seconds. The last retry's error is kept on ``run`` as the likely cause."""
+    """``messages``, ended with :class:`DeadlineError` when none but API-retry notices come
+    for ``idle_timeout`` seconds; the error says what the agent was waiting for."""
     progress_at = anyio.current_time()
     while True:
         remaining = None if idle_timeout is None else progress_at + idle_timeout - anyio.current_time()
@@ -1055,27 +1116,21 @@ async def _progress_bounded(
             except StopAsyncIteration:
                 return
         if waiting.cancelled_caught:
-            raise DeadlineError(f"the agent made no progress for {idle_timeout:g} s" + _retry_cause(run))
-        if isinstance(message, SystemMessage) and message.subtype == "api_retry":
-            run._last_retry = str(message.data.get("error") or message.data.get("error_status") or "unknown")
-        else:
+            raise DeadlineError(
+                f"the agent made no progress for {idle_timeout:g} s ({run._progress.waiting()})"
+            )
+        if run._progress.saw(message):
             progress_at = anyio.current_time()
         yield message
-
-
-def _retry_cause(run: Run) -> str:
-    if run._last_retry:
-        return f"; the model API kept failing: {run._last_retry}"
-    return ""
 
 
 def _result_error(result: ResultMessage | None, run: Run) -> str:
     """Why the agent's result is a failure, in the agent's own words where it gave them."""
     if result is None:
-        return "the agent ended without a result" + _retry_cause(run)
+        return "the agent ended without a result" + run._progress.cause()
     errors = getattr(result, "errors", None) or []
     said = result.result or "; ".join(str(e) for e in errors)
-    return (said or f"the agent ended with {result.subtype}") + _retry_cause(run)
+    return (said or f"the agent ended with {result.subtype}") + run._progress.cause()
 
 
 def _describe(error: BaseException) -> str:
