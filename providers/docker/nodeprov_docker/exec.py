@@ -208,6 +208,11 @@ class DockerProcess(SpawnedProcess):
             self._signalled = "KILL"
             await self._signal_group("KILL")
 
+    async def discard(self) -> None:
+        if self._returncode is None:
+            self._returncode = 128 + 9  # removed with its container: killed, as the engine reports it
+        await super().discard()
+
     async def _release(self) -> None:
         if self._signalled == "TERM":
             # Stopped by SIGTERM: what it started may have ignored it. (A process that ends

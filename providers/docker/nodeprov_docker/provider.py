@@ -98,20 +98,30 @@ class DockerSettings(ProviderSettings):
 
 
 async def _engine(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a docker SDK call in a worker thread, mapping its errors into nodeprov's tree.
+    """Run a docker SDK call that makes something (a container, an exec) in a worker thread.
 
-    A cancelled call is abandoned, not waited for: deadlines (destroy's, a shutdown's) hold
-    even when the engine does not answer. The engine may still complete the request, which
-    is why every resource carries labels and reapers settle (see ``collect_garbage``).
+    A cancelled call is waited for: a create that completed after its rollback ran would
+    leave a container behind. Errors are mapped as by :func:`_call`.
+    """
+    return await _call(functools.partial(call, *args, **kwargs), abandon=False)
+
+
+async def _ask(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a docker SDK call that reads or removes in a worker thread; a cancelled call is
+    abandoned, not waited for, so deadlines (destroy's, a shutdown's) hold even when the
+    engine does not answer. Its late completion is harmless."""
+    return await _call(functools.partial(call, *args, **kwargs), abandon=True)
+
+
+async def _call(call: Callable[[], T], *, abandon: bool) -> T:
+    """``call`` in a worker thread, its errors mapped into nodeprov's tree.
 
     ``NotFound`` (container or exec) becomes :class:`NodeGoneError`, a 409 :class:`_ConflictError`
     (the container is not running, or is being removed), anything else a
     :class:`ProviderError`. Callers refine these where they know more.
     """
     try:
-        return await anyio.to_thread.run_sync(
-            functools.partial(call, *args, **kwargs), abandon_on_cancel=True
-        )
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=abandon)
     except docker.errors.NotFound as error:
         raise NodeGoneError(_explain(error)) from None
     except docker.errors.APIError as error:
@@ -243,7 +253,7 @@ class DockerNode(NodeHandle):
 
     @staticmethod
     async def _exit_code(api: Any, exec_id: str) -> int | None:
-        info = await _engine(api.exec_inspect, exec_id)
+        info = await _ask(api.exec_inspect, exec_id)
         return None if info["Running"] else int(info["ExitCode"])
 
     async def _signal_group(self, api: Any, pid: int, signal: str) -> None:
@@ -360,7 +370,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
             if self._image_seen:
                 return
             try:
-                await _engine(client.api.inspect_image, image)
+                await _ask(client.api.inspect_image, image)
             except NodeGoneError:
                 if pull == "never":
                     raise ProvisionError(f"image {image!r} is not on the engine (pull='never')") from None
@@ -402,7 +412,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
         """Remove a container with force; fine if it is gone or already being removed."""
         api = (await self.client()).api
         try:
-            await _engine(api.remove_container, container, force=True)
+            await _ask(api.remove_container, container, force=True)
         except NodeGoneError:
             return
         except _ConflictError:
@@ -410,26 +420,26 @@ class DockerProvider(NodeProvider[DockerSettings]):
         # Removal was already under way (auto_remove): wait until it is done.
         while True:
             try:
-                await _engine(api.inspect_container, container)
+                await _ask(api.inspect_container, container)
             except NodeGoneError:
                 return
             await anyio.sleep(0.05)
 
     async def list_nodes(self) -> list[NodeInfo]:
         api = (await self.client()).api
-        containers = await _engine(api.containers, all=True, filters={"label": LABEL_NODE_ID})
+        containers = await _ask(api.containers, all=True, filters={"label": LABEL_NODE_ID})
         return [NodeInfo(c["Labels"][LABEL_NODE_ID], self.name, c["Labels"], c["State"]) for c in containers]
 
     async def attach(self, node_id: str) -> NodeHandle:
         api = (await self.client()).api
-        found = await _engine(api.containers, all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"})
+        found = await _ask(api.containers, all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"})
         if not found:
             raise NodeGoneError(f"no docker node {node_id}")
-        container = await _engine(api.inspect_container, found[0]["Id"])
+        container = await _ask(api.inspect_container, found[0]["Id"])
         labels, workdir = container["Config"]["Labels"], container["Config"]["WorkingDir"] or "/"
         base_env: dict[str, str] = {}
         if container["State"]["Running"]:
-            logs = await _engine(api.logs, container["Id"], stdout=True, stderr=False, stream=False)
+            logs = await _ask(api.logs, container["Id"], stdout=True, stderr=False, stream=False)
             base_env = _parse_report(cast(bytes, logs))
         return DockerNode(
             provider=self, container_id=container["Id"], labels=labels, workdir=workdir, base_env=base_env
