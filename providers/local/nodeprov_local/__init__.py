@@ -1,9 +1,19 @@
 """The local provider: a node is a directory on the control plane's own machine.
 
-Every spawn is a child process in a new session (its own process group), started with
-exactly the node's base environment plus what the spawn asks for. Stopping signals the
-whole group, so what the process started goes with it; destroying the node kills every
-group it ever started and removes its directory.
+Every spawn starts with exactly the node's base environment plus what the spawn asks for.
+
+On Linux each spawn runs under a small supervisor (:mod:`nodeprov_local._supervisor`), a
+*child subreaper*: whatever the command starts stays below it, even a process that calls
+``setsid``, double-forks or is run with ``nohup ... &`` by a tool shell of its own session.
+Stopping signals every process below it; when the command exits, what it left running is
+killed; if the control plane dies (even by SIGKILL), everything gets SIGTERM, then SIGKILL
+after the node's ``term_grace``. Destroying the node ends every supervisor it ever started
+(from any control-plane process: they are recorded in the node's directory) and removes
+the directory. A cgroup per node would contain processes as well, but needs root or a
+systemd delegation; a subreaper works for any user.
+
+Elsewhere a spawn is a plain child in its own session (its own process group): stopping
+and destroy signal that group, and a process that leaves it is not contained.
 """
 
 from nodeprov_local.provider import LocalNode, LocalProcess, LocalProvider, LocalSettings

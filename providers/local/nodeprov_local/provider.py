@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import errno
+import functools
+import logging
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from subprocess import PIPE
 from typing import ClassVar
@@ -34,10 +39,22 @@ from nodeprov.node import (
     process_start_time,
 )
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
+from nodeprov_local import _supervisor
+
+logger = logging.getLogger("nodeprov.local")
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RECORD_FILE = "node.json"
 GROUPS_FILE = "process-groups"
+
+SUPERVISED = sys.platform == "linux" and bool(sys.executable)
+"""Whether spawns run under :mod:`nodeprov_local._supervisor` (Linux); elsewhere each spawn is
+a plain child leading its own process group, and what leaves that group is not contained."""
+
+_SUPERVISOR_SCRIPT = str(Path(_supervisor.__file__).resolve())
+_START_TIMEOUT = 30.0  # for the supervisor to report that the command was started
+_DESTROY_WAIT = 1.0  # for signalled supervisors to end their processes, before SIGKILL
+_NOT_FOUND = {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM}
 
 
 class LocalSettings(ProviderSettings):
@@ -67,13 +84,26 @@ class LocalSettings(ProviderSettings):
         ge=0,
         description="Seconds a stopped process gets to exit after stdin is closed, before SIGTERM.",
     )
-    term_grace: float = Field(default=5.0, ge=0, description="Seconds after SIGTERM before SIGKILL.")
+    term_grace: float = Field(
+        default=5.0,
+        ge=0,
+        description="Seconds after SIGTERM before SIGKILL, when a process is stopped and when "
+        "the control plane dies (its processes then get SIGTERM from their supervisor).",
+    )
 
 
 class LocalProcess(SpawnedProcess):
-    """A child process leading its own process group; signals go to the whole group."""
+    """A spawned command.
 
-    def __init__(self, process: Process, stop_policy: StopPolicy) -> None:
+    On Linux ``pid`` is the command's supervisor (see :mod:`nodeprov_local._supervisor`),
+    whose exit status mirrors the command's and which contains everything the command
+    starts; ``command_pid`` is the command's own pid. ``terminate()`` and ``kill()`` signal
+    only the supervisor (SIGTERM, SIGUSR1), which passes SIGTERM, or SIGKILL, to every
+    process below it. Off Linux, ``pid`` is the command itself, leading its own process
+    group, and signals go to that group (``command_pid`` is ``None``).
+    """
+
+    def __init__(self, process: Process, stop_policy: StopPolicy, *, command_pid: int | None = None) -> None:
         super().__init__(stop_policy)
         # All three are piped by LocalNode._spawn.
         assert process.stdin is not None
@@ -81,6 +111,7 @@ class LocalProcess(SpawnedProcess):
         assert process.stderr is not None
         self._process = process
         self.pid = process.pid
+        self.command_pid = command_pid
         self.stdin = process.stdin
         self.stdout = process.stdout
         self.stderr = process.stderr
@@ -93,19 +124,91 @@ class LocalProcess(SpawnedProcess):
         return await self._process.wait()
 
     async def terminate(self) -> None:
-        _signal_group(self.pid, signal.SIGTERM)
+        if self.command_pid is None:
+            _signal_group(self.pid, signal.SIGTERM)
+        else:
+            self._signal_supervisor(signal.SIGTERM)
 
     async def kill(self) -> None:
-        _signal_group(self.pid, signal.SIGKILL)
+        if self.command_pid is None:
+            _signal_group(self.pid, signal.SIGKILL)
+        else:
+            self._signal_supervisor(_supervisor.KILL_ALL)
 
     async def _release(self) -> None:
-        _signal_group(self.pid, signal.SIGKILL)  # what the process left running in its group
+        if self.command_pid is None:
+            _signal_group(self.pid, signal.SIGKILL)  # what the process left running in its group
+        elif self.returncode is None and process_start_time(self.pid) is not None:
+            # The last resort: the supervisor still runs after kill() and its grace (a
+            # supervisor that has ended leaves nothing behind; it ends only when all is reaped).
+            logger.warning("supervisor %d did not end; killing it and what it supervises", self.pid)
+            _kill_tree(self.pid)
         await super()._release()
+
+    def _signal_supervisor(self, sig: int) -> None:
+        # os.kill, not Popen.send_signal: that one polls, and may reap the child under the
+        # event loop's child watcher. Until the watcher has reaped it, the pid is ours.
+        if self._process.returncode is None:
+            with suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with suppress(ProcessLookupError, PermissionError):  # an empty group: all of it exited
         os.killpg(pgid, sig)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a supervisor and everything below it: the last resort when it does not end."""
+    try:
+        below = _supervisor.descendants(pid)
+    except OSError:
+        below = []  # no /proc
+    for victim in [*reversed(below), pid]:
+        with suppress(OSError):
+            os.kill(victim, signal.SIGKILL)
+
+
+@functools.cache
+def _pid_namespace() -> str:
+    """This process's PID namespace (the inode of ``/proc/self/ns/pid``) and boot: a pid
+    recorded under another one names some other process, or none."""
+    try:
+        inode = os.stat("/proc/self/ns/pid").st_ino
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"  # no /proc (not Linux): no PID namespaces either
+    return f"{inode}.{boot}"
+
+
+@dataclass(frozen=True)
+class _Started:
+    """A line of the node's process file: ``KIND PID START NAMESPACE``. KIND is
+    ``supervisor`` (Linux) or ``group`` (a process-group leader, elsewhere); START is the
+    process's start time (see :func:`process_start_time`, ``-`` if unknown)."""
+
+    kind: str
+    pid: int
+    start: str
+    namespace: str
+
+    KINDS: ClassVar[frozenset[str]] = frozenset({"supervisor", "group"})
+
+    @classmethod
+    def parse(cls, line: str) -> _Started:
+        """Raises ValueError for a malformed line."""
+        kind, pid, start, namespace = line.split()
+        # Never 0, 1 or negative: os.kill would read those as groups or as init.
+        if kind not in cls.KINDS or not (pid.isascii() and pid.isdigit()) or int(pid) < 2:
+            raise ValueError(f"not a process record: {line!r}")
+        return cls(kind, int(pid), start, namespace)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.pid} {self.start} {self.namespace}"
+
+    def alive(self) -> bool:
+        """Whether the recorded process still runs (not recycled: same start time)."""
+        return process_start_time(self.pid) == self.start
 
 
 class _Record(BaseModel):
@@ -141,39 +244,105 @@ class LocalNode(NodeHandle):
         if not await cwd.is_dir():
             raise SpawnError(f"working directory {str(cwd)!r} does not exist on node {self.node_id}")
         env = {**self.base_env, **options.env}
-        # Shielded: a cancellation between fork and return would orphan the child.
+        # Shielded: a cancellation between fork and return would orphan the child. The
+        # core kills what a cancelled spawn returns.
+        start = self._start_supervised if SUPERVISED else self._start_group
         with anyio.CancelScope(shield=True):
+            process = await start(options, str(cwd), env)
+        return process
+
+    async def _start_supervised(self, options: SpawnOptions, cwd: str, env: dict[str, str]) -> LocalProcess:
+        """Start the command under a supervisor, and wait for it to report the exec."""
+        status_r, status_w = os.pipe()
+        try:
             try:
                 process = await anyio.open_process(
-                    options.argv,
+                    [
+                        sys.executable,
+                        "-I",
+                        "-S",
+                        _SUPERVISOR_SCRIPT,
+                        str(os.getpid()),
+                        str(status_w),
+                        repr(self._stop_policy.term_grace),
+                        cwd,
+                        "--",
+                        *options.argv,
+                    ],
                     stdin=PIPE,
                     stdout=PIPE,
                     stderr=PIPE,
-                    cwd=str(cwd),
+                    cwd="/",
                     env=env,
                     start_new_session=True,
+                    pass_fds=(status_w,),
                 )
-            except (FileNotFoundError, PermissionError) as error:
-                raise CommandNotFoundError(
-                    f"cannot run {options.command!r} on node {self.node_id}: {error.strerror}"
-                ) from None
             except OSError as error:
-                raise SpawnError(f"cannot start {options.command!r}: {error}") from None
-            # Remember the group on disk, so a destroy from any process can end it.
-            async with await anyio.Path(self.directory / GROUPS_FILE).open("a") as groups:
-                await groups.write(f"{process.pid} {process_start_time(process.pid)}\n")
+                raise SpawnError(f"cannot start the supervisor of {options.command!r}: {error}") from None
+            finally:
+                os.close(status_w)
+            try:
+                await self._record("supervisor", process.pid)
+                with anyio.fail_after(_START_TIMEOUT):
+                    status = await _read_to_end(status_r)
+            except BaseException as error:
+                await _abandon(process)
+                if isinstance(error, TimeoutError):
+                    raise SpawnError(f"{options.command!r} did not start in {_START_TIMEOUT}s") from None
+                raise
+        finally:
+            os.close(status_r)
+        stage, _, number = status.decode(errors="replace").partition(" ")
+        if stage == "ok" and number.isdigit():
+            return LocalProcess(process, self._stop_policy, command_pid=int(number))
+        # The start failed: the supervisor ends by itself, leaving nothing.
+        stderr = await _abandon(process, read_stderr=not status)
+        code = int(number) if number.isdigit() else 0
+        if stage == "exec" and code in _NOT_FOUND:
+            raise CommandNotFoundError(
+                f"cannot run {options.command!r} on node {self.node_id}: {os.strerror(code)}"
+            )
+        if stage == "chdir":
+            raise SpawnError(
+                f"cannot enter working directory {cwd!r} on node {self.node_id}: {os.strerror(code)}"
+            )
+        if stage:
+            raise SpawnError(f"cannot start {options.command!r} ({stage}): {os.strerror(code)}")
+        raise SpawnError(f"the supervisor of {options.command!r} failed: {stderr or 'no detail'}")
+
+    async def _start_group(self, options: SpawnOptions, cwd: str, env: dict[str, str]) -> LocalProcess:
+        """Off Linux: the command as a plain child leading its own session and group."""
+        try:
+            process = await anyio.open_process(
+                options.argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=cwd, env=env, start_new_session=True
+            )
+        except (FileNotFoundError, PermissionError) as error:
+            raise CommandNotFoundError(
+                f"cannot run {options.command!r} on node {self.node_id}: {error.strerror}"
+            ) from None
+        except OSError as error:
+            raise SpawnError(f"cannot start {options.command!r}: {error}") from None
+        try:
+            await self._record("group", process.pid)
+        except BaseException:
+            _signal_group(process.pid, signal.SIGKILL)
+            await _abandon(process, signal.SIGKILL)
+            raise
         return LocalProcess(process, self._stop_policy)
 
-    async def _destroy(self) -> None:
+    async def _record(self, kind: str, pid: int) -> None:
+        """Remember the process on disk, so a destroy from any process can end it."""
+        started = _Started(kind, pid, process_start_time(pid) or "-", _pid_namespace())
         try:
-            groups = await anyio.Path(self.directory / GROUPS_FILE).read_text()
+            async with await anyio.Path(self.directory / GROUPS_FILE).open("a") as file:
+                await file.write(f"{started}\n")
         except FileNotFoundError:
-            groups = ""
-        for line in groups.splitlines():
-            pgid, start = line.split()
-            # A leader alive with another start time means the id was recycled: not ours.
-            if process_start_time(int(pgid)) in (start, None):
-                _signal_group(int(pgid), signal.SIGKILL)
+            raise NodeGoneError(f"node {self.node_id} was destroyed during spawn") from None
+        except OSError as error:
+            raise ProviderError(f"cannot record a process of node {self.node_id}: {error}") from None
+
+    async def _destroy(self) -> None:
+        await self._end_processes()
         # The user's own workdir stays; only what the node made goes.
         try:
             if self._owns_workdir:
@@ -186,6 +355,88 @@ class LocalNode(NodeHandle):
             pass  # removed from outside already: destroyed is destroyed
         except OSError as error:
             raise ProviderError(f"cannot remove node directory {self.directory}: {error}") from None
+
+    async def _end_processes(self) -> None:
+        """End every process the node started, whoever spawned it: SIGUSR1 to each live
+        supervisor (it SIGKILLs all below it, reaps them and exits), a moment's wait, then
+        SIGKILL to what is left. Takes at most about ``_DESTROY_WAIT`` seconds."""
+        try:
+            text = (await anyio.Path(self.directory / GROUPS_FILE).read_bytes()).decode(errors="replace")
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise ProviderError(f"cannot read the processes of node {self.node_id}: {error}") from None
+        supervisors = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                started = _Started.parse(line)
+            except ValueError:
+                logger.warning(
+                    "node %s: skipping malformed line %d of %s: %r", self.node_id, number, GROUPS_FILE, line
+                )
+                continue
+            if started.namespace != _pid_namespace():
+                logger.warning(
+                    "node %s: process %d was started in another PID namespace; not signalled",
+                    self.node_id,
+                    started.pid,
+                )
+                continue
+            if started.kind == "group":
+                # The leader may have exited while its group lives on; a leader alive with
+                # another start time means the id was recycled: not ours.
+                if process_start_time(started.pid) in (started.start, None):
+                    _signal_group(started.pid, signal.SIGKILL)
+            elif started.alive():
+                with suppress(OSError):
+                    os.kill(started.pid, _supervisor.KILL_ALL)
+                supervisors.append(started)
+        with anyio.move_on_after(_DESTROY_WAIT):
+            while any(started.alive() for started in supervisors):  # noqa: ASYNC110 - not our children
+                await anyio.sleep(0.01)
+        for started in supervisors:
+            if started.alive():
+                logger.warning("node %s: supervisor %d did not end; killing it", self.node_id, started.pid)
+                _kill_tree(started.pid)
+
+
+async def _read_to_end(fd: int) -> bytes:
+    """Everything written to the pipe ``fd`` until its writers closed it."""
+    os.set_blocking(fd, False)
+    data = b""
+    while True:
+        await anyio.wait_readable(fd)
+        try:
+            chunk = os.read(fd, 256)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            return data
+        data += chunk
+
+
+async def _abandon(process: Process, sig: int = _supervisor.KILL_ALL, *, read_stderr: bool = False) -> str:
+    """End (with ``sig``) and reap a supervisor whose command is not to be used (it did not
+    start, or the spawn failed after it did); with ``read_stderr``, return what it wrote to
+    stderr."""
+    stderr = b""
+    with anyio.CancelScope(shield=True):
+        if read_stderr and process.stderr is not None:
+            with anyio.move_on_after(2), suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                while len(stderr) < 4096:
+                    stderr += await process.stderr.receive()
+        if process.returncode is None:
+            with suppress(ProcessLookupError):
+                os.kill(process.pid, sig)
+        with anyio.move_on_after(2):
+            await process.wait()
+        if process.returncode is None:
+            _kill_tree(process.pid)
+        with anyio.move_on_after(2):
+            await process.aclose()
+    return stderr.decode(errors="replace").strip()[-1000:]
 
 
 def _remove_tree(path: Path) -> None:
