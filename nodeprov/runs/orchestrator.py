@@ -71,7 +71,8 @@ class _Pause:
     kind: str
     reason: str
     keep_node: bool
-    snapshot: SnapshotRecord | None = None
+    saved: SnapshotRecord | None = None  # written to the store
+    snapshot: SnapshotRecord | None = None  # returned to the caller, once the run is paused
 
 
 class _Subscriber:
@@ -326,12 +327,15 @@ class Orchestrator:
     async def _pause_for_shutdown(self, run: Run) -> None:
         with suppress(NodeprovError):  # over, or pausing already: either way it ends
             await run.pause("system", "the control plane is shutting down")
+        await run._finished.wait()  # a pause under way (another caller's) ends too
 
-    def _cleanup_time(self) -> float:
-        """How long a teardown may still take: until the shutdown deadline, if shutting down."""
+    def _cleanup_time(self, *, destroying: bool = False) -> float:
+        """How long a teardown may still take: until the shutdown deadline, if shutting down.
+        Destroying a node leaves a quarter of the shutdown time for the store writes after it."""
         if self._shutdown_at is None:
             return _CLEANUP_TIMEOUT
-        return max(0.0, self._shutdown_at - anyio.current_time())
+        reserve = self.shutdown_timeout / 4 if destroying else 0.0
+        return max(0.0, self._shutdown_at - reserve - anyio.current_time())
 
     async def _take_lease(self) -> None:
         lease = await self.store.acquire_lease(self.holder, self.lease_ttl)
@@ -641,7 +645,9 @@ class Orchestrator:
                 await self.store.set_node_state(node.node_id, "kept")
             else:
                 try:  # bounded by the shutdown deadline too: destroy is shielded on its own
-                    await node.destroy(destroy_timeout=min(node.destroy_timeout, self._cleanup_time()))
+                    await node.destroy(
+                        destroy_timeout=min(node.destroy_timeout, self._cleanup_time(destroying=True))
+                    )
                 except NodeprovError as error:
                     logger.warning("could not destroy node %s of run %s: %s", node.node_id, run.id, error)
                     return
@@ -749,10 +755,15 @@ class Orchestrator:
         return result
 
     async def _settle_pause(self, run: Run) -> None:
+        """Save the pause's snapshot (once, even when settling is retried after a
+        cancellation), release or keep the node, and end the run as paused."""
         pause = run._pause
         assert pause is not None
-        keep = pause.keep_node and run._node is not None  # nothing to keep before provisioning
-        snapshot = await self._snapshot(run, pause.kind, pause.reason, keep_node=keep)
+        keep = pause.keep_node and (run._node is not None or pause.saved is not None)
+        if pause.saved is None:  # nothing to keep before provisioning
+            pause.saved = await self._snapshot(run, pause.kind, pause.reason, keep_node=keep)
+        snapshot = pause.saved
+        keep = snapshot.node_kept
         await self._release(run, keep=keep)
         if await self._move(run, RunState.PAUSED, pause_request=None):
             pause.snapshot = snapshot

@@ -113,14 +113,13 @@ class _GroupCommit:
     async def submit(self, run: Callable[[Transaction], Awaitable[None]]) -> None:
         work = _Work(run)
         self._pending.append(work)
-        try:
+        # Shielded: once another caller's batch may hold this work, its fate must be known
+        # (a cancelled caller that retried would write it twice). Transactions are bounded.
+        with anyio.CancelScope(shield=True):
             async with self._lock:
                 if not work.done.is_set():
                     batch, self._pending = self._pending, []
                     await self._commit(batch)
-        finally:
-            if not work.done.is_set() and work in self._pending:
-                self._pending.remove(work)  # cancelled before any batch took it
         if work.error is not None:
             raise work.error
 
