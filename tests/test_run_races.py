@@ -161,16 +161,15 @@ async def test_pause_races_shutdown(store: Store, agent: Any, tmp_path: Path) ->
         async def pause(run: Run) -> None:
             snapshots.append(await pause_or_refusal(run))
 
-        async with anyio.create_task_group() as callers:
-            async with Orchestrator(store) as orchestrator:
-                run = await orchestrator.start(
-                    "go",
-                    options=agent({"stall": True}),
-                    **fake(tmp_path, provision_delay=rng.uniform(0, 0.05)),
-                )
-                await anyio.sleep(rng.uniform(0, 0.2))
-                callers.start_soon(pause, run)
-                await anyio.sleep(rng.uniform(0, 0.02))
+        async with anyio.create_task_group() as callers, Orchestrator(store) as orchestrator:
+            run = await orchestrator.start(
+                "go",
+                options=agent({"stall": True}),
+                **fake(tmp_path, provision_delay=rng.uniform(0, 0.05)),
+            )
+            await anyio.sleep(rng.uniform(0, 0.2))
+            callers.start_soon(pause, run)
+            await anyio.sleep(rng.uniform(0, 0.02))
         assert await settled(store, run) is RunState.PAUSED
         assert len(snapshots) == 1  # the caller was answered, one way or the other
         assert len([s for s in await store.snapshots(run.id) if s.used_at is None]) == 1
