@@ -5,8 +5,11 @@
 - The pytest plugin (:mod:`nodeprov.testing.pytest_plugin`, loaded automatically) provides
   the ``scripted_model`` and ``local_node`` fixtures.
 - :mod:`nodeprov.testing.conformance`: the suite every provider must pass.
+- :func:`fake_agent_command`: a fake Claude Code CLI that plays a script of steps
+  (:mod:`nodeprov.testing.fake_agent`), for fast tests of what drives agents.
 """
 
+from .fake_agent import fake_agent_command
 from .scripted_model import RecordedRequest, ScriptedModel, Stall, Text, ToolUse, Turn
 
-__all__ = ["RecordedRequest", "ScriptedModel", "Stall", "Text", "ToolUse", "Turn"]
+__all__ = ["RecordedRequest", "ScriptedModel", "Stall", "Text", "ToolUse", "Turn", "fake_agent_command"]
