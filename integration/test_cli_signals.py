@@ -62,29 +62,27 @@ def agent_processes(model: ScriptedModel) -> list[int]:
     return found
 
 
-def start(tmp_path: Path, model: ScriptedModel, where: list[str]) -> tuple[subprocess.Popen[str], str]:
-    marker = unique_marker()
-    model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+def run_with(tmp_path: Path, model: ScriptedModel, *args: str) -> subprocess.Popen[str]:
+    """``nodeprov run --json`` against ``model`` (as a real model's name and endpoint)."""
     env_args = [arg for name, value in model.agent_env().items() for arg in ("-e", f"{name}={value}")]
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nodeprov",
-            "run",
-            "--json",
-            "--model",
-            "claude-scripted",
-            *env_args,
-            *where,
-            "task",
-        ],
+    return subprocess.Popen(
+        [sys.executable, "-m", "nodeprov", "run", "--json", "--model", "claude-scripted", *env_args, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "NO_COLOR": "1", "NODEPROV_STORE": f"sqlite:///{tmp_path}/store.db"},
+        env=environment(tmp_path),
     )
+
+
+def environment(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "NO_COLOR": "1", "NODEPROV_STORE": f"sqlite:///{tmp_path}/store.db"}
+
+
+def start(tmp_path: Path, model: ScriptedModel, where: list[str]) -> tuple[subprocess.Popen[str], str]:
+    marker = unique_marker()
+    model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+    process = run_with(tmp_path, model, *where, "task")
     deadline = time.monotonic() + 90
     while not host_processes_matching(marker):
         assert process.poll() is None, process.communicate()
@@ -146,29 +144,7 @@ def test_logs_follow_from_another_process_sees_every_event_in_order(
     scripted_model.extend(
         [ToolUse("Bash", {"command": "for i in 1 2 3; do echo tick $i; sleep 0.5; done"}), Text("all done")]
     )
-    env_args = [
-        arg for name, value in scripted_model.agent_env().items() for arg in ("-e", f"{name}={value}")
-    ]
-    environment = {**os.environ, "NO_COLOR": "1", "NODEPROV_STORE": f"sqlite:///{tmp_path}/store.db"}
-    nodes = ["-s", f"root={tmp_path / 'nodes'}"]
-    running = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nodeprov",
-            "run",
-            "--json",
-            "--model",
-            "claude-scripted",
-            *env_args,
-            *nodes,
-            "go",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=environment,
-    )
+    running = run_with(tmp_path, scripted_model, "-s", f"root={tmp_path / 'nodes'}", "go")
     assert running.stdout is not None
     started = json.loads(running.stdout.readline())
     assert started["type"] == "run.started"
@@ -177,7 +153,7 @@ def test_logs_follow_from_another_process_sees_every_event_in_order(
         capture_output=True,
         text=True,
         timeout=120,
-        env=environment,
+        env=environment(tmp_path),
         check=False,
     )
     rest, _ = running.communicate(timeout=120)
