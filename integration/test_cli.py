@@ -183,6 +183,11 @@ def test_pause_from_another_process_keeping_the_node(tmp_path: Path) -> None:
     assert process.returncode == 3
     assert next(e for e in lines(stdout) if e["type"] == "run.paused")["pause_kind"] == "external"
     assert len(list((tmp_path / "nodes").iterdir())) == 1  # kept for the resume
+    # Its control plane is gone, but the store holds the node for the paused run.
+    collected = nodeprov(tmp_path, "gc", "--provider", "local", "-s", f"root={tmp_path / 'nodes'}")
+    assert collected.returncode == 0, collected.stderr
+    assert collected.stdout.strip() == "nothing to remove"
+    assert len(list((tmp_path / "nodes").iterdir())) == 1
     resumed = nodeprov(tmp_path, "resume", run_id, "--json")
     assert resumed.returncode == 0, resumed.stderr
     ready = next(e for e in lines(resumed.stdout) if e["type"] == "node.ready")
