@@ -25,6 +25,10 @@ Differences from the SDK's subprocess transport, all deliberate:
   ``options.stderr`` when given, and its last lines are kept for :class:`AgentExitError`.
 - A process that closes stdout but keeps running is stopped after ``exit_timeout`` and
   reported, instead of being waited for forever.
+- The CLI runs behind a stdin guard (:func:`~nodeprov.spawn.guard_stdin`, ``guard=True``):
+  if the control plane dies or loses its connection to the node, the CLI stops itself
+  instead of calling the model on with nobody listening. ``end_input()`` therefore sends
+  an end-of-input line that the guard turns into EOF, rather than closing the channel.
 - ``options.user`` is refused: a node's user is the provider's business.
 - With ``options.sandbox`` and a settings *file*, the SDK reads that file on the control
   plane, and so does this bridge; pass settings as JSON for a remote node.
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import suppress
@@ -54,7 +59,7 @@ from claude_agent_sdk.types import _configure_can_use_tool
 
 from .errors import AgentError, AgentExitError, AgentOutputError, ConfigError
 from .node import NodeHandle
-from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
+from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy, guard_stdin
 
 __all__ = ["NodeTransport", "agent_command", "agent_environment", "bundled_cli_path"]
 
@@ -162,6 +167,17 @@ class NodeTransport(Transport):
     then SIGTERM, then SIGKILL); ``exit_timeout`` bounds the wait for the process to exit
     once it has closed its stdout.
 
+    ``guard`` (on by default) runs the CLI inside :func:`~nodeprov.spawn.guard_stdin`, so
+    that it stops itself when its channel to the control plane closes without an orderly
+    stop: the control plane was killed, or its connection to the node dropped. The CLI then
+    gets EOF, and ``eof_grace + term_grace`` seconds later SIGTERM, and ``term_grace``
+    seconds after that SIGKILL (all from ``stop_policy``): with the default policy it is
+    gone within 15 s. The guard waits longer than the stop policy's own EOF step, so that
+    a :meth:`close` from a live control plane always acts first. :meth:`end_input` sends a
+    random per-connection line that the guard turns into EOF while the channel stays open.
+    The guard needs ``/bin/sh``, ``awk``, ``mktemp`` and ``mkfifo`` on the node; with
+    ``guard=False`` the CLI is spawned as is and :meth:`end_input` closes the channel.
+
     Errors (raised from ``connect``, ``write`` and the message stream, and so from the
     SDK's ``query`` and ``ClaudeSDKClient``): :class:`~nodeprov.errors.ConfigError`,
     :class:`~nodeprov.errors.SpawnError` and its subclasses, :class:`AgentOutputError`,
@@ -176,12 +192,16 @@ class NodeTransport(Transport):
         cli_path: str | None = None,
         stop_policy: StopPolicy | None = None,
         exit_timeout: float = 10.0,
+        guard: bool = True,
     ) -> None:
         self._spawn = spawn
         self._options = options or ClaudeAgentOptions()
         self.cli_path = cli_path or (str(self._options.cli_path) if self._options.cli_path else "claude")
         self._stop_policy = stop_policy or StopPolicy()
         self._exit_timeout = exit_timeout
+        self._guard = guard
+        self._end_marker = ""
+        self._input_ended = False
         self._max_line = self._options.max_buffer_size or DEFAULT_MAX_LINE
         self._process: SpawnedProcess | None = None
         self._ready = False
@@ -206,7 +226,7 @@ class NodeTransport(Transport):
         return self._process
 
     def command(self) -> list[str]:
-        """The argument vector :meth:`connect` runs."""
+        """The CLI's argument vector; with ``guard``, :meth:`connect` runs it inside the guard."""
         return agent_command(self._options, self.cli_path)
 
     async def connect(self) -> None:
@@ -217,6 +237,16 @@ class NodeTransport(Transport):
         argv = self.command()
         cwd = str(self._options.cwd) if self._options.cwd else None
         spawn_options = SpawnOptions(argv[0], argv[1:], cwd=cwd, env=agent_environment(self._options))
+        if self._guard:
+            self._end_marker = f"nodeprov-end-input-{secrets.token_hex(16)}"
+            policy = self._stop_policy
+            spawn_options = guard_stdin(
+                spawn_options,
+                marker=self._end_marker,
+                grace=policy.eof_grace + policy.term_grace,
+                term_grace=policy.term_grace,
+            )
+        self._input_ended = False
         process = await self._spawn(spawn_options)
         process.stop_policy = self._stop_policy
         self._process = process
@@ -233,6 +263,8 @@ class NodeTransport(Transport):
                 raise self._failure
             if not self._ready or process is None:
                 raise AgentError("the agent process is not connected")
+            if self._input_ended and process.returncode is None:
+                raise AgentError("cannot write to the agent process: its input was ended (end_input)")
             if process.returncode is None:
                 try:
                     await process.stdin.send(data.encode())
@@ -261,10 +293,18 @@ class NodeTransport(Transport):
         return self._failure
 
     async def end_input(self) -> None:
+        """End the CLI's input: EOF on its stdin. Guarded, the channel itself stays open."""
         async with self._write_lock:
-            if self._process is not None:
-                with suppress(anyio.BrokenResourceError, OSError):  # gone already: EOF is moot
-                    await self._process.stdin.aclose()
+            process = self._process
+            if process is None or self._input_ended:
+                return
+            self._input_ended = True
+            # Gone already: EOF is moot.
+            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                if self._guard:
+                    await process.stdin.send(f"{self._end_marker}\n".encode())
+                else:
+                    await process.stdin.aclose()
 
     def read_messages(self) -> AsyncIterator[dict[str, Any]]:
         return self._read_messages()

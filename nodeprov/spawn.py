@@ -210,3 +210,94 @@ async def _close_quietly(stream: ByteSendStream) -> None:
 
 SpawnFn = Callable[[SpawnOptions], Awaitable[SpawnedProcess]]
 """Start a process on a node. ``NodeHandle.spawn`` is one; the SDK bridge needs only this."""
+
+
+# The stdin guard (see guard_stdin). Positional parameters: marker, grace, term_grace, the
+# PWD and SHLVL the command must see ("=value", or empty for none), then the command.
+_GUARD_SCRIPT = """\
+command -v awk >/dev/null || { echo "nodeprov-guard: no awk on this node" >&2; exit 127; }
+nodeprov_guard_dir=$(mktemp -d) || exit 126
+mkfifo "$nodeprov_guard_dir/in" || { rm -rf "$nodeprov_guard_dir"; exit 126; }
+exec 3<&0
+(
+  trap '' TERM HUP INT
+  exec 4>"$nodeprov_guard_dir/in"
+  rm -rf "$nodeprov_guard_dir"
+  NODEPROV_GUARD_MARKER=$1 LC_ALL=C awk -W interactive '
+    $0 "" == ENVIRON["NODEPROV_GUARD_MARKER"] { exit }
+    { print; fflush() }' <&3 >&4 &
+  exec 4>&-
+  wait $!
+  cat <&3 >/dev/null
+  nap() { sleep "$1" || sleep "$((${1%%.*} + 1))"; }
+  kill -0 $$ || exit 0
+  nap "$2"
+  kill -0 $$ || exit 0
+  kill -TERM -$$ || kill -TERM $$
+  nap "$3"
+  kill -KILL -$$ || kill -KILL $$
+) >/dev/null 2>&1 &
+exec <"$nodeprov_guard_dir/in" 3<&-
+case $4 in =*) export PWD="${4#=}" ;; *) unset PWD ;; esac
+case $5 in =*) export SHLVL="${5#=}" ;; *) unset SHLVL ;; esac
+unset nodeprov_guard_dir
+shift 5
+exec "$@"
+"""
+GUARD_NAME = "nodeprov-guard"
+
+
+def guard_stdin(options: SpawnOptions, *, marker: str, grace: float, term_grace: float) -> SpawnOptions:
+    """``options`` wrapped so that the process stops itself when its control plane vanishes.
+
+    A process on a node reads its stdin from the control plane over the platform's exec
+    channel. If the control plane dies or its connection drops, that channel reaches EOF,
+    but a program such as the Claude Code CLI does not stop mid-turn on stdin EOF, and
+    nobody is left to stop it. The returned options run, on any provider, a POSIX ``sh``
+    wrapper (``/bin/sh -c SCRIPT nodeprov-guard ...``; every argument is passed as a
+    positional parameter, never interpolated into the script) that:
+
+    - keeps the real stdin as the *channel*, and relays it line by line to the command's
+      stdin through a FIFO in a private ``mktemp -d`` directory (removed as soon as both
+      ends are open), with ``awk -W interactive`` and ``fflush()``;
+    - on the exact line ``marker``, closes the command's stdin (a normal end of input,
+      like the SDK's ``end_input()``) but goes on reading the channel;
+    - when the channel reaches EOF while the command still runs, waits ``grace`` seconds,
+      sends SIGTERM to the command's process group, waits ``term_grace`` seconds, then
+      sends SIGKILL. After the channel closes, the command is therefore gone within
+      ``grace + term_grace`` seconds (plus scheduling), whatever it does.
+
+    The command is ``exec``'d by the wrapper, so it keeps the spawned pid, leads the spawn's
+    process group, and its exit status (or the signal that killed it) is what the caller
+    sees, as soon as it exits. The watcher redirects its own output (it never holds the
+    command's stdout or stderr open), ignores SIGTERM, SIGHUP and SIGINT (group signals
+    meant for the command), and exits once the channel is closed and the command gone.
+    The environment the command gets is ``options.env`` over the node's, as without the
+    wrapper: the ``PWD`` and ``SHLVL`` a shell sets are put back.
+
+    Limits: the relay is for line-oriented text such as stream-json. A last line without a
+    newline gets one; awk may not pass NUL bytes. mawk (Debian's awk) copies a long line
+    once per 4 KiB read: a 1 MB line costs 0.06 s, a 10 MB line 9 s. A command that stops
+    reading its stdin while the control plane keeps writing blocks the relay, and the
+    channel's EOF is then seen only once the relay can write again. The node needs
+    ``/bin/sh``, ``awk``, ``mktemp``, ``mkfifo``, ``cat``, ``sleep`` and ``rm`` (all in a
+    minimal Debian and in busybox); a fractional ``sleep`` is rounded up where ``sleep``
+    takes whole seconds only.
+
+    Raises:
+        ValueError: an empty marker, one with a line break, or a negative or non-finite
+            grace.
+    """
+    if not marker or "\n" in marker or "\r" in marker:
+        raise ValueError("the marker must be a non-empty single line")
+
+    def seconds(value: float) -> str:
+        if not 0 <= value < float("inf"):
+            raise ValueError(f"graces must be finite and non-negative, not {value!r}")
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+
+    kept = ["=" + options.env[name] if name in options.env else "" for name in ("PWD", "SHLVL")]
+    args = [seconds(grace), seconds(term_grace), *kept, *options.argv]
+    return SpawnOptions(
+        "/bin/sh", ["-c", _GUARD_SCRIPT, GUARD_NAME, marker, *args], cwd=options.cwd, env=options.env
+    )

@@ -21,8 +21,19 @@ from claude_agent_sdk import ClaudeAgentOptions, PermissionResultAllow, query
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
 from claude_agent_sdk.types import _configure_can_use_tool
 
-from nodeprov import AgentExitError, AgentOutputError, ConfigError, NodeHandle, StopPolicy, get_provider
+from nodeprov import (
+    AgentError,
+    AgentExitError,
+    AgentOutputError,
+    ConfigError,
+    NodeHandle,
+    SpawnedProcess,
+    SpawnOptions,
+    StopPolicy,
+    get_provider,
+)
 from nodeprov.claude import NodeTransport
+from nodeprov.spawn import GUARD_NAME
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -45,6 +56,19 @@ def script(tmp_path: Path, name: str, body: str, interpreter: str = "/bin/sh") -
 
 async def drain(transport: NodeTransport) -> list[dict[str, Any]]:
     return [message async for message in transport.read_messages()]
+
+
+def unguard(options: SpawnOptions, policy: StopPolicy) -> list[str]:
+    """The command inside the stdin guard that ``options`` run; checks the guard's settings."""
+    assert options.argv[:2] == ["/bin/sh", "-c"]
+    assert options.argv[3] == GUARD_NAME
+    marker, grace, term_grace, _pwd, _shlvl, *inner = options.argv[4:]
+    assert marker.startswith("nodeprov-end-input-")
+    assert len(marker) > len("nodeprov-end-input-") + 16
+    # The guard acts only after the stop policy's own EOF and SIGTERM steps.
+    assert float(grace) == policy.eof_grace + policy.term_grace
+    assert float(term_grace) == policy.term_grace
+    return inner
 
 
 async def assert_gone(marker: str) -> None:
@@ -126,15 +150,23 @@ async def _record_sdk(options: ClaudeAgentOptions, cli: str, record: Path) -> di
 
 
 async def _record_ours(
-    options: ClaudeAgentOptions, cli: str, node: NodeHandle, record: Path
-) -> dict[str, Any]:
-    transport = NodeTransport(node.spawn, options, cli_path=cli)
+    options: ClaudeAgentOptions, cli: str, node: NodeHandle, record: Path, **kwargs: Any
+) -> tuple[dict[str, Any], SpawnOptions]:
+    """What the process recorded, and the options the transport spawned it with."""
+    spawned: list[SpawnOptions] = []
+
+    async def spawn(spawn_options: SpawnOptions) -> SpawnedProcess:
+        spawned.append(spawn_options)
+        return await node.spawn(spawn_options)
+
+    transport = NodeTransport(spawn, options, cli_path=cli, **kwargs)
     await transport.connect()
     try:
         await drain(transport)
     finally:
         await transport.close()
-    return dict(json.loads(await anyio.Path(record).read_text()))
+    [spawn_options] = spawned
+    return dict(json.loads(await anyio.Path(record).read_text())), spawn_options
 
 
 @pytest.mark.parametrize("fields", OPTION_MATRIX, ids=lambda f: ",".join(f) or "defaults")
@@ -151,8 +183,11 @@ async def test_command_and_env_match_the_sdk_transport(
     env = {**fields.pop("env", {}), "RECORD_TO": str(sdk_record)}
     sdk = await _record_sdk(ClaudeAgentOptions(**fields, env=env), cli, sdk_record)
     env["RECORD_TO"] = str(our_record)
-    ours = await _record_ours(ClaudeAgentOptions(**fields, env=env), cli, node, our_record)
+    ours, spawned = await _record_ours(ClaudeAgentOptions(**fields, env=env), cli, node, our_record)
 
+    # The spawn wraps the command in the stdin guard; inside it is the SDK's own command,
+    # and that, exec'd by the guard, is what the process runs.
+    assert unguard(spawned, StopPolicy()) == sdk["argv"]
     assert ours["argv"] == sdk["argv"]
     sdk_env, our_env = sdk["env"], ours["env"]
     sdk_env.pop("RECORD_TO"), our_env.pop("RECORD_TO")
@@ -163,6 +198,26 @@ async def test_command_and_env_match_the_sdk_transport(
     # ...and nothing else does, least of all this process's environment.
     assert set(our_env) - set(set_by_sdk) - set(node.base_env) - {"LC_CTYPE"} == set()
     assert canary not in json.dumps(our_env)
+
+
+async def test_unguarded_the_spawn_is_the_sdks_command(node: NodeHandle, tmp_path: Path) -> None:
+    cli = script(tmp_path, "recorder", RECORDER, interpreter=sys.executable)
+    sdk_record, our_record = tmp_path / "sdk.json", tmp_path / "ours.json"
+    fields: dict[str, Any] = {"model": "claude-sonnet-4-5", "cwd": node.workdir}
+    sdk = await _record_sdk(ClaudeAgentOptions(**fields, env={"RECORD_TO": str(sdk_record)}), cli, sdk_record)
+    options = ClaudeAgentOptions(**fields, env={"RECORD_TO": str(our_record)})
+    ours, spawned = await _record_ours(options, cli, node, our_record, guard=False)
+    assert spawned.argv == sdk["argv"] == ours["argv"]
+    assert spawned.env["PWD"] == node.workdir
+
+
+async def test_the_guard_follows_the_stop_policy(node: NodeHandle, tmp_path: Path) -> None:
+    cli = script(tmp_path, "recorder", RECORDER, interpreter=sys.executable)
+    record = tmp_path / "ours.json"
+    options = ClaudeAgentOptions(env={"RECORD_TO": str(record)})
+    policy = StopPolicy(eof_grace=1.5, term_grace=2.25, kill_grace=1)
+    _, spawned = await _record_ours(options, cli, node, record, stop_policy=policy)
+    assert unguard(spawned, policy)[0] == cli
 
 
 async def test_inconsistent_options_are_a_config_error(node: NodeHandle) -> None:
@@ -294,3 +349,25 @@ async def test_write_after_exit_is_a_clear_error(node: NodeHandle, tmp_path: Pat
     with pytest.raises(AgentExitError, match="exited"):
         await transport.write('{"type": "user"}\n')
     await transport.close()
+
+
+@pytest.mark.parametrize("guard", [True, False])
+async def test_end_input_is_eof_for_the_agent(guard: bool, node: NodeHandle, tmp_path: Path) -> None:
+    # The "CLI" echoes its input, says when its stdin ends, then keeps running for longer
+    # than the guard's grace: it is not stopped, since the channel stays open.
+    cli = script(tmp_path, "cli", 'cat; echo \'{"type": "eof"}\'; sleep 1.5; echo \'{"type": "after"}\'')
+    transport = NodeTransport(node.spawn, cli_path=cli, stop_policy=FAST_STOP, guard=guard)
+    await transport.connect()
+    try:
+        await transport.write('{"type": "one"}\n')
+        await transport.write('{"type": "two"}\n')
+        await transport.end_input()
+        await transport.end_input()  # idempotent
+        with pytest.raises(AgentError, match="input"):
+            await transport.write('{"type": "late"}\n')
+        with anyio.fail_after(20):
+            messages = await drain(transport)
+    finally:
+        await transport.close()
+    assert [m["type"] for m in messages] == ["one", "two", "eof", "after"]
+    assert transport.stderr_tail == ""
