@@ -235,3 +235,9 @@ async def test_runs_on_its_own_and_ignores_unknown_flags(tmp_path: Path) -> None
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [line["type"] for line in lines] == ["system", "system", "assistant", "result", "system"]
     assert {line["session_id"] for line in lines} == {"s-1"}
+
+
+async def test_an_unknown_step_is_refused_at_start(node: NodeHandle, tmp_path: Path) -> None:
+    with pytest.raises(AgentExitError, match="NODEPROV_FAKE_AGENT must be") as caught:
+        await run_query(node, agent(tmp_path, {"text": "fine"}, {"dance": True}))
+    assert caught.value.exit_code == 1

@@ -56,6 +56,8 @@ from typing import Any
 __all__ = ["fake_agent_command"]
 
 MODEL = "fake-model"
+STEPS = {"text", "sleep", "stall", "retry", "error_result", "exit", "garbage", "stderr", "ignore_term"}
+STEPS |= {"close_stdout", "spawn", "write_file"}
 _USAGE = {
     "input_tokens": 10,
     "output_tokens": 5,
@@ -267,20 +269,17 @@ class _Agent:
                     print(value, file=sys.stderr, flush=True)
                 elif kind == "ignore_term":
                     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-                elif kind == "close_stdout":
-                    sys.stdout.buffer.flush()
-                    os.close(1)
+                elif kind == "close_stdout":  # /dev/null in its place: no file opened later gets fd 1
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
                 elif kind == "spawn":
                     import subprocess
 
                     subprocess.Popen(
                         value, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
                     )
-                elif kind == "write_file":
+                else:  # write_file
                     with open(value[0], "w") as file:
                         file.write(value[1])
-                else:
-                    raise SystemExit(f"fake agent: unknown step {step!r}")
         except _InterruptError:
             self.emit(
                 {
@@ -323,8 +322,12 @@ def _uid() -> str:
 
 def main() -> None:
     steps = json.loads(os.environ.get("NODEPROV_FAKE_AGENT") or "[]")
-    if not isinstance(steps, list) or not all(isinstance(step, dict) and len(step) == 1 for step in steps):
-        raise SystemExit("NODEPROV_FAKE_AGENT must be a JSON list of one-key objects")
+    if not isinstance(steps, list) or not all(
+        isinstance(step, dict) and len(step) == 1 and next(iter(step)) in STEPS for step in steps
+    ):
+        raise SystemExit(
+            "NODEPROV_FAKE_AGENT must be a JSON list of one-key objects; keys: " + ", ".join(sorted(STEPS))
+        )
     os._exit(_Agent(sys.argv[1:], steps).run())  # every write was flushed already
 
 
