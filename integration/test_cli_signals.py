@@ -4,7 +4,8 @@ real Claude Code CLI, a scripted model, local and Docker nodes.
 SIGTERM and SIGHUP pause the run (kind ``system``) like Ctrl-C; after SIGKILL nothing can
 clean up, and the agent must stop by itself: on a local node its supervisor sees its
 control plane die at once; on any node the agent's stdin guard stops it once the channel
-closes (grace: the stop policy's EOF and TERM graces, 5 s each by default).
+closes: SIGTERM after the stop policy's EOF and TERM graces, SIGKILL a TERM grace later
+(15 s in all by default).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .agents import require_claude_cli
 
 pytestmark = pytest.mark.anyio
 
-STOP_BOUND = 5 + 5 + 5  # eof grace + term grace + a margin
+STOP_BOUND = 5 + 5 + 5 + 5  # the guard: eof grace + term grace, then term grace to SIGKILL; a margin
 
 
 @pytest.fixture(autouse=True)
@@ -48,14 +49,17 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
 
 
 def agent_processes(model: ScriptedModel) -> list[int]:
-    """Processes whose environment points at ``model``: the agent and its tools, wherever
-    they run on this machine (containers' processes are visible from here)."""
+    """Agent CLI processes whose environment points at ``model``, wherever they run on this
+    machine (containers' processes are visible from here)."""
     needle = model.url.encode()
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
-                if needle in (entry / "environ").read_bytes():
+                if (
+                    needle in (entry / "environ").read_bytes()
+                    and b"stream-json" in (entry / "cmdline").read_bytes()
+                ):
                     found.append(int(entry.name))
             except OSError:
                 continue
