@@ -278,3 +278,40 @@ async def test_a_spawn_that_finishes_during_destroy_is_killed() -> None:
         await anyio.sleep(0.05)
         await node.destroy()
     assert [p.returncode for p in node.spawned] == [-9]
+
+
+async def test_garbage_collection_goes_on_past_a_failed_destroy_and_reports_it() -> None:
+    from datetime import datetime
+
+    from nodeprov import ProviderError
+
+    class Refusing(_Node):
+        async def _destroy(self) -> None:
+            raise ProviderError("the platform refused")
+
+    class Reaper(_Provider):
+        def __init__(self, settings: _Settings) -> None:
+            super().__init__(settings)
+            past = NodeConfig(ttl=timedelta(seconds=-1))
+            self.nodes = {
+                config.node_id: config
+                for config in (past.model_copy(update={"node_id": f"n-{i}"}) for i in range(3))
+            }
+            self.destroyed: list[str] = []
+
+        async def list_nodes(self) -> list[NodeInfo]:
+            return [
+                NodeInfo(i, "inline", c.resource_labels(datetime(2020, 1, 1, tzinfo=UTC)), "up")
+                for i, c in self.nodes.items()
+            ]
+
+        async def attach(self, node_id: str) -> NodeHandle:
+            config = self.nodes[node_id]
+            return (Refusing if node_id == "n-1" else _Node)(config, self.settings)
+
+    provider = Reaper(_Settings())
+    report = await provider.collect_garbage()
+    assert sorted(info.node_id for info in report.reaped) == ["n-0", "n-2"]
+    assert [(info.node_id, why) for info, why in report.failed] == [("n-1", "the platform refused")]
+    spared = await provider.collect_garbage(spare={"n-0", "n-1", "n-2"})
+    assert spared.reaped == []

@@ -399,3 +399,17 @@ async def test_kept_nodes_of_paused_runs_are_never_garbage(store: Store, agent: 
         assert await resumed.wait() == "ok"
         ready = [e async for e in resumed.events() if e.kind == "node.ready"]
         assert ready[0].node_id == snapshot.node_id  # type: ignore[attr-defined]
+
+
+async def test_a_pause_request_nobody_served_can_be_withdrawn(
+    store: Store, agent: Any, tmp_path: Path
+) -> None:
+    async with Orchestrator(store, poll_interval=3600) as deaf:  # never looks at requests
+        run = await deaf.start("go", options=agent({"sleep": 0.5}, {"text": "done"}), **fake(tmp_path))
+        request = await deaf.request_pause(run.id, "external", "timed out")
+        assert await deaf.withdraw_pause(run.id, request)
+        assert not await deaf.withdraw_pause(run.id, request)  # once
+        assert await run.wait() == "ok"
+        record = await store.run(run.id)
+        assert record is not None
+        assert record.pause_request is None
