@@ -8,10 +8,13 @@ errors, ...) into this tree at their boundary, so a caller never catches a platf
 
     NodeprovError
     ├── ConfigError                  bad settings, options or names; fix the call
-    │   └── ProviderNotFoundError    no provider of that name is installed
+    │   ├── ProviderNotFoundError    no provider of that name is installed
+    │   └── NodePathError            a path outside the node, empty, or with NUL
     ├── ProviderError                the platform failed or refused
     │   └── ProvisionError           a node could not be made (nothing is left behind)
     ├── NodeGoneError                the node was destroyed or vanished
+    ├── NodeFileError                a file on a node could not be read or written
+    │   └── NodeFileNotFoundError    the file does not exist
     ├── SpawnError                   a process could not be started on a node
     │   └── CommandNotFoundError     the command does not exist on the node
     ├── DeadlineError                a bounded operation ran out of time
@@ -32,7 +35,10 @@ __all__ = [
     "CommandNotFoundError",
     "ConfigError",
     "DeadlineError",
+    "NodeFileError",
+    "NodeFileNotFoundError",
     "NodeGoneError",
+    "NodePathError",
     "NodeprovError",
     "ProviderError",
     "ProviderNotFoundError",
@@ -66,6 +72,20 @@ class ProvisionError(ProviderError):
 
 class NodeGoneError(NodeprovError):
     """The node was destroyed (by this handle or from outside) and cannot be used."""
+
+
+class NodePathError(ConfigError):
+    """A path on a node was refused: empty, containing NUL, or outside what the node owns
+    (see :attr:`~nodeprov.NodeHandle.file_roots`)."""
+
+
+class NodeFileError(NodeprovError):
+    """A file on a node could not be read or written (a directory in the way, no permission,
+    a full disk). The message carries what the node said."""
+
+
+class NodeFileNotFoundError(NodeFileError):
+    """The file to read does not exist on the node."""
 
 
 class SpawnError(NodeprovError):

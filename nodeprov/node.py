@@ -13,13 +13,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import posixpath
 import re
 import secrets
 import socket
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Collection, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,7 +31,15 @@ import anyio
 import anyio.lowlevel
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError
+from .errors import (
+    ConfigError,
+    DeadlineError,
+    NodeFileError,
+    NodeFileNotFoundError,
+    NodeGoneError,
+    NodePathError,
+    NodeprovError,
+)
 from .spawn import SpawnedProcess, SpawnOptions, StopPolicy
 
 __all__ = [
@@ -268,7 +277,9 @@ class NodeHandle(ABC):
     resource of the node carries), ``workdir`` (default cwd of spawns, a path on the node),
     ``base_env`` (the environment a spawn starts from before its own ``env``), and
     ``tool_paths`` (where well-known tools live on the node when not on its PATH, e.g.
-    ``{"claude": "/opt/claude/claude"}``).
+    ``{"claude": "/opt/claude/claude"}``), and ``file_roots`` (the absolute paths under
+    which :meth:`write_file` and :meth:`read_file` may reach: ``/`` for a container or a VM,
+    the node's own directories for a local node).
     """
 
     destroy_timeout: ClassVar[float] = 120.0
@@ -283,6 +294,7 @@ class NodeHandle(ABC):
         workdir: str,
         base_env: Mapping[str, str],
         tool_paths: Mapping[str, str] | None = None,
+        file_roots: Sequence[str] = ("/",),
     ) -> None:
         self.node_id = node_id
         self.provider = provider
@@ -290,6 +302,7 @@ class NodeHandle(ABC):
         self.workdir = workdir
         self.base_env: Mapping[str, str] = MappingProxyType(dict(base_env))
         self.tool_paths: Mapping[str, str] = MappingProxyType(dict(tool_paths or {}))
+        self.file_roots = tuple(posixpath.normpath(root) for root in file_roots)
         self._processes: set[SpawnedProcess] = set()
         self._closing = False
         self._destroyed = False
@@ -326,6 +339,104 @@ class NodeHandle(ABC):
             await _kill(process)
             raise NodeGoneError(f"node {self.node_id} was destroyed during spawn")
         return process
+
+    def node_path(self, path: str) -> str:
+        """``path`` as an absolute, normalised path on the node: relative paths are taken
+        from :attr:`workdir`, ``..`` is resolved lexically.
+
+        Raises:
+            NodePathError: the path is empty, contains NUL, or falls outside
+                :attr:`file_roots`.
+        """
+        if not path or "\x00" in path:
+            raise NodePathError(f"invalid path on node {self.node_id}: {path!r}")
+        full = "/" + posixpath.normpath(posixpath.join(self.workdir, path)).lstrip("/")
+        if not any(root in ("/", full) or full.startswith(root + "/") for root in self.file_roots):
+            raise NodePathError(f"{path!r} is outside node {self.node_id} ({', '.join(self.file_roots)})")
+        return full
+
+    async def write_file(self, path: str, data: bytes | AsyncIterable[bytes], *, mode: int = 0o600) -> None:
+        """Write ``data`` (bytes, or an async iterable of byte chunks, streamed in bounded
+        memory) to ``path`` on the node (see :meth:`node_path`), replacing any file there.
+
+        The file appears whole or not at all (written beside it, then renamed), with
+        permissions ``mode``; missing parent directories are created ``0700``. Binary-safe.
+
+        Raises:
+            NodePathError: the path is refused.
+            NodeFileError: the node could not write it (a directory in the way, no
+                permission, a full disk); nothing is left at ``path``.
+            NodeGoneError, SpawnError, ProviderError: as :meth:`spawn`.
+        """
+        target = self.node_path(path)
+        if not 0 <= mode <= 0o7777:
+            raise ConfigError(f"invalid file mode {mode:o}")
+        partial = f"{target}.nodeprov-{secrets.token_hex(6)}"
+        try:
+            writer = SpawnOptions("sh", ["-c", _WRITE_PARTIAL, "nodeprov-write", target, partial], cwd="/")
+            async with await self.spawn(writer) as process:
+                try:
+                    with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        if isinstance(data, bytes):
+                            await process.stdin.send(data)
+                        else:
+                            async for chunk in data:
+                                await process.stdin.send(chunk)
+                        await process.stdin.aclose()
+                except BaseException:
+                    await _kill(process)  # before its stdin closes: a cut stream is not a file
+                    raise
+                await _file_outcome(process, self.node_id, target)
+            await self._file_step(_COMMIT, target, partial, f"{mode:o}")
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10), suppress(NodeprovError):
+                await self._file_step(_DISCARD, target, partial)
+            raise
+
+    async def _file_step(self, script: str, *args: str) -> None:
+        async with await self.spawn(
+            SpawnOptions("sh", ["-c", script, "nodeprov-file", *args], cwd="/")
+        ) as step:
+            await step.stdin.aclose()
+            await _file_outcome(step, self.node_id, args[0])
+
+    @asynccontextmanager
+    async def read_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Read ``path`` on the node (see :meth:`node_path`) as a stream of byte chunks, in
+        bounded memory::
+
+            async with node.read_file("out.bin") as chunks:
+                async for chunk in chunks:
+                    ...
+
+        Leaving the block early stops the read. A missing file is reported on entry; a
+        failure after the first bytes, at the end of the iteration.
+
+        Raises:
+            NodePathError: the path is refused.
+            NodeFileNotFoundError: there is no file at ``path``.
+            NodeFileError: it is a directory, or unreadable.
+            NodeGoneError, SpawnError, ProviderError: as :meth:`spawn`.
+        """
+        target = self.node_path(path)
+        options = SpawnOptions("sh", ["-c", _READ_FILE, "nodeprov-read", target], cwd="/")
+        async with await self.spawn(options) as process:
+            await process.stdin.aclose()
+            try:
+                first = await process.stdout.receive(_CHUNK)
+            except anyio.EndOfStream:
+                await _file_outcome(process, self.node_id, target)
+                first = b""
+
+            async def chunks() -> AsyncIterator[bytes]:
+                if not first:
+                    return
+                yield first
+                async for chunk in process.stdout:
+                    yield chunk
+                await _file_outcome(process, self.node_id, target)
+
+            yield chunks()
 
     async def destroy(self, *, destroy_timeout: float | None = None) -> None:
         """Destroy the node: remove it on its platform, which ends every process on it.
@@ -386,6 +497,43 @@ class NodeHandle(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.provider}:{self.node_id}>"
+
+
+_CHUNK = 65536
+
+# POSIX sh. "$1" is the target, "$2" the partial file beside it; both are absolute and
+# normalised, so no operand starts with "-". The partial file becomes the target only once
+# the control plane has sent every byte (_COMMIT), so a cut stream never replaces a file.
+_WRITE_PARTIAL = """
+umask 077
+[ -d "$1" ] && { echo "$1 is a directory" >&2; exit 1; }
+case $1 in */*) dir=${1%/*} ;; esac
+mkdir -p "${dir:-/}" || exit 1
+set -C
+cat > "$2" || { rm -f "$2"; exit 1; }
+"""
+_COMMIT = """chmod "$3" "$2" && mv -f "$2" "$1" || { rm -f "$2"; exit 1; }"""
+_DISCARD = """rm -f "$2" """
+_READ_FILE = """
+[ -e "$1" ] || { echo "no such file: $1" >&2; exit 66; }
+[ -d "$1" ] && { echo "$1 is a directory" >&2; exit 1; }
+exec cat "$1"
+"""
+_NOT_FOUND = 66
+
+
+async def _file_outcome(process: SpawnedProcess, node_id: str, path: str) -> None:
+    """Raise what the file script on ``node_id`` said, if it failed."""
+    said = b""
+    with suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        while len(said) < 4096:
+            said += await process.stderr.receive(4096)
+    code = await process.wait()
+    if code == 0:
+        return
+    detail = said.decode(errors="replace").strip() or f"exit status {code}"
+    error = NodeFileNotFoundError if code == _NOT_FOUND else NodeFileError
+    raise error(f"{path} on node {node_id}: {detail}")
 
 
 async def _kill(process: SpawnedProcess) -> None:
