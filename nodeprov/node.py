@@ -10,6 +10,7 @@ shielded, bounded teardown, and no leftovers when a call is cancelled half-way.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -319,7 +320,11 @@ class NodeHandle(ABC):
         If the call is cancelled, a process it had already started is killed: a
         cancelled spawn leaves nothing running.
 
+        ``options.cwd`` is resolved by :meth:`node_path`: providers always receive an
+        absolute path inside :attr:`file_roots`.
+
         Raises:
+            NodePathError: ``options.cwd`` is outside the node.
             NodeGoneError: the node was destroyed, or is being destroyed.
             CommandNotFoundError: the command does not exist on the node.
             SpawnError: the process could not be started for another reason (bad cwd...).
@@ -327,6 +332,7 @@ class NodeHandle(ABC):
         """
         if self._closing:
             raise NodeGoneError(f"node {self.node_id} is destroyed")
+        options = dataclasses.replace(options, cwd=self.node_path(options.cwd or self.workdir))
         self._processes = {p for p in self._processes if p.returncode is None}
         process = await self._spawn(options)
         self._processes.add(process)

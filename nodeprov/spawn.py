@@ -35,7 +35,8 @@ class SpawnOptions:
     it would otherwise be read as a list of characters.
 
     ``cwd`` is a path on the node; ``None`` means the node's working directory, and a
-    relative path is taken relative to it.
+    relative path is taken relative to it (see :meth:`NodeHandle.node_path`: a cwd outside
+    the node is refused).
 
     ``env`` is laid over the node's base environment (:attr:`NodeHandle.base_env`) and is
     *exactly* what is added: nothing of the control plane's own environment reaches the
