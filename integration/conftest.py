@@ -13,6 +13,7 @@ import docker.errors
 import pytest
 
 from nodeprov.store import Store
+from nodeprov.testing.exception_check import exception_check_fixture
 from nodeprov.testing.pytest_plugin import require_engine
 
 IMAGES = Path(__file__).parent / "images"
@@ -24,6 +25,9 @@ POSTGRES = os.environ.get(
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+check_public_api_exceptions = exception_check_fixture()
 
 
 @pytest.fixture(scope="session")
