@@ -54,8 +54,9 @@ class NodeprovError(Exception):
     """Base of every error nodeprov raises."""
 
 
-class ConfigError(NodeprovError):
-    """Settings, options or names are invalid; the message says which and why."""
+class ConfigError(NodeprovError, ValueError):
+    """Bad settings, options, names or arguments: fix the call. Also a ``ValueError``, as
+    invalid values are in Python."""
 
 
 class ProviderNotFoundError(ConfigError):

@@ -18,7 +18,7 @@ from typing import Self
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from .errors import NodeGoneError
+from .errors import ConfigError, NodeGoneError
 
 __all__ = ["SpawnFn", "SpawnOptions", "SpawnedProcess", "StopPolicy"]
 
@@ -43,8 +43,8 @@ class SpawnOptions:
     process. Names may not contain ``=`` or NUL; values may not contain NUL.
 
     Raises (at construction) :class:`TypeError` for a non-string command, argument or env
-    entry, or a bare string as ``args``; :class:`ValueError` for an empty command, a NUL in
-    any string, or a malformed variable name.
+    entry, or a bare string as ``args``; :class:`~nodeprov.errors.ConfigError` (a
+    ``ValueError``) for an empty command, a NUL in any string, or a malformed variable name.
     """
 
     command: str
@@ -61,10 +61,10 @@ class SpawnOptions:
         if not all(isinstance(item, str) for item in strings):
             raise TypeError("command, args and env must be strings")
         if not self.command or any("\x00" in item for item in strings):
-            raise ValueError("the command must be non-empty, and no string may contain NUL")
+            raise ConfigError("the command must be non-empty, and no string may contain NUL")
         bad_names = [name for name in env if not _ENV_NAME.match(name)]
         if bad_names:
-            raise ValueError(f"invalid environment variable names: {bad_names!r}")
+            raise ConfigError(f"invalid environment variable names: {bad_names!r}")
         object.__setattr__(self, "args", args)
         object.__setattr__(self, "env", MappingProxyType(env))
 
@@ -286,15 +286,15 @@ def guard_stdin(options: SpawnOptions, *, marker: str, grace: float, term_grace:
     takes whole seconds only.
 
     Raises:
-        ValueError: an empty marker, one with a line break, or a negative or non-finite
+        ConfigError: an empty marker, one with a line break, or a negative or non-finite
             grace.
     """
     if not marker or "\n" in marker or "\r" in marker:
-        raise ValueError("the marker must be a non-empty single line")
+        raise ConfigError("the marker must be a non-empty single line")
 
     def seconds(value: float) -> str:
         if not 0 <= value < float("inf"):
-            raise ValueError(f"graces must be finite and non-negative, not {value!r}")
+            raise ConfigError(f"graces must be finite and non-negative, not {value!r}")
         return f"{value:.3f}".rstrip("0").rstrip(".")
 
     kept = ["=" + options.env[name] if name in options.env else "" for name in ("PWD", "SHLVL")]

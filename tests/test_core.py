@@ -42,11 +42,11 @@ def test_spawn_options_reject_a_shell_string_and_nul() -> None:
         SpawnOptions("sh", "-c 'echo hi'")  # a str is a Sequence[str]: only a runtime check helps
     with pytest.raises(TypeError):
         SpawnOptions("echo", [1])  # type: ignore[list-item]
-    with pytest.raises(ValueError, match="NUL"):
+    with pytest.raises(ConfigError, match="NUL"):
         SpawnOptions("echo", ["a\x00b"])
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ConfigError, match="non-empty"):
         SpawnOptions("")
-    with pytest.raises(ValueError, match="variable names"):
+    with pytest.raises(ConfigError, match="variable names"):
         SpawnOptions("env", env={"A=B": "x"})
     options = SpawnOptions("echo", ["a", "b"], env={"X": "1"})
     assert options.argv == ["echo", "a", "b"]

@@ -17,7 +17,7 @@ import anyio
 import pytest
 from anyio.abc import ByteReceiveStream
 
-from nodeprov import NodeHandle, SpawnedProcess, SpawnOptions, get_provider
+from nodeprov import ConfigError, NodeHandle, SpawnedProcess, SpawnOptions, get_provider
 from nodeprov.spawn import guard_stdin
 from nodeprov.testing import fake_agent_command
 from nodeprov.testing.conformance import HOSTILE_STRINGS, host_processes_matching, unique_marker, wait_until
@@ -264,10 +264,10 @@ async def test_a_missing_command(node: NodeHandle) -> None:
 def test_bad_settings_are_refused() -> None:
     options = SpawnOptions("cat")
     for marker in ("", "two\nlines", "cr\r"):
-        with pytest.raises(ValueError, match="marker"):
+        with pytest.raises(ConfigError, match="marker"):
             guard_stdin(options, marker=marker, grace=1, term_grace=1)
     for grace in (-1.0, float("inf"), float("nan")):
-        with pytest.raises(ValueError, match="grace"):
+        with pytest.raises(ConfigError, match="grace"):
             guard_stdin(options, marker="m", grace=grace, term_grace=1)
     guarded = guard_stdin(
         SpawnOptions("cat", cwd="sub", env={"A": "1"}), marker="m", grace=0.25, term_grace=10

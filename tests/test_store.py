@@ -201,3 +201,17 @@ async def test_a_token_is_claimed_exactly_once_across_stores(make_store: MakeSto
         assert all("used already" in str(o) for o in outcomes if isinstance(o, TokenError))
         with pytest.raises(TokenError, match="unknown"):
             await second.claim_snapshot("no-such-token")
+
+
+async def test_a_refused_statement_is_a_store_error(store: Store) -> None:
+    """Constraint violations inside a transaction come out as StoreError, never as the
+    driver's own exception types (sqlite3, psycopg)."""
+    session = await store.active_session("ws", "claude")
+    await store.create_run(_run(session.id))
+    await store.node_intent("np-1", "local", "run-1")
+    with pytest.raises(StoreError, match=r"(?i)unique|duplicate"):
+        await store.node_intent("np-1", "local", "run-1")
+    with pytest.raises(StoreError, match=r"(?i)foreign key"):
+        await store.node_intent("np-2", "local", "run-none")
+    with pytest.raises(StoreError):
+        await store.create_run(_run(session.id))

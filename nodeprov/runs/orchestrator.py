@@ -530,7 +530,7 @@ class Orchestrator:
 
     async def _launch(self, run_id: str, plan: _Plan) -> Run:
         if self._tg is None:
-            raise RuntimeError("use the Orchestrator as an async context manager")
+            raise ConfigError("use the Orchestrator as an async context manager")
         run = Run(self, run_id, RunState.STARTING, await self.store.last_event_seq(run_id) + 1)
         if plan.resume is not None:  # a pause before the agent starts must keep the session
             run.agent_session_id = plan.resume.agent_session_id
