@@ -37,6 +37,7 @@ from .node import (
     Rollback,
     abandoned,
     owner_alive,
+    secret_field,
 )
 from .registry import get_provider, provider_class, provider_names
 from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
@@ -77,4 +78,5 @@ __all__ = [
     "owner_alive",
     "provider_class",
     "provider_names",
+    "secret_field",
 ]

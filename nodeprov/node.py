@@ -61,6 +61,7 @@ __all__ = [
     "default_owner",
     "owner_alive",
     "process_start_time",
+    "secret_field",
 ]
 
 logger = logging.getLogger("nodeprov")
@@ -230,10 +231,44 @@ class NodeConfig(BaseModel):
         return labels
 
 
+def secret_field(**kwargs: Any) -> Any:
+    """A settings ``Field`` whose value is a secret (credentials, tokens, an environment
+    that may hold them): :meth:`ProviderSettings.storable` leaves it out and ``repr``
+    masks it, so it never reaches the store, logs or snapshots."""
+    return Field(json_schema_extra={"secret": True}, **kwargs)
+
+
 class ProviderSettings(BaseModel):
-    """Base of every provider's settings model: frozen, unknown fields rejected."""
+    """Base of every provider's settings model: frozen, unknown fields rejected.
+
+    Fields declared with :func:`secret_field` are secrets: a control plane stores
+    :meth:`storable` and asks for :meth:`secrets_set` again when it needs them (a resume).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def secret_fields(cls) -> frozenset[str]:
+        """Names of the fields declared with :func:`secret_field`."""
+        return frozenset(
+            name
+            for name, info in cls.model_fields.items()
+            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("secret")
+        )
+
+    def secrets_set(self) -> list[str]:
+        """The secret fields given explicitly (not left at their defaults), sorted."""
+        return sorted(self.secret_fields() & self.model_fields_set)
+
+    def storable(self) -> dict[str, Any]:
+        """The fields given explicitly, less the secret ones, as JSON values: what may be
+        written to a store and given back to :meth:`NodeProvider.from_settings`."""
+        return self.model_dump(mode="json", exclude_unset=True, exclude=set(self.secret_fields()))
+
+    def __repr_args__(self) -> Any:
+        secret = self.secret_fields()
+        for name, value in super().__repr_args__():
+            yield name, ("**secret**" if name in secret else value)
 
 
 @dataclass(frozen=True)
@@ -379,7 +414,7 @@ class NodeHandle(ABC):
             raise ConfigError(f"invalid file mode {mode:o}")
         partial = f"{target}.nodeprov-{secrets.token_hex(6)}"
         try:
-            writer = SpawnOptions("sh", ["-c", _WRITE_PARTIAL, "nodeprov-write", target, partial], cwd="/")
+            writer = SpawnOptions("sh", ["-c", _WRITE_PARTIAL, "nodeprov-write", target, partial])
             async with await self.spawn(writer) as process:
                 try:
                     with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -400,9 +435,7 @@ class NodeHandle(ABC):
             raise
 
     async def _file_step(self, script: str, *args: str) -> None:
-        async with await self.spawn(
-            SpawnOptions("sh", ["-c", script, "nodeprov-file", *args], cwd="/")
-        ) as step:
+        async with await self.spawn(SpawnOptions("sh", ["-c", script, "nodeprov-file", *args])) as step:
             await step.stdin.aclose()
             await _file_outcome(step, self.node_id, args[0])
 
@@ -425,7 +458,7 @@ class NodeHandle(ABC):
             NodeGoneError, SpawnError, ProviderError: as :meth:`spawn`.
         """
         target = self.node_path(path)
-        options = SpawnOptions("sh", ["-c", _READ_FILE, "nodeprov-read", target], cwd="/")
+        options = SpawnOptions("sh", ["-c", _READ_FILE, "nodeprov-read", target])
         async with await self.spawn(options) as process:
             await process.stdin.aclose()
             try:

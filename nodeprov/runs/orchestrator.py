@@ -395,7 +395,7 @@ class Orchestrator:
             StoreError: the store failed.
         """
         settings = dict(provider_settings or {})
-        self._provider(provider, settings)  # fail now, not in the background
+        checked = self._provider(provider, settings).settings  # fail now, not in the background
         options = options or ClaudeAgentOptions()
         session = await self.store.active_session(workspace, "claude")
         run_id = new_id("run")
@@ -411,7 +411,8 @@ class Orchestrator:
                     workspace_id=workspace,
                     prompt=prompt,
                     node_provider=provider,
-                    node_settings=dumps(settings),
+                    node_settings=dumps(checked.storable()),
+                    node_secret_fields=dumps(checked.secrets_set()),
                     agent_options=dumps(_stored_options(options)),
                     state=RunState.STARTING,
                     outcome=None,
@@ -435,6 +436,7 @@ class Orchestrator:
         *,
         message: str = "continue",
         options: ClaudeAgentOptions | None = None,
+        provider_settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         idle_timeout: float | None = None,
     ) -> Run:
@@ -442,14 +444,19 @@ class Orchestrator:
 
         On a kept node the agent resumes there; otherwise a fresh node is provisioned and
         the agent's transcript restored onto it first. ``options`` carry what was not
-        stored (credentials in ``env``); without them the stored options are used. A run
-        paused before its agent ever started is started again with its own prompt.
+        stored (credentials in ``env``); without them the stored options are used.
+        ``provider_settings`` are laid over the stored ones: the run's secret settings
+        (never stored) must be given again. A run paused before its agent ever started is
+        started again with its own prompt.
 
         Raises:
             TokenError: the token is unknown or used already.
+            ConfigError: a secret provider setting the run was started with is missing
+                (checked before the token is used).
             RunStateError: the run is not paused or failed, or another control plane
                 resumed it first.
         """
+        given = dict(provider_settings or {})
         peeked = await self.store.peek_snapshot(token)
         if peeked is not None and peeked.used_at is None:  # else claiming says what is wrong
             current = await self.store.run(peeked.run_id)
@@ -457,10 +464,18 @@ class Orchestrator:
                 raise RunStateError(
                     f"run {current.id} is {current.state}: only a paused or failed run can be resumed"
                 )
+            missing = sorted(set(json.loads(current.node_secret_fields)) - set(given)) if current else []
+            if missing:
+                raise ConfigError(
+                    f"run {peeked.run_id} was started with secret provider settings that are never "
+                    f"stored; give them again: {', '.join(missing)}"
+                )
         snapshot = await self.store.claim_snapshot(token)
         self._launching.add(snapshot.run_id)
         try:
-            return await self._claim_and_launch(snapshot, message, options, deadline, idle_timeout)
+            return await self._claim_and_launch(
+                snapshot, message, options, given, deadline=deadline, idle_timeout=idle_timeout
+            )
         finally:
             self._launching.discard(snapshot.run_id)
 
@@ -469,6 +484,8 @@ class Orchestrator:
         snapshot: SnapshotRecord,
         message: str,
         options: ClaudeAgentOptions | None,
+        given_settings: dict[str, Any],
+        *,
         deadline: float | None,
         idle_timeout: float | None,
     ) -> Run:
@@ -486,7 +503,7 @@ class Orchestrator:
         ):
             raise RunStateError(f"run {record.id} was resumed by another control plane")
         options = options or ClaudeAgentOptions(**json.loads(record.agent_options))
-        settings = json.loads(record.node_settings)
+        settings = {**json.loads(record.node_settings), **given_settings}
         if snapshot.agent_session_id is None:  # the agent never started: start it afresh
             message = record.prompt if message == "continue" else f"{record.prompt}\n\n{message}"
         plan = _Plan(
@@ -507,6 +524,7 @@ class Orchestrator:
         *,
         message: str = "continue",
         options: ClaudeAgentOptions | None = None,
+        provider_settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         idle_timeout: float | None = None,
     ) -> Run:
@@ -515,6 +533,7 @@ class Orchestrator:
         Raises:
             RunStateError: the run does not exist, is not paused or failed, or has no
                 snapshot left to resume from.
+            ConfigError: as :meth:`resume`.
         """
         record = await self.store.run(run_id)
         if record is None:
@@ -525,7 +544,12 @@ class Orchestrator:
         if not unused:
             raise RunStateError(f"run {run_id} has no snapshot to resume from")
         return await self.resume(
-            unused[-1].token, message=message, options=options, deadline=deadline, idle_timeout=idle_timeout
+            unused[-1].token,
+            message=message,
+            options=options,
+            provider_settings=provider_settings,
+            deadline=deadline,
+            idle_timeout=idle_timeout,
         )
 
     async def _launch(self, run_id: str, plan: _Plan) -> Run:

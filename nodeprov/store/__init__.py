@@ -78,7 +78,9 @@ class RunRecord:
 
     ``state`` is one of :class:`nodeprov.runs.RunState` (the run state machine);
     ``outcome`` once paused or over: ok, paused, error. ``owner`` is the control plane that
-    drives it (``lease:ID`` for an orchestrator).
+    drives it (``lease:ID`` for an orchestrator). ``node_settings`` holds the provider
+    settings less their secrets (:meth:`~nodeprov.ProviderSettings.storable`);
+    ``node_secret_fields`` the names of the secret ones it was given (JSON list).
     """
 
     id: str
@@ -98,6 +100,7 @@ class RunRecord:
     pause_request: str | None
     created_at: str
     updated_at: str
+    node_secret_fields: str = "[]"  # noqa: S105 - names of secrets, never values
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,11 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX runs_state ON runs(state)",
         "CREATE INDEX nodes_state ON nodes(state)",
     ],
+    [
+        # Provider settings are stored without their secrets; these are the names of the
+        # secret settings a run was started with, asked for again on resume.
+        "ALTER TABLE runs ADD COLUMN node_secret_fields TEXT NOT NULL DEFAULT '[]'",
+    ],
 ]
 
 

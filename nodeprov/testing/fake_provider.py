@@ -25,7 +25,7 @@ from anyio.abc import Process
 from pydantic import Field
 
 from ..errors import CommandNotFoundError, NodeGoneError, ProvisionError
-from ..node import NodeConfig, NodeHandle, NodeInfo, NodeProvider, ProviderSettings, Rollback
+from ..node import NodeConfig, NodeHandle, NodeInfo, NodeProvider, ProviderSettings, Rollback, secret_field
 from ..spawn import SpawnedProcess, SpawnOptions
 
 __all__ = ["FakeProvider", "FakeSettings"]
@@ -45,6 +45,11 @@ class FakeSettings(ProviderSettings):
         default=None, description="Fail provisioning with this message, after the delay."
     )
     destroy_delay: float = Field(default=0.0, ge=0, description="Seconds destroying takes.")
+    env: dict[str, str] = secret_field(
+        default_factory=dict,
+        description="Environment of every process on its nodes, as the docker provider's `env`: "
+        "a secret setting, never stored.",
+    )
 
 
 class _Process(SpawnedProcess):
@@ -79,7 +84,8 @@ class _Node(NodeHandle):
             provider=FakeProvider.name,
             labels=record["labels"],
             workdir=str(directory / "work"),
-            base_env={"PATH": os.defpath, "HOME": str(directory / "work")},
+            base_env={"PATH": os.defpath, "HOME": str(directory / "work"), **provider.settings.env},
+            file_roots=(str(directory),),
         )
         self._settings = provider.settings
         self._directory = directory
