@@ -36,7 +36,6 @@ from ..claude import NodeTransport
 from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeConfig, NodeHandle, NodeProvider, owner_alive
 from ..registry import get_provider
-from ..spawn import SpawnOptions
 from ..store import EventRecord, RunRecord, SnapshotRecord, Store, dumps, new_id, now
 from ..store.transcripts import entries_to_jsonl
 from .events import (
@@ -745,12 +744,7 @@ class Orchestrator:
             sub = await self.store.transcripts.load({**key, "subpath": subpath})  # type: ignore[typeddict-item]
             files[f"{directory}/{snapshot.agent_session_id}/{subpath}.jsonl"] = sub or []
         for path, content in files.items():
-            write = SpawnOptions("sh", ["-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "restore", path])
-            async with await node.spawn(write) as process:
-                await process.stdin.send(entries_to_jsonl(content))
-                await process.stdin.aclose()
-                if await process.wait() != 0:
-                    raise NodeprovError(f"could not restore the transcript to {path} on node {node.node_id}")
+            await node.write_file(path, entries_to_jsonl(content))
         return True
 
     async def _agent(self, run: Run, plan: _Plan, node: NodeHandle) -> ResultMessage | None:
