@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import posixpath
 import secrets
 from collections import deque
 from collections.abc import AsyncIterator
@@ -57,7 +58,7 @@ from claude_agent_sdk._internal._task_compat import TaskHandle, spawn_detached
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
 from claude_agent_sdk.types import _configure_can_use_tool
 
-from .errors import AgentError, AgentExitError, AgentOutputError, ConfigError
+from .errors import AgentError, AgentExitError, AgentOutputError, ConfigError, NodeprovError
 from .node import NodeHandle
 from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy, guard_stdin
 
@@ -68,6 +69,8 @@ logger = logging.getLogger("nodeprov.claude")
 DEFAULT_MAX_LINE = 1024 * 1024  # the SDK's default max_buffer_size
 _STDERR_TAIL_LINES = 20
 _SESSION_STATE_ENV = "CLAUDE_CODE_SDK_READS_SESSION_STATE"
+_SECRET_FLAGS = ("--mcp-config", "--settings")
+"""CLI options whose JSON values may hold secrets (MCP server env and headers, settings)."""
 
 
 def bundled_cli_path() -> str | None:
@@ -178,6 +181,12 @@ class NodeTransport(Transport):
     The guard needs ``/bin/sh``, ``awk``, ``mktemp`` and ``mkfifo`` on the node; with
     ``guard=False`` the CLI is spawned as is and :meth:`end_input` closes the channel.
 
+    Made with :meth:`for_node`, the options that may carry secrets (MCP servers with their
+    ``env`` and ``headers``, ``settings``) reach the CLI as ``0600`` files on the node, under
+    ``CLAUDE_CONFIG_DIR`` (else the node's ``HOME``) in ``.nodeprov/``, removed by
+    :meth:`close`: never as arguments, which any user of the node can read (``ps``, an
+    engine's exec inspection). With a bare :data:`SpawnFn` they stay arguments.
+
     Errors (raised from ``connect``, ``write`` and the message stream, and so from the
     SDK's ``query`` and ``ClaudeSDKClient``): :class:`~nodeprov.errors.ConfigError`,
     :class:`~nodeprov.errors.SpawnError` and its subclasses, :class:`AgentOutputError`,
@@ -193,8 +202,11 @@ class NodeTransport(Transport):
         stop_policy: StopPolicy | None = None,
         exit_timeout: float = 10.0,
         guard: bool = True,
+        node: NodeHandle | None = None,
     ) -> None:
         self._spawn = spawn
+        self._node = node
+        self._option_files: str | None = None
         self._options = options or ClaudeAgentOptions()
         self.cli_path = cli_path or (str(self._options.cli_path) if self._options.cli_path else "claude")
         self._stop_policy = stop_policy or StopPolicy()
@@ -218,7 +230,7 @@ class NodeTransport(Transport):
         options = options or ClaudeAgentOptions()
         if "cli_path" not in kwargs and options.cli_path is None:
             kwargs["cli_path"] = node.tool_paths.get("claude", "claude")
-        return cls(node.spawn, options, **kwargs)
+        return cls(node.spawn, options, node=node, **kwargs)
 
     @property
     def process(self) -> SpawnedProcess | None:
@@ -234,7 +246,7 @@ class NodeTransport(Transport):
             return
         if self._options.user is not None:
             raise ConfigError("options.user is not supported on a node; the provider sets the user")
-        argv = self.command()
+        argv = await self._secrets_to_files(self.command())
         cwd = str(self._options.cwd) if self._options.cwd else None
         spawn_options = SpawnOptions(argv[0], argv[1:], cwd=cwd, env=agent_environment(self._options))
         if self._guard:
@@ -247,11 +259,42 @@ class NodeTransport(Transport):
                 term_grace=policy.term_grace,
             )
         self._input_ended = False
-        process = await self._spawn(spawn_options)
+        try:
+            process = await self._spawn(spawn_options)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._remove_option_files()
+            raise
         process.stop_policy = self._stop_policy
         self._process = process
         self._stderr_task = spawn_detached(self._drain_stderr(process))
         self._ready = True
+
+    async def _secrets_to_files(self, argv: list[str]) -> list[str]:
+        """``argv`` with each JSON value of :data:`_SECRET_FLAGS` replaced by a 0600 file on
+        the node holding it."""
+        if self._node is None:
+            return argv
+        argv = list(argv)
+        for index in range(1, len(argv)):
+            if argv[index - 1] in _SECRET_FLAGS and argv[index].lstrip().startswith("{"):
+                if self._option_files is None:
+                    home = self._options.env.get("CLAUDE_CONFIG_DIR") or self._node.base_env.get("HOME")
+                    where = home or self._node.workdir
+                    self._option_files = posixpath.join(where, ".nodeprov", f"agent-{secrets.token_hex(8)}")
+                path = posixpath.join(self._option_files, f"{argv[index - 1].lstrip('-')}.json")
+                await self._node.write_file(path, argv[index].encode(), mode=0o600)
+                argv[index] = path
+        return argv
+
+    async def _remove_option_files(self) -> None:
+        directory, self._option_files = self._option_files, None
+        if directory is None or self._node is None:
+            return
+        with anyio.move_on_after(5), suppress(NodeprovError):
+            async with await self._node.spawn(SpawnOptions("rm", ["-rf", "--", directory])) as remover:
+                await remover.stdin.aclose()
+                await remover.wait()
 
     def is_ready(self) -> bool:
         return self._ready
@@ -435,6 +478,7 @@ class NodeTransport(Transport):
                 async with self._write_lock:
                     pass  # let a write in progress finish before stdin is closed
             await process.aclose()
+            await self._remove_option_files()
             task, self._stderr_task = self._stderr_task, None
             if task is not None:
                 with anyio.move_on_after(1):

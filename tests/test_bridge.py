@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
 import sys
 from collections.abc import AsyncIterator
@@ -371,3 +372,46 @@ async def test_end_input_is_eof_for_the_agent(guard: bool, node: NodeHandle, tmp
         await transport.close()
     assert [m["type"] for m in messages] == ["one", "two", "eof", "after"]
     assert transport.stderr_tail == ""
+
+
+async def test_option_secrets_reach_the_cli_as_private_files_not_arguments(
+    node: NodeHandle, tmp_path: Path
+) -> None:
+    """MCP server env and settings may hold credentials: they reach the CLI as 0600 files on
+    the node (removed when the transport closes), never in its arguments."""
+    canary = f"canary-{secrets.token_hex(8)}"
+    report = tmp_path / "report"
+    cli = script(
+        tmp_path,
+        "cli",
+        f"""printf '%s\\n' "$@" > {report}.argv
+        while [ $# -gt 1 ]; do
+          case $1 in
+            --mcp-config|--settings) echo "$1 $(stat -c %a "$2") $2 $(cat "$2")" >> {report}.files ;;
+          esac
+          shift
+        done
+        mv {report}.files {report}
+        exec cat > /dev/null""",
+    )
+    options = ClaudeAgentOptions(
+        cli_path=cli,
+        mcp_servers={"db": {"type": "stdio", "command": "db-server", "env": {"DB_TOKEN": canary}}},
+        settings=json.dumps({"env": {"SETTING_TOKEN": canary}}),
+    )
+    transport = NodeTransport.for_node(node, options, stop_policy=FAST_STOP)
+    await transport.connect()
+    try:
+        assert await wait_until(lambda: anyio.Path(report).exists(), 10)
+        assert canary not in (tmp_path / "report.argv").read_text()
+        assert host_processes_matching(canary) == []
+        files = [line.split(" ", 3) for line in report.read_text().splitlines()]
+        assert sorted((flag, mode) for flag, mode, _, _ in files) == [
+            ("--mcp-config", "600"),
+            ("--settings", "600"),
+        ]
+        assert all(canary in content for *_, content in files)
+        assert all(path.startswith(f"{node.base_env['HOME']}/.nodeprov/") for _, _, path, _ in files)
+    finally:
+        await transport.close()
+    assert not [path for _, _, path, _ in files if await anyio.Path(path).exists()]
