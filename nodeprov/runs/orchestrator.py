@@ -147,7 +147,8 @@ class Run:
                 while records := await store.events(self.id, after=last):
                     for record in records:
                         last = record.seq
-                        yield event_from_json(json.loads(record.body))
+                        if (stored_event := _stored_event(record)) is not None:
+                            yield stored_event
                 for event in list(self._unflushed):
                     if event.seq > last:
                         last = event.seq
@@ -906,9 +907,10 @@ class Orchestrator:
                 continue  # it may have been resumed here meanwhile
             stored = await self.store.events(run_id, after=last)
             for item in stored:
-                event = event_from_json(json.loads(item.body))
-                last, ended = item.seq, isinstance(event, RunFinished)
-                yield event
+                last = item.seq
+                if (readable := _stored_event(item)) is not None:
+                    ended = isinstance(readable, RunFinished)
+                    yield readable
             if stored:
                 continue
             if not follow:
@@ -1090,6 +1092,16 @@ class Orchestrator:
             for info in report.reaped:
                 await self.store.set_node_state(info.node_id, "destroyed")
         return report
+
+
+def _stored_event(record: EventRecord) -> RunEvent | None:
+    """The event stored as ``record``; ``None`` (logged) for one this version cannot read,
+    such as a kind added by a newer control plane: followers go on past it."""
+    try:
+        return event_from_json(json.loads(record.body))
+    except (ValueError, TypeError) as error:
+        logger.warning("skipping unreadable event %d of run %s: %s", record.seq, record.run_id, error)
+        return None
 
 
 class _Progress:
