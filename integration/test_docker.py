@@ -108,13 +108,13 @@ async def test_engine_not_running(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def dying_image(base_image: str, docker_client: docker.DockerClient) -> str:
-    """The base image whose `env` fails: its containers die before they report ready."""
-    tag = f"nodeprov-test-dying-env:{base_image.split(':')[1]}"
+    """The base image whose `sh` is `false`: its containers die before they report ready."""
+    tag = f"nodeprov-test-dying-sh:{base_image.split(':')[1]}"
     try:
         docker_client.images.get(tag)
     except docker.errors.ImageNotFound:
         container = docker_client.containers.run(
-            base_image, ["sh", "-c", "printf '#!/bin/sh\\nexit 3\\n' > /usr/bin/env"], detach=True
+            base_image, ["ln", "-sf", "/bin/false", "/bin/sh"], detach=True
         )
         container.wait()
         container.commit(*tag.split(":"))

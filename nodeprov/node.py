@@ -668,6 +668,18 @@ class NodeProvider(ABC, Generic[SettingsT]):
         """
         return []
 
+    async def probe(self) -> None:
+        """Ask the platform, with these settings, whether nodes can be made; make nothing.
+
+        Bounded by the caller (no deadline of its own). The default asks nothing: a
+        provider whose platform can be reached without a call (the local host) is ready
+        when its :meth:`requirements` are.
+
+        Raises:
+            ConfigError: the settings cannot work (a bad endpoint, unsupported options).
+            ProviderError: the platform could not be reached or refused.
+        """
+
     async def provision(self, config: NodeConfig | None = None) -> NodeHandle:
         """Create a node and wait until processes can be spawned on it.
 

@@ -11,17 +11,25 @@ node still exists on the platform: directories, containers, instances, processes
         @pytest.fixture
         def leftovers(self): ...
 
-Nodes run ``sh``, ``cat``, ``env``, ``printf``, ``pwd``, ``mkdir`` and ``sleep`` from their
-PATH. Processes are matched by a unique ``sleep`` duration: :meth:`ProviderConformance
+Nodes run ``sh``, ``cat``, ``env``, ``printf``, ``pwd``, ``mkdir``, ``ls``, ``stat`` and
+``sleep`` from their PATH. Processes are matched by a unique ``sleep`` duration: :meth:`ProviderConformance
 .processes_matching` scans this machine's ``/proc`` (which sees local children and
 containers alike); a provider whose processes run elsewhere overrides it.
+
+The 1 GiB file round trip runs in a child process that attaches to the node with the
+provider's settings (given on its stdin, never its arguments) and bounds its own peak
+memory; ``NODEPROV_BIG_FILE_MIB`` sets the size.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import posixpath
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,7 +37,14 @@ from typing import Any
 import anyio
 import pytest
 
-from nodeprov.errors import CommandNotFoundError, NodeGoneError, SpawnError
+from nodeprov.errors import (
+    CommandNotFoundError,
+    NodeFileError,
+    NodeFileNotFoundError,
+    NodeGoneError,
+    NodePathError,
+    SpawnError,
+)
 from nodeprov.node import (
     LABEL_EXPIRES_AT,
     LABEL_NODE_ID,
@@ -98,6 +113,23 @@ async def run(node: NodeHandle, *argv: str, stdin: bytes = b"", **kwargs: object
             tg.start_soon(collect, "stderr", err)
         code = await process.wait()
     return code, bytes(out), bytes(err)
+
+
+def _outside(node: NodeHandle) -> str | None:
+    """A path next to the node's outermost file root, outside every root; None when a root
+    is ``/`` (the node is a whole machine: nothing is outside it)."""
+    if "/" in node.file_roots:
+        return None
+    return posixpath.join(posixpath.dirname(min(node.file_roots, key=len)), "nodeprov-outside")
+
+
+async def read_all(node: NodeHandle, path: str) -> bytes:
+    """The whole content of ``path`` on ``node``."""
+    data = bytearray()
+    async with node.read_file(path) as chunks:
+        async for chunk in chunks:
+            data += chunk
+    return bytes(data)
 
 
 def host_processes_matching(marker: str) -> list[str]:
@@ -294,6 +326,161 @@ class ProviderConformance:
                     for i in range(12):
                         tg.start_soon(one, i)
         assert results == {i: str(i).encode() for i in range(12)}
+
+    async def test_environment_names_that_are_not_shell_names(self, provider: AnyProvider) -> None:
+        asked = {"a-b": "dash", "x.y": "dot", "1X": "digit", "sp ace": "space", "NODEPROV_OK": "plain"}
+        async with await provider.provision() as node:
+            code, out, _ = await run(node, "env", "-0", env=asked)
+            assert code == 0
+            seen = dict(item.split("=", 1) for item in out.decode().split("\0") if item)
+            assert {name: seen.get(name) for name in asked} == asked
+            assert set(seen) - set(asked) - set(node.base_env) == set()
+
+    async def test_arguments_not_in_utf8_reach_the_process_as_bytes(self, provider: AnyProvider) -> None:
+        raw = [b"\xff\xfe", b"caf\xe9", b"ok \xe2\x9c\x93", b"\x80 and \\0101 and %b"]
+        async with await provider.provision() as node:
+            code, out, _ = await run(node, "printf", "%s\\0", *map(os.fsdecode, raw))
+            assert code == 0
+            assert out.split(b"\0")[:-1] == raw
+
+    async def test_a_process_that_closes_stdout_and_keeps_running(self, provider: AnyProvider) -> None:
+        marker = unique_marker()
+        async with await provider.provision() as node:
+            process = await node.spawn(
+                SpawnOptions("sh", ["-c", f"printf before; exec >&-; echo after >&2; exec sleep {marker}"])
+            )
+            async with process:
+                await process.stdin.aclose()
+                out = bytearray()
+                with anyio.fail_after(self.timeout):
+                    async for chunk in process.stdout:  # ends: nothing holds stdout any more
+                        out += chunk
+                    assert await process.stderr.receive() == b"after\n"
+                assert out == b"before"
+                assert process.returncode is None
+                assert await self.processes_matching(marker) != []
+                process.stop_policy = StopPolicy(eof_grace=0, term_grace=5)
+            await self.assert_no_process(marker)
+
+    async def test_cwd_outside_the_node_is_refused(self, provider: AnyProvider) -> None:
+        async with await provider.provision() as node:
+            with pytest.raises(NodePathError):
+                await node.spawn(SpawnOptions("pwd", cwd="bad\0path"))
+            if outside := _outside(node):
+                with pytest.raises(NodePathError):
+                    await node.spawn(SpawnOptions("pwd", cwd=outside))
+                with pytest.raises(NodePathError):
+                    await node.spawn(SpawnOptions("pwd", cwd="../" * 64))
+
+    # -- files -------------------------------------------------------------------------
+
+    async def test_files_round_trip_binary_empty_and_streamed(self, provider: AnyProvider) -> None:
+        payload = bytes(range(256)) * 4099  # every byte value, not a multiple of any buffer
+
+        async def pieces() -> AsyncIterator[bytes]:
+            for start in range(0, len(payload), 65521):
+                yield payload[start : start + 65521]
+
+        async with await provider.provision() as node:
+            await node.write_file("every-byte.bin", payload)
+            assert await read_all(node, "every-byte.bin") == payload
+            await node.write_file("streamed.bin", pieces())
+            assert await read_all(node, "streamed.bin") == payload
+            await node.write_file("empty", b"")
+            assert await read_all(node, "empty") == b""
+            await node.write_file("empty", b"replaced")  # an existing file is replaced whole
+            assert await read_all(node, node.node_path("empty")) == b"replaced"
+
+    async def test_file_modes_and_parents(self, provider: AnyProvider) -> None:
+        async with await provider.provision() as node:
+            await node.write_file("private", b"x")
+            await node.write_file("deep/er/script.sh", b"#!/bin/sh\necho ran\n", mode=0o755)
+            paths = ["private", "deep", "deep/er", "deep/er/script.sh"]
+            _, out, _ = await run(node, "stat", "-c", "%a %n", *paths)
+            assert out.decode().split("\n")[:-1] == [
+                "600 private",
+                "700 deep",
+                "700 deep/er",
+                "755 deep/er/script.sh",
+            ]
+            assert await run(node, "./deep/er/script.sh") == (0, b"ran\n", b"")
+
+    async def test_hostile_file_names(self, provider: AnyProvider) -> None:
+        names = [name for name in HOSTILE_STRINGS if name.strip() and not name.endswith("/")]
+        async with await provider.provision() as node:
+            for index, name in enumerate(names):
+                await node.write_file(f"hostile/{name}", f"{index}".encode())
+            for index, name in enumerate(names):
+                assert await read_all(node, f"hostile/{name}") == f"{index}".encode(), name
+            _, out, _ = await run(node, "sh", "-c", "test -e /tmp/nodeprov-pwned && echo PWNED")
+            assert b"PWNED" not in out
+
+    async def test_file_errors(self, provider: AnyProvider) -> None:
+        async with await provider.provision() as node:
+            with pytest.raises(NodeFileNotFoundError):
+                await read_all(node, "no-such-file")
+            await node.write_file("dir/file", b"x")
+            with pytest.raises(NodeFileError):
+                await read_all(node, "dir")
+            with pytest.raises(NodeFileError):
+                await node.write_file("dir", b"a directory is in the way")
+            with pytest.raises(NodeFileError):
+                await node.write_file("dir/file/below", b"a file is in the way")
+            for bad in ("", "x\0y"):
+                with pytest.raises(NodePathError):
+                    await node.write_file(bad, b"x")
+                with pytest.raises(NodePathError):
+                    await read_all(node, bad)
+            if outside := _outside(node):
+                with pytest.raises(NodePathError):
+                    await node.write_file(outside, b"x")
+                with pytest.raises(NodePathError):
+                    await node.write_file("../" * 64 + "nodeprov-outside", b"x")
+                with pytest.raises(NodePathError):
+                    await read_all(node, outside)
+
+    async def test_a_cut_write_leaves_the_old_file_and_no_partial(self, provider: AnyProvider) -> None:
+        class CutError(Exception):
+            pass
+
+        async def cut() -> AsyncIterator[bytes]:
+            yield b"new " * 100_000
+            raise CutError
+
+        async def stalled() -> AsyncIterator[bytes]:
+            yield b"new " * 100_000
+            await anyio.sleep_forever()
+
+        async with await provider.provision() as node:
+            await node.write_file("kept/file", b"old")
+            with pytest.raises(CutError):
+                await node.write_file("kept/file", cut())
+            with anyio.move_on_after(1):  # cancelled half-way: the same
+                await node.write_file("kept/file", stalled())
+            assert await read_all(node, "kept/file") == b"old"
+            _, out, _ = await run(node, "ls", "-A", "kept")
+            assert out == b"file\n"
+
+    async def test_a_big_file_round_trip_in_bounded_memory(self, provider: AnyProvider) -> None:
+        mib = int(os.environ.get("NODEPROV_BIG_FILE_MIB", "1024"))
+        async with await provider.provision() as node:
+            request = {
+                "provider": provider.name,
+                "settings": provider.settings.model_dump(mode="json"),
+                "node_id": node.node_id,
+                "mib": mib,
+            }
+            with anyio.fail_after(max(self.timeout, mib)):
+                done = await anyio.run_process(
+                    [sys.executable, "-m", "nodeprov.testing._big_file"],
+                    input=json.dumps(request).encode(),
+                    check=False,
+                )
+            assert done.returncode == 0, done.stderr.decode(errors="replace")
+            report = json.loads(done.stdout)
+            assert report["written"] == report["read"], "the file came back different"
+            # Streamed: a 1 GiB round trip fits in a little more than the interpreter itself.
+            assert report["peak_rss_mib"] < 200, report
 
     # -- stopping ----------------------------------------------------------------------
 

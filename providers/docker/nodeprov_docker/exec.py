@@ -5,6 +5,12 @@ frames are ``[kind, 0, 0, 0, size (4 bytes, big-endian)]`` followed by ``size`` 
 is stdout, 2 stderr (3, an engine error, is treated as stderr). :class:`ExecOutput` splits them
 lazily: whichever stream is read pulls frames off the socket and queues what belongs to the
 other, so no background task is needed.
+
+The protocol has no end for one stream while the other goes on: a process that closes its
+stdout and keeps running sends nothing to say so. So when stdout has been quiet for a while,
+the process asks the node whether anything still holds the exec's stdout pipe; when nothing
+does, stdout ends, as a pipe would (once per quiet spell, backing off to every
+``_QUIET_CHECK_MAX`` seconds: one small exec, only while a process is silent).
 """
 
 from __future__ import annotations
@@ -16,12 +22,13 @@ from contextlib import suppress
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, SocketStream
 
-from nodeprov.errors import NodeGoneError
+from nodeprov.errors import NodeGoneError, NodeprovError
 from nodeprov.spawn import SpawnedProcess, StopPolicy
 
 STDOUT, STDERR = 1, 2
 _QUEUE_LIMIT = 8 * 1024 * 1024  # bytes held for a stream nobody is reading, before reading pauses
 _READ_SIZE = 256 * 1024
+_QUIET_CHECK_FIRST, _QUIET_CHECK_MAX = 1.0, 8.0  # seconds of stdout silence before asking
 
 
 class ExecOutput:
@@ -39,6 +46,7 @@ class ExecOutput:
         self._queues: dict[int, deque[bytes]] = {STDOUT: deque(), STDERR: deque()}
         self._queued = {STDOUT: 0, STDERR: 0}
         self._discard = {STDOUT: False, STDERR: False}
+        self._ended = {STDOUT: False, STDERR: False}
         self._drained = anyio.Event()
         self._kind = 0
         self._left = 0  # payload bytes of the current frame still to come
@@ -56,13 +64,17 @@ class ExecOutput:
         self._queued[kind] = 0
         self._drained.set()
 
+    def end(self, kind: int) -> None:
+        """``kind`` has ended on the node: what is queued is still read, then EOF."""
+        self._ended[kind] = self._discard[kind] = True
+
     async def receive(self, kind: int, max_bytes: int) -> bytes:
         other = STDERR if kind == STDOUT else STDOUT
         while True:
             queue = self._queues[kind]
             if queue:
                 return self._take(kind, queue.popleft(), max_bytes)
-            if self.eof:
+            if self.eof or self._ended[kind]:
                 raise anyio.EndOfStream
             if self._queued[other] > _QUEUE_LIMIT:
                 # Like a full pipe: wait for the other stream's reader to catch up.
@@ -129,6 +141,27 @@ class _Output(ByteReceiveStream):
         self._demux.discard(self._kind)
 
 
+class _Stdout(_Output):
+    """Stdout, ended when the node says nothing holds its pipe any more (see the module)."""
+
+    def __init__(self, demux: ExecOutput, held: Held) -> None:
+        super().__init__(demux, STDOUT)
+        self._held = held
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        quiet = _QUIET_CHECK_FIRST
+        while True:
+            with anyio.move_on_after(quiet):
+                return await self._demux.receive(STDOUT, max_bytes)
+            try:
+                held = await self._held()
+            except NodeprovError:
+                held = True  # the container is going: its socket ends, and stdout with it
+            if not held:
+                self._demux.end(STDOUT)
+            quiet = min(quiet * 2, _QUIET_CHECK_MAX)
+
+
 class _Input(ByteSendStream):
     """Closing sends EOF (a half-close): the exec's stdin ends, its output keeps coming."""
 
@@ -149,6 +182,7 @@ class _Input(ByteSendStream):
                 await self._socket.send_eof()
 
 
+Held = Callable[[], Awaitable[bool]]
 Signal = Callable[[str], Awaitable[None]]
 ExitCode = Callable[[], Awaitable[int | None]]
 
@@ -168,13 +202,14 @@ class DockerProcess(SpawnedProcess):
         exit_code: ExitCode,
         signal_group: Signal,
         stop_policy: StopPolicy,
+        stdout_held: Held | None = None,
     ) -> None:
         super().__init__(stop_policy)
         self.pid = pid
         self._socket = socket
         self._demux = output
         self.stdin = _Input(socket)
-        self.stdout = _Output(self._demux, STDOUT)
+        self.stdout = _Stdout(self._demux, stdout_held) if stdout_held else _Output(self._demux, STDOUT)
         self.stderr = _Output(self._demux, STDERR)
         self._exit_code = exit_code
         self._signal_group = signal_group

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import functools
 import os
-import posixpath
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +36,7 @@ from nodeprov.node import (
     ProviderSettings,
     Requirement,
     Rollback,
+    secret_field,
 )
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from nodeprov_docker.exec import STDERR, STDOUT, DockerProcess, ExecOutput
@@ -44,13 +45,27 @@ T = TypeVar("T")
 
 SDK_CLAUDE_MOUNT = "/opt/nodeprov/claude"
 _SENTINEL = b"\x1enodeprov "
-_READY = _SENTINEL + b"ready\n"
-# Reports the exec's pid inside the container (it leads its own process group there), and
-# tells a missing command apart from a command that fails, before exec'ing the command.
-_PREAMBLE = (
-    'command -v -- "$1" >/dev/null 2>&1 || { printf "\\036nodeprov notfound\\n"; exit 127; }; '
-    'printf "\\036nodeprov ok %s\\n" "$$"; exec "$@"'
-)
+_READY = _SENTINEL + b"ready "
+# Decodes the arguments the engine could not carry (see _encode), tells a missing command
+# apart from a command that fails, reports the exec's pid inside the container (it leads its
+# own process group there) and what its stdout is (see DockerProcess), then execs the command.
+_PREAMBLE = """\
+encoded=$1; shift
+if [ -n "$encoded" ]; then
+  n=0
+  for arg in "$@"; do
+    n=$((n + 1))
+    case " $encoded " in *" $n "*) arg=$(printf '%bx' "$arg"); arg=${arg%x} ;; esac
+    set -- "$@" "$arg"
+  done
+  shift "$n"
+fi
+command -v -- "$1" >/dev/null 2>&1 || { printf '\\036nodeprov notfound\\n'; exit 127; }
+printf '\\036nodeprov ok %s %s\\n' "$$" "$(readlink "/proc/$$/fd/1")"
+"""
+# Whether any process in the container still holds the pipe named by $1 (see DockerProcess).
+_HOLDS_PIPE = 'ls -l /proc/[0-9]*/fd/ 2>/dev/null | grep -qF -- "-> $1"'
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SIGNAL_GROUP = 'kill -s "$1" -- "-$2" 2>/dev/null; exit 0'
 
 
@@ -85,7 +100,11 @@ class DockerSettings(ProviderSettings):
     workdir: str = Field(
         default="/workspace", description="Working directory in the container, made if missing."
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Environment of the container.")
+    env: dict[str, str] = secret_field(
+        default_factory=dict,
+        description="Environment of every process on the node; a secret: given to each exec, never "
+        "part of the container's configuration, so the engine does not show it and it is not stored.",
+    )
     claude_cli: str = Field(default="claude", description="Claude Code CLI inside the container.")
     mount_sdk_claude: bool = Field(
         default=False,
@@ -161,7 +180,7 @@ class DockerNode(NodeHandle):
         container_id: str,
         labels: dict[str, str],
         workdir: str,
-        base_env: dict[str, str],
+        container_env: dict[str, str],
     ) -> None:
         settings = provider.settings
         super().__init__(
@@ -169,18 +188,18 @@ class DockerNode(NodeHandle):
             provider=DockerProvider.name,
             labels=labels,
             workdir=workdir,
-            base_env=base_env,
+            base_env={**container_env, **settings.env},
             tool_paths={"claude": SDK_CLAUDE_MOUNT if settings.mount_sdk_claude else settings.claude_cli},
         )
         self.container_id = container_id
+        self._exec_env = settings.env
         self._provider = provider
         self._stop_policy = StopPolicy(eof_grace=settings.eof_grace, term_grace=settings.term_grace)
 
     async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
         api = (await self._provider.client()).api
-        preamble = _PREAMBLE if "PWD" in options.env or "PWD" in self.base_env else "unset PWD; " + _PREAMBLE
-        argv = ["/bin/sh", "-c", preamble, "nodeprov", options.command, *options.args]
-        cwd = posixpath.normpath(posixpath.join(self.workdir, options.cwd or "."))
+        argv = [*self._shell(options.env), "nodeprov", *_encode([options.command, *options.args])]
+        cwd = options.cwd or self.workdir
         # Shielded, and bounded instead: a cancellation after exec start would orphan it.
         with anyio.CancelScope(shield=True):
             try:
@@ -193,14 +212,15 @@ class DockerNode(NodeHandle):
                             stdin=True,
                             stdout=True,
                             stderr=True,
-                            environment=[f"{k}={v}" for k, v in options.env.items()],
+                            # Per exec: the engine shows no exec's environment to anyone.
+                            environment=[f"{k}={v}" for k, v in {**self._exec_env, **options.env}.items()],
                             workdir=cwd,
                             user=self._user,
                         )
                     )["Id"]
                     socket = await _hijack(api.exec_start, exec_id, socket=True)
                     output = ExecOutput(socket)
-                    pid = await self._handshake(socket, output, options)
+                    pid, stdout_pipe = await self._handshake(socket, output, options)
             except TimeoutError:
                 raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
         return DockerProcess(
@@ -210,7 +230,18 @@ class DockerNode(NodeHandle):
             stop_policy=self._stop_policy,
             exit_code=functools.partial(self._exit_code, api, exec_id),
             signal_group=functools.partial(self._signal_group, api, pid),
+            stdout_held=functools.partial(self._holds_pipe, api, stdout_pipe) if stdout_pipe else None,
         )
+
+    def _shell(self, env: Mapping[str, str]) -> list[str]:
+        """The preamble's shell: ``sh``, or ``bash`` when an environment name is not a shell
+        name (``sh`` drops those when it execs; ``bash`` passes them on). Either adds
+        variables of its own, removed unless asked for."""
+        names = {*self.base_env, *env}
+        bash = not all(_SHELL_NAME.match(name) for name in names)
+        script = _PREAMBLE + ("" if "PWD" in names else "unset PWD; ")
+        script += 'exec env -u SHLVL -- "$@"' if bash and "SHLVL" not in names else 'exec "$@"'
+        return ["bash" if bash else "/bin/sh", "-c", script]
 
     @property
     def _user(self) -> str:
@@ -225,8 +256,10 @@ class DockerNode(NodeHandle):
         except _ConflictError:
             raise NodeGoneError(f"node {self.node_id}: its container is not running") from None
 
-    async def _handshake(self, socket: SocketStream, output: ExecOutput, options: SpawnOptions) -> int:
-        """Read the preamble's report; raise if the command could not be started."""
+    async def _handshake(
+        self, socket: SocketStream, output: ExecOutput, options: SpawnOptions
+    ) -> tuple[int, str]:
+        """Read the preamble's report (pid, stdout pipe); raise if the command could not be started."""
         first = b""
         try:
             while b"\n" not in first and len(first) < 4096:
@@ -236,7 +269,8 @@ class DockerNode(NodeHandle):
         line, _, rest = first.partition(b"\n")
         if line.startswith(_SENTINEL + b"ok "):
             output.push_back(STDOUT, rest)
-            return int(line.removeprefix(_SENTINEL + b"ok "))
+            pid, _, pipe = line.removeprefix(_SENTINEL + b"ok ").decode().partition(" ")
+            return int(pid), pipe
         if line == _SENTINEL + b"notfound":
             await socket.aclose()
             raise CommandNotFoundError(f"no command {options.command!r} on node {self.node_id}")
@@ -249,12 +283,26 @@ class DockerNode(NodeHandle):
             pass
         await socket.aclose()
         message = said.decode(errors="replace").strip() or "no output"
+        if "bash" in message and "executable file not found" in message:
+            message += " (environment names that are not shell names need bash on the node)"
         raise SpawnError(f"cannot start {options.command!r} on node {self.node_id}: {message}")
 
     @staticmethod
     async def _exit_code(api: Any, exec_id: str) -> int | None:
         info = await _ask(api.exec_inspect, exec_id)
         return None if info["Running"] else int(info["ExitCode"])
+
+    async def _holds_pipe(self, api: Any, pipe: str) -> bool:
+        argv = ["/bin/sh", "-c", _HOLDS_PIPE, "nodeprov", pipe]
+        exec_id = (
+            await self._in_container(
+                api.exec_create, self.container_id, argv, stdout=True, stderr=True, user=self._user
+            )
+        )["Id"]
+        await self._in_container(api.exec_start, exec_id)
+        while (code := await self._exit_code(api, exec_id)) is None:  # noqa: ASYNC110 - the engine has no exit event
+            await anyio.sleep(0.01)
+        return code == 0
 
     async def _signal_group(self, api: Any, pid: int, signal: str) -> None:
         argv = ["/bin/sh", "-c", _SIGNAL_GROUP, "nodeprov", signal, str(pid)]
@@ -326,10 +374,10 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 container = await _engine(
                     client.api.create_container,
                     settings.image,
-                    command=_keep_alive(config.ttl, keep_pwd="PWD" in {**settings.env, **config.env}),
+                    command=_keep_alive(config.ttl),
                     name=name,
                     labels=labels,
-                    environment={**settings.env, **config.env},
+                    environment=config.env,
                     user=settings.user,
                     working_dir=config.workdir or settings.workdir,
                     detach=True,
@@ -348,9 +396,10 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 )
                 try:
                     await _engine(client.api.start, container["Id"])
-                    base_env = await self._ready(ExecOutput(socket), config.node_id)
+                    home = await self._ready(ExecOutput(socket), config.node_id)
                 finally:
                     await socket.aclose()
+                inspected = await _ask(client.api.inspect_container, container["Id"])
             except ProvisionError:
                 raise
             except NodeprovError as error:
@@ -360,7 +409,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 container_id=container["Id"],
                 labels=labels,
                 workdir=config.workdir or settings.workdir,
-                base_env=base_env,
+                container_env=_exec_env(inspected, home),
             )
         return node
 
@@ -392,13 +441,13 @@ class DockerProvider(NodeProvider[DockerSettings]):
             mounts.append(Mount(SDK_CLAUDE_MOUNT, cli, type="bind", read_only=True))
         return mounts
 
-    async def _ready(self, output: ExecOutput, node_id: str) -> dict[str, str]:
+    async def _ready(self, output: ExecOutput, node_id: str) -> str:
         """Wait for the keep-alive's report (see :func:`_keep_alive`) on the container's
-        output, attached before start so none of it is missed; return its environment."""
+        output, attached before start so none of it is missed; return the user's home."""
         said = b""
         try:
             with anyio.fail_after(self.settings.ready_timeout):
-                while _READY not in said:
+                while not _parse_report(said):
                     said += await output.receive(STDOUT, 65536)
         except TimeoutError:
             raise ProvisionError(f"node {node_id} was not ready in {self.settings.ready_timeout}s") from None
@@ -406,7 +455,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
             raise ProvisionError(
                 f"node {node_id} died while starting: {said[-500:].decode(errors='replace')}"
             ) from None
-        return _parse_report(said)
+        return cast(str, _parse_report(said))
 
     async def remove_container(self, container: str) -> None:
         """Remove a container with force; fine if it is gone or already being removed."""
@@ -437,30 +486,58 @@ class DockerProvider(NodeProvider[DockerSettings]):
             raise NodeGoneError(f"no docker node {node_id}")
         container = await _ask(api.inspect_container, found[0]["Id"])
         labels, workdir = container["Config"]["Labels"], container["Config"]["WorkingDir"] or "/"
-        base_env: dict[str, str] = {}
+        home = ""
         if container["State"]["Running"]:
             logs = await _ask(api.logs, container["Id"], stdout=True, stderr=False, stream=False)
-            base_env = _parse_report(cast(bytes, logs))
+            home = _parse_report(cast(bytes, logs)) or ""
         return DockerNode(
-            provider=self, container_id=container["Id"], labels=labels, workdir=workdir, base_env=base_env
+            provider=self,
+            container_id=container["Id"],
+            labels=labels,
+            workdir=workdir,
+            container_env=_exec_env(container, home),
         )
 
-
-def _parse_report(said: bytes) -> dict[str, str]:
-    dump = said.split(_READY, 1)[0]
-    return dict(item.split("=", 1) for item in dump.decode(errors="replace").split("\0") if "=" in item)
+    async def probe(self) -> None:
+        await _ask((await self.client()).ping)
 
 
-def _keep_alive(ttl: timedelta | None, keep_pwd: bool) -> list[str]:
-    """The container's main process: report readiness and its environment, then sleep out
-    the node's lifetime. When it ends the container does, and the engine removes it.
+def _exec_env(inspected: dict[str, Any], home: str) -> dict[str, str]:
+    """The environment the engine gives every exec of a container, before the exec's own."""
+    config = inspected["Config"]
+    env = {"HOSTNAME": config["Hostname"], "HOME": home}
+    return env | dict(item.split("=", 1) for item in config["Env"] or [] if "=" in item)
 
-    Its environment is what the engine gives every exec (before the exec's own), less the
-    ``PWD`` that ``sh`` adds. Reading it from the container's output costs no exec.
-    """
-    script = (
-        "" if keep_pwd else "unset PWD; "
-    ) + 'env -0 || exit 1; printf "\\036nodeprov ready\\n"; exec sleep "$1"'
+
+def _parse_report(said: bytes) -> str | None:
+    """The home directory in the keep-alive's report, or None before the report is whole."""
+    if (start := said.find(_READY)) < 0 or (end := said.find(b"\n", start)) < 0:
+        return None
+    return said[start + len(_READY) : end].decode(errors="surrogateescape")
+
+
+def _encode(argv: list[str]) -> list[str]:
+    """``argv`` for the preamble: the indices of the arguments that are not UTF-8 (the
+    engine's JSON cannot carry them), then the arguments with those spelt as ``printf %b``
+    octal escapes, which the preamble decodes on the node."""
+    encoded: list[int] = []
+    spelt: list[str] = []
+    for index, arg in enumerate(argv, start=1):
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            encoded.append(index)
+            spelt.append("".join(f"\\0{byte:03o}" for byte in os.fsencode(arg)))
+        else:
+            spelt.append(arg)
+    return [" ".join(map(str, encoded)), *spelt]
+
+
+def _keep_alive(ttl: timedelta | None) -> list[str]:
+    """The container's main process: report readiness and the user's home (what the engine
+    gives every exec as HOME), then sleep out the node's lifetime. When it ends the container
+    does, and the engine removes it. It prints nothing else: a log driver may ship the log."""
+    script = 'printf "\\036nodeprov ready %s\\n" "$HOME"; exec sleep "$1"'
     return [
         "/bin/sh",
         "-c",
