@@ -12,6 +12,14 @@ after the node's ``term_grace``. Destroying the node ends every supervisor it ev
 the directory. A cgroup per node would contain processes as well, but needs root or a
 systemd delegation; a subreaper works for any user.
 
+Nothing under the root is trusted: the root must be a directory of this user's that no one
+else can write to (else :class:`~nodeprov.errors.ConfigError`); a node record counts only
+if its node id is its directory's name; a recorded process is signalled only if it still
+runs as this user and carries the node's marker (``NODEPROV_LOCAL_NODE=NODE_ID`` in its
+``/proc/PID/environ``; the supervisor holds it, the command does not get it); nothing
+outside the root is removed. File operations and working directories are confined to the
+node's directory and its workdir.
+
 Elsewhere a spawn is a plain child in its own session (its own process group): stopping
 and destroy signal that group, and a process that leaves it is not contained.
 """

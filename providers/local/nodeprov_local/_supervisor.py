@@ -4,9 +4,11 @@ Run by :meth:`nodeprov_local.provider.LocalNode._spawn` as::
 
     python -I -S _supervisor.py CONTROL_PID STATUS_FD TERM_GRACE CWD -- COMMAND [ARG...]
 
-with the spawn's pipes as its stdin/stdout/stderr and the spawn's environment (exactly: the
-command gets the environment this process was started with, read back from
-``/proc/self/environ``, since Python itself may add ``LC_CTYPE`` at start-up). Stdlib only,
+with the spawn's pipes as its stdin/stdout/stderr and the spawn's environment plus
+``NODE_MARKER=NODE_ID`` (exactly: the command gets the environment this process was started
+with, read back from ``/proc/self/environ``, since Python itself may add ``LC_CTYPE`` at
+start-up, less the marker). The marker stays in the supervisor's own ``/proc/PID/environ``:
+it proves to a later destroy that a recorded pid is this node's supervisor. Stdlib only,
 Linux only.
 
 **Containment.** The supervisor makes itself a *child subreaper*
@@ -74,6 +76,9 @@ PARENT_GONE = signal.SIGUSR2  # the parent-death signal
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to every descendant
 WATCHED = {signal.SIGCHLD, KILL_ALL, PARENT_GONE, *FORWARDED}
 
+# In the supervisor's environment only (the command does not get it): the node it serves.
+NODE_MARKER = "NODEPROV_LOCAL_NODE"
+
 # The exit status of a supervisor whose command could not be started; the control plane
 # reads why from STATUS_FD, not from this.
 START_FAILED = 127
@@ -122,10 +127,12 @@ def descendants(root: int) -> list[int]:
 
 
 def _own_environment() -> dict[bytes, bytes]:
-    """The environment this process was started with, byte for byte."""
+    """The environment this process was started with, byte for byte, less the node marker."""
     with open("/proc/self/environ", "rb") as f:
         entries = f.read().split(b"\0")
-    return dict(entry.split(b"=", 1) for entry in entries if b"=" in entry)
+    env = dict(entry.split(b"=", 1) for entry in entries if b"=" in entry)
+    env.pop(NODE_MARKER.encode(), None)
+    return env
 
 
 def _start(argv: list[str], cwd: str, status_fd: int) -> int | None:

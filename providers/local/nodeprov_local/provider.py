@@ -6,10 +6,11 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import sys
-import tempfile
 from contextlib import suppress
 from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
 from subprocess import PIPE
 from typing import ClassVar
@@ -17,7 +18,7 @@ from typing import ClassVar
 import anyio
 import anyio.to_thread
 from anyio.abc import Process
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from nodeprov.claude import bundled_cli_path
 from nodeprov.errors import (
@@ -55,14 +56,26 @@ _SUPERVISOR_SCRIPT = str(Path(_supervisor.__file__).resolve())
 _START_TIMEOUT = 30.0  # for the supervisor to report that the command was started
 _DESTROY_WAIT = 1.0  # for signalled supervisors to end their processes, before SIGKILL
 _NOT_FOUND = {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM}
+_MAX_PID = 1 << 22  # Linux's highest pid_max
+
+
+def _default_root() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime) and os.path.isdir(runtime):
+        return Path(runtime) / "nodeprov"
+    return Path.home() / ".local" / "state" / "nodeprov"
 
 
 class LocalSettings(ProviderSettings):
     """Settings of the local provider."""
 
     root: Path = Field(
-        default_factory=lambda: Path(tempfile.gettempdir()) / "nodeprov",
-        description="Directory under which each node gets its own directory.",
+        default_factory=_default_root,
+        description="Directory under which each node gets its own directory; default: "
+        "$XDG_RUNTIME_DIR/nodeprov when XDG_RUNTIME_DIR is an absolute, existing directory, else "
+        "~/.local/state/nodeprov. Created with mode 0700 (missing parents too). Refused unless it "
+        "is a real directory (not a symlink) owned by this user and writable by no group or "
+        "other user: whoever can write to it can make this user delete files or kill processes.",
     )
     path: str = Field(
         default=DEFAULT_PATH,
@@ -100,7 +113,9 @@ class LocalProcess(SpawnedProcess):
     starts; ``command_pid`` is the command's own pid. ``terminate()`` and ``kill()`` signal
     only the supervisor (SIGTERM, SIGUSR1), which passes SIGTERM, or SIGKILL, to every
     process below it. Off Linux, ``pid`` is the command itself, leading its own process
-    group, and signals go to that group (``command_pid`` is ``None``).
+    group, and signals go to that group (``command_pid`` is ``None``); there the command's
+    environment also carries the node marker (``NODEPROV_LOCAL_NODE``), which a supervisor
+    keeps to itself.
     """
 
     def __init__(self, process: Process, stop_policy: StopPolicy, *, command_pid: int | None = None) -> None:
@@ -199,7 +214,7 @@ class _Started:
         """Raises ValueError for a malformed line."""
         kind, pid, start, namespace = line.split()
         # Never 0, 1 or negative: os.kill would read those as groups or as init.
-        if kind not in cls.KINDS or not (pid.isascii() and pid.isdigit()) or int(pid) < 2:
+        if kind not in cls.KINDS or not (pid.isascii() and pid.isdigit()) or not 2 <= int(pid) <= _MAX_PID:
             raise ValueError(f"not a process record: {line!r}")
         return cls(kind, int(pid), start, namespace)
 
@@ -209,6 +224,23 @@ class _Started:
     def alive(self) -> bool:
         """Whether the recorded process still runs (not recycled: same start time)."""
         return process_start_time(self.pid) == self.start
+
+    def refusal(self, node_id: str) -> str | None:
+        """Why this live process must not be signalled for node ``node_id``, or ``None`` when
+        it is the node's own: it runs as this user and carries the node's marker. The file
+        recording it may be planted, so naming a pid proves nothing."""
+        proc = Path(f"/proc/{self.pid}")
+        try:
+            status = (proc / "status").read_text().splitlines()
+            # Real and effective uid; checked before the environment, readable by root anyway.
+            if [line.split()[1:3] for line in status if line.startswith("Uid:")] != [[str(os.getuid())] * 2]:
+                return "it runs as another user"
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError as error:
+            return f"it cannot be inspected ({error})"
+        if f"{_supervisor.NODE_MARKER}={node_id}".encode() not in environ:
+            return "it does not carry the node's marker"
+        return None
 
 
 class _Record(BaseModel):
@@ -234,6 +266,7 @@ class LocalNode(NodeHandle):
             workdir=record.workdir,
             base_env={"PATH": settings.path, "HOME": str(home), **inherited, **record.env},
             tool_paths={"claude": settings.claude_cli or bundled_cli_path() or "claude"},
+            file_roots=(str(directory), record.workdir),
         )
         self.directory = directory
         self._owns_workdir = record.owns_workdir
@@ -243,7 +276,7 @@ class LocalNode(NodeHandle):
         cwd = anyio.Path(self.workdir) / (options.cwd or ".")
         if not await cwd.is_dir():
             raise SpawnError(f"working directory {str(cwd)!r} does not exist on node {self.node_id}")
-        env = {**self.base_env, **options.env}
+        env = {**self.base_env, **options.env, _supervisor.NODE_MARKER: self.node_id}
         # Shielded: a cancellation between fork and return would orphan the child. The
         # core kills what a cancelled spawn returns.
         start = self._start_supervised if SUPERVISED else self._start_group
@@ -342,6 +375,10 @@ class LocalNode(NodeHandle):
             raise ProviderError(f"cannot record a process of node {self.node_id}: {error}") from None
 
     async def _destroy(self) -> None:
+        root = self.directory.parent
+        await anyio.to_thread.run_sync(_check_root, root)
+        if not await anyio.to_thread.run_sync(_strictly_inside, root, self.directory):
+            raise ProviderError(f"refusing to remove {self.directory}: not a directory inside {root}")
         await self._end_processes()
         # The user's own workdir stays; only what the node made goes.
         try:
@@ -384,12 +421,14 @@ class LocalNode(NodeHandle):
                     started.pid,
                 )
                 continue
+            if not started.alive():
+                continue  # ended, or the pid was recycled: nothing of ours to signal
+            if (why := started.refusal(self.node_id)) is not None:
+                logger.warning("node %s: process %d not signalled: %s", self.node_id, started.pid, why)
+                continue
             if started.kind == "group":
-                # The leader may have exited while its group lives on; a leader alive with
-                # another start time means the id was recycled: not ours.
-                if process_start_time(started.pid) in (started.start, None):
-                    _signal_group(started.pid, signal.SIGKILL)
-            elif started.alive():
+                _signal_group(started.pid, signal.SIGKILL)
+            else:
                 with suppress(OSError):
                     os.kill(started.pid, _supervisor.KILL_ALL)
                 supervisors.append(started)
@@ -440,10 +479,61 @@ async def _abandon(process: Process, sig: int = _supervisor.KILL_ALL, *, read_st
 
 
 def _remove_tree(path: Path) -> None:
-    if path.is_dir():
+    if path.is_dir() and not path.is_symlink():  # a symlink goes, not what it points to
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
+
+
+def _check_root(root: Path) -> bool:
+    """Whether ``root`` exists; raises ConfigError if it does and cannot be trusted: everything
+    under it decides what is deleted and signalled."""
+    try:
+        info = os.lstat(root)
+    except FileNotFoundError:
+        return False
+    except OSError as error:
+        raise ProviderError(f"cannot examine the local provider root {root}: {error}") from None
+    if stat.S_ISLNK(info.st_mode):
+        why = "is a symbolic link"
+    elif not stat.S_ISDIR(info.st_mode):
+        why = "is not a directory"
+    elif info.st_uid != os.getuid():
+        why = f"is owned by uid {info.st_uid}, not by this user (uid {os.getuid()})"
+    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
+    else:
+        return True
+    raise ConfigError(
+        f"local provider root {root} {why}; refused: it must be a directory of this user's "
+        "that only this user can write to (mode 0700)"
+    )
+
+
+def _make_root(root: Path) -> None:
+    """Create ``root`` and its missing parents with mode 0700, then check it."""
+    for path in reversed(list(takewhile(lambda p: not os.path.lexists(p), [root, *root.parents]))):
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            pass  # made meanwhile; checked below if it is the root
+        except OSError as error:
+            raise ProvisionError(f"cannot create the local provider root {root}: {error}") from None
+    _check_root(root)
+
+
+def _strictly_inside(root: Path, path: Path) -> bool:
+    """Whether ``path`` is no symlink and lies strictly inside ``root``: the test before removing it."""
+    resolved, base = path.resolve(), root.resolve()
+    return not path.is_symlink() and resolved != base and resolved.is_relative_to(base)
+
+
+def _is_node_id(value: str) -> bool:
+    try:
+        NodeConfig(node_id=value, owner="", ttl=None)
+    except ValidationError:
+        return False
+    return True
 
 
 class LocalProvider(NodeProvider[LocalSettings]):
@@ -451,6 +541,11 @@ class LocalProvider(NodeProvider[LocalSettings]):
 
     name: ClassVar[str] = "local"
     settings_model: ClassVar[type[ProviderSettings]] = LocalSettings
+
+    @property
+    def root(self) -> Path:
+        """``settings.root``, absolute."""
+        return Path(os.path.abspath(self.settings.root))
 
     @classmethod
     def requirements(cls) -> list[Requirement]:
@@ -462,10 +557,10 @@ class LocalProvider(NodeProvider[LocalSettings]):
         ]
 
     async def _provision(self, config: NodeConfig) -> NodeHandle:
-        directory = anyio.Path(self.settings.root) / config.node_id
+        await anyio.to_thread.run_sync(_make_root, self.root)
+        directory = anyio.Path(self.root) / config.node_id
         async with Rollback() as rollback:
             try:
-                await directory.parent.mkdir(parents=True, exist_ok=True)
                 await directory.mkdir(mode=0o700)
             except FileExistsError:
                 raise ProvisionError(f"node {config.node_id} exists already at {directory}") from None
@@ -501,14 +596,24 @@ class LocalProvider(NodeProvider[LocalSettings]):
             (r for r in await anyio.to_thread.run_sync(self._records) if r.node_id == node_id), None
         )
         if record is None:
-            raise NodeGoneError(f"no local node {node_id} under {self.settings.root}")
-        return LocalNode(record=record, settings=self.settings, directory=self.settings.root / node_id)
+            raise NodeGoneError(f"no local node {node_id} under {self.root}")
+        return LocalNode(record=record, settings=self.settings, directory=self.root / node_id)
 
     def _records(self) -> list[_Record]:
+        """The records of the nodes under the root. One in a symlinked directory, or whose node
+        id is not a node id or not its directory's name, is skipped with a warning: it could
+        lead a destroy to paths outside the root."""
+        if not _check_root(self.root):
+            return []
         records = []
-        for path in sorted(self.settings.root.glob(f"*/{RECORD_FILE}")):
+        for path in sorted(self.root.glob(f"*/{RECORD_FILE}")):
             try:
-                records.append(_Record.model_validate_json(path.read_text()))
+                record = _Record.model_validate_json(path.read_text())
             except (OSError, ValueError):
                 continue  # being created or removed right now
+            node = path.parent
+            if node.is_symlink() or record.node_id != node.name or not _is_node_id(record.node_id):
+                logger.warning("skipping %s: a symlink, or node id %r is not its name", node, record.node_id)
+                continue
+            records.append(record)
         return records
