@@ -4,6 +4,8 @@
   against ``docker run -d --init`` then ``docker exec -i ... cat`` doing the same.
 - N nodes at once: N provisions in parallel against N ``docker run -d`` in parallel.
 - pipe: bytes through ``cat`` in one container, via a spawned exec against ``docker exec -i``.
+- files: ``write_file`` of a streamed file against ``docker exec -i ... sh -c 'cat > FILE'``,
+  and ``read_file`` against ``docker exec ... cat FILE``, in the same container.
 
 Containers are removed after each timed run, outside the timing. Needs a Docker engine and
 the test base image (``scripts/engines.sh`` makes both).
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from subprocess import PIPE
 
@@ -96,6 +99,55 @@ async def many_raw(image: str, count: int) -> float:
     return elapsed
 
 
+async def write_ours(node: NodeHandle, total: int) -> float:
+    block = bytes(CHUNK)
+
+    async def content() -> AsyncIterator[bytes]:
+        for _ in range(total // CHUNK):
+            yield block
+
+    start = time.perf_counter()
+    await node.write_file("bench.bin", content())
+    return time.perf_counter() - start
+
+
+async def write_raw(container: str, total: int) -> float:
+    argv = ["docker", "exec", "-i", container, "sh", "-c", "cat > /tmp/bench.bin"]
+    block = bytes(CHUNK)
+    start = time.perf_counter()
+    async with await anyio.open_process(argv, stdin=PIPE, stderr=PIPE) as process:
+        assert process.stdin is not None
+        for _ in range(total // CHUNK):
+            await process.stdin.send(block)
+        await process.stdin.aclose()
+        assert await process.wait() == 0
+    return time.perf_counter() - start
+
+
+async def read_ours(node: NodeHandle, total: int) -> float:
+    start = time.perf_counter()
+    got = 0
+    async with node.read_file("bench.bin") as chunks:
+        async for chunk in chunks:
+            got += len(chunk)
+    assert got == total
+    return time.perf_counter() - start
+
+
+async def read_raw(container: str, total: int) -> float:
+    start = time.perf_counter()
+    async with await anyio.open_process(
+        ["docker", "exec", container, "cat", "/tmp/bench.bin"], stdout=PIPE, stderr=PIPE
+    ) as process:
+        assert process.stdout is not None
+        got = 0
+        async for chunk in process.stdout:
+            got += len(chunk)
+        await process.wait()
+    assert got == total
+    return time.perf_counter() - start
+
+
 async def run(args: argparse.Namespace) -> list[Row]:
     image = (await anyio.run_process([str(BUILD_BASE)], stderr=PIPE)).stdout.decode().split()[-1]
     provider = get_provider("docker", image=image, network_mode="host", pull="never")
@@ -134,6 +186,16 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 functools.partial(pipe_ours, node, total),
                 functools.partial(pipe_raw, ["docker", "exec", "-i", container, "cat"], total),
             )
+            written = await compare(
+                args.repeat,
+                functools.partial(write_ours, node, total),
+                functools.partial(write_raw, container, total),
+            )
+            read = await compare(
+                args.repeat,
+                functools.partial(read_ours, node, total),
+                functools.partial(read_raw, container, total),
+            )
     finally:
         await _docker("rm", "-f", container)
     mb = total / 1e6
@@ -146,4 +208,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
             0.95,
         )
     )
+    for verb, (ours, raw, speed), tool in (
+        ("write_file", written, "docker exec -i sh -c 'cat > FILE'"),
+        ("read_file", read, "docker exec cat FILE"),
+    ):
+        name = f"docker {verb}: {args.pipe_mb} MiB vs {tool}"
+        rows.append(Row(name, f"{mb / ours:,.0f} MB/s", f"{mb / raw:,.0f} MB/s", speed))
     return rows

@@ -5,8 +5,8 @@ nodeprov's speed ratio against it (see bench/common.py).
 
 - foundation: a local node's pipe against ``cat`` via ``anyio.open_process``; the SDK bridge
   against the SDK's own subprocess transport.
-- docker: cold provision + first byte, 20 concurrent provisions, and exec pipe throughput,
-  each against the ``docker`` command-line client.
+- docker: cold provision + first byte, 20 concurrent provisions, exec pipe throughput, and
+  write_file/read_file throughput, each against the ``docker`` command-line client.
 """
 
 from __future__ import annotations
