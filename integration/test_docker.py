@@ -101,9 +101,29 @@ async def test_unknown_image(base_image: str, docker_client: docker.DockerClient
 async def test_engine_not_running(tmp_path: Path) -> None:
     provider = get_provider("docker", image="x", docker_host=f"unix://{tmp_path}/no-engine.sock")
     with pytest.raises(ProviderError, match="not reachable"):
+        await provider.probe()
+    with pytest.raises(ProviderError, match="not reachable"):
         await provider.provision()
     with pytest.raises(ProviderError, match="not reachable"):
         await provider.list_nodes()
+    await get_provider("docker").probe()  # the engine this suite uses answers
+
+
+async def test_the_env_setting_reaches_every_exec_but_not_the_container(
+    base_image: str, docker_client: docker.DockerClient
+) -> None:
+    settings = {"image": base_image, "pull": "never", "env": {"NODEPROV_TOKEN": "t0ken-value"}}
+    async with await get_provider("docker", **settings).provision() as node:
+        assert await run(node, "printenv", "NODEPROV_TOKEN") == (0, b"t0ken-value\n", b"")
+        inspected = docker_client.api.inspect_container(f"nodeprov-{node.node_id}")
+        assert "t0ken-value" not in str(inspected)
+        assert b"t0ken-value" not in docker_client.api.logs(inspected["Id"])
+        # Another control plane attaches with the settings given again, or without them.
+        again = await get_provider("docker", **settings).attach(node.node_id)
+        assert (await run(again, "printenv", "NODEPROV_TOKEN"))[1] == b"t0ken-value\n"
+        bare = await get_provider("docker", image=base_image).attach(node.node_id)
+        assert (await run(bare, "printenv", "NODEPROV_TOKEN"))[0] == 1
+        assert bare.base_env["HOME"] == node.base_env["HOME"] == "/root"
 
 
 @pytest.fixture(scope="module")
