@@ -194,3 +194,20 @@ def test_pause_from_another_process_keeping_the_node(tmp_path: Path) -> None:
     assert ready["reused"] is True
     assert list((tmp_path / "nodes").iterdir()) == []
     assert nodeprov(tmp_path, "pause", run_id).returncode == 1  # finished: nothing to pause
+
+
+def test_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
+    marker = unique_marker()
+    process = start_run(tmp_path, marker)  # its hanging agent makes the pause take seconds
+    assert process.stderr is not None
+    process.send_signal(signal.SIGINT)
+    while "pausing" not in process.stderr.readline():
+        pass
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 128 + signal.SIGINT, stderr  # not 3: the pause was not awaited
+    assert "aborted: run " in stderr
+    deadline = time.monotonic() + 30  # the agent's supervisor sees its control plane gone
+    while host_processes_matching(marker):
+        assert time.monotonic() < deadline, "the agent outlived the aborted control plane"
+        time.sleep(0.1)

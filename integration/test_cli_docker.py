@@ -122,3 +122,22 @@ def test_unknown_provider_setting_and_missing_image() -> None:
 @pytest.fixture(autouse=True)
 def _engine(docker_client: docker.DockerClient) -> None:
     """Every test here needs the engine (the fixture skips or fails without one)."""
+
+
+def test_providers_probes_the_engine() -> None:
+    def docker_row(env: dict[str, str]) -> dict[str, object]:
+        done = subprocess.run(
+            [sys.executable, "-m", "nodeprov", "providers", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env={**os.environ, **env},
+        )
+        rows: list[dict[str, object]] = [json.loads(line) for line in done.stdout.splitlines()]
+        return next(row for row in rows if row["name"] == "docker")
+
+    assert docker_row({})["ready"] is True
+    unreachable = docker_row({"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert unreachable["ready"] is False
+    assert str(unreachable["error"]).startswith("not ready: ")

@@ -68,15 +68,21 @@ def agent_processes(model: ScriptedModel) -> list[int]:
 
 def run_with(tmp_path: Path, model: ScriptedModel, *args: str) -> subprocess.Popen[str]:
     """``nodeprov run --json`` against ``model`` (as a real model's name and endpoint)."""
-    env_args = [arg for name, value in model.agent_env().items() for arg in ("-e", f"{name}={value}")]
     return subprocess.Popen(
-        [sys.executable, "-m", "nodeprov", "run", "--json", "--model", "claude-scripted", *env_args, *args],
+        [sys.executable, "-m", "nodeprov", "run", "--json", *real_model(model), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
         env=environment(tmp_path),
     )
+
+
+def real_model(model: ScriptedModel) -> list[str]:
+    """The options that make ``model`` the agent's model, as a real model's name and endpoint
+    (a real model on a local node needs an explicit permission mode)."""
+    env_args = [arg for name, value in model.agent_env().items() for arg in ("-e", f"{name}={value}")]
+    return ["--model", "claude-scripted", "--permission-mode", "bypassPermissions", *env_args]
 
 
 def environment(tmp_path: Path) -> dict[str, str]:

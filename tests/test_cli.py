@@ -1,10 +1,15 @@
 """The CLI's argument handling and error lines (no agent run: see integration/test_cli.py)."""
 
 import json
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from nodeprov.cli import app
+from nodeprov.errors import ProviderError
+from nodeprov.testing.fake_provider import FakeProvider
+from nodeprov.testing.pytest_plugin import require_engine
 
 runner = CliRunner()
 
@@ -37,3 +42,50 @@ def test_malformed_setting_and_missing_env() -> None:
     result = runner.invoke(app, ["run", "--env", "NODEPROV_SURELY_UNSET", "hi"])
     assert result.exit_code == 2
     assert "NODEPROV_SURELY_UNSET" in result.stderr
+
+
+def test_reserved_label_is_one_error_line(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["provision", "-p", "local", "-s", f"root={tmp_path}", "--label", "nodeprov.owner=x"]
+    )
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: labels: Value error, the 'nodeprov.' label prefix is reserved: ['nodeprov.owner']"
+    ]
+
+
+def test_bad_exec_env_and_bare_setting_are_one_error_line(tmp_path: Path) -> None:
+    bad_env = runner.invoke(app, ["exec", "np-x", "-p", "local", "-e", "=x", "--", "true"])
+    assert (bad_env.exit_code, bad_env.stderr.splitlines()) == (
+        2,
+        ["error: invalid environment variable names: ['']"],
+    )
+    bare = runner.invoke(app, ["list", "-p", "local", "-s", "root"])
+    assert (bare.exit_code, bare.stderr.splitlines()) == (2, ["error: --setting takes KEY=VALUE, got 'root'"])
+
+
+def test_a_failing_probe_makes_a_provider_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def unreachable(self: FakeProvider) -> None:
+        raise ProviderError("engine unreachable\nmore detail")
+
+    monkeypatch.setattr(FakeProvider, "probe", unreachable)
+    result = runner.invoke(app, ["providers", "--json"])
+    assert result.exit_code == 0
+    fake = next(row for row in map(json.loads, result.stdout.splitlines()) if row["name"] == "fake")
+    assert (fake["ready"], fake["error"]) == (False, "not ready: engine unreachable")
+    table = runner.invoke(app, ["providers"], env={"NO_COLOR": "1", "COLUMNS": "200"})
+    assert "not ready: engine unreachable" in table.stdout
+
+
+@pytest.mark.parametrize("value", ["1", "yes", "on", "true", "TRUE", "Yes"])
+def test_require_engine_fails_in_ci(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", value)
+    with pytest.raises(pytest.fail.Exception, match="every engine must be set up"):
+        require_engine("the moon", False)
+
+
+@pytest.mark.parametrize("value", ["", "0", "no", "false", "off"])
+def test_require_engine_skips_outside_ci(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", value)
+    with pytest.raises(pytest.skip.Exception, match="the moon is not available"):
+        require_engine("the moon", False)

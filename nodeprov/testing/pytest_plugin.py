@@ -9,8 +9,8 @@ Fixtures:
   after the test (async: mark the test ``@pytest.mark.anyio``).
 
 :func:`require_engine` skips a test whose engine (Docker, sshd, the Claude CLI...) is
-missing, except under ``CI=true``, where a missing engine is a failure: CI installs them
-all, so a skip there would hide a broken set-up.
+missing, except in CI (``CI`` set to 1, yes, on or true, in any case), where a missing engine
+is a failure: CI installs them all, so a skip there would hide a broken set-up.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ __all__ = ["local_node", "require_engine", "scripted_model"]
 
 
 def require_engine(what: str, available: bool, how: str = "") -> None:
-    """Skip the calling test when ``what`` is not ``available``; fail instead under CI=true."""
+    """Skip the calling test when ``what`` is not ``available``; fail instead in CI."""
     if available:
         return
     message = f"{what} is not available" + (f": {how}" if how else "")
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{message} (CI=true: every engine must be set up)")
+    if os.environ.get("CI", "").strip().lower() in {"1", "yes", "on", "true"}:
+        pytest.fail(f"{message} (CI: every engine must be set up)")
     pytest.skip(message)
 
 

@@ -1,0 +1,141 @@
+"""The typer app, logging, error handling, shared options, and settings and env parsing.
+
+Errors print one line, ``error: ...``, on stderr and exit non-zero (2 for a bad call or
+configuration, 1 otherwise). Only the CLI configures logging (``-v``: info, ``-vv``: debug).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, NoReturn
+
+import typer
+from claude_agent_sdk import ClaudeSDKError
+from pydantic import ValidationError
+from rich.logging import RichHandler
+
+from ..errors import ConfigError, NodeprovError
+from ..node import NodeProvider
+from ..registry import provider_class
+from .render import err
+
+app = typer.Typer(
+    name="nodeprov",
+    no_args_is_help=True,
+    add_completion=False,
+    help="Provision nodes for AI coding agents and run Claude Code on them.",
+)
+
+
+@app.callback()
+def _setup(
+    verbose: Annotated[
+        int, typer.Option("-v", "--verbose", count=True, help="Log more: -v info, -vv debug.")
+    ] = 0,
+) -> None:
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(
+        level=level, format="%(message)s", handlers=[RichHandler(console=err, show_path=False)]
+    )
+    # The SDK logs the failures this CLI reports itself; show them only when asked.
+    logging.getLogger("claude_agent_sdk").setLevel(level if verbose else logging.CRITICAL)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _one_line(error: BaseException) -> str:
+    if isinstance(error, ValidationError):
+        return "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors(include_url=False)
+        )
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The one error inside nested single-error groups (what a task group raises)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    """Turn every expected failure into one line and an exit status: 2 for a bad call or
+    configuration, 1 for anything else that went wrong."""
+    try:
+        yield
+    except (NodeprovError, ClaudeSDKError, ValidationError, BaseExceptionGroup) as raised:
+        error = _leaf(raised)
+        if isinstance(error, ConfigError | ValidationError):
+            fail(_one_line(error), 2)
+        if isinstance(error, NodeprovError | ClaudeSDKError):
+            fail(_one_line(error))
+        raise
+
+
+def parse_pair(item: str, option: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"{option} takes KEY=VALUE, got {item!r}")
+    return key, value
+
+
+def parse_settings(items: list[str] | None) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for item in items or []:
+        key, raw = parse_pair(item, "--setting")
+        try:
+            settings[key.replace("-", "_")] = json.loads(raw)
+        except ValueError:
+            settings[key.replace("-", "_")] = raw
+    return settings
+
+
+def parse_env(items: list[str] | None) -> dict[str, str]:
+    env = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if sep:
+            env[name] = value
+        elif name in os.environ:
+            env[name] = os.environ[name]
+        else:
+            raise ConfigError(f"--env {name}: no such variable in this environment")
+    return env
+
+
+def make_provider(name: str, settings: dict[str, Any]) -> NodeProvider[Any]:
+    """The provider ``name`` with validated ``settings``; one that declares an image needs one
+    (checked here, before anything is recorded or made)."""
+    provider = provider_class(name).from_settings(**settings)
+    if "image" in type(provider.settings).model_fields and getattr(provider.settings, "image", None) is None:
+        raise ConfigError(f"the {name} provider needs an image (setting 'image')")
+    return provider
+
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="NODEPROV_STORE",
+        help="Store URL (sqlite:///PATH or postgresql://...); "
+        "default: the SQLite file under your state directory.",
+    ),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Machine-readable output, one JSON object per line.")
+]
+SettingOption = Annotated[
+    list[str] | None,
+    typer.Option("--setting", "-s", help="Provider setting KEY=VALUE (VALUE as JSON when it parses)."),
+]
+ProviderOption = Annotated[str | None, typer.Option("--provider", "-p", help="Provider name (default: all).")]
+RunOption = Annotated[str, typer.Argument(metavar="RUN", help="Run id.")]
+NodeOption = Annotated[str, typer.Argument(metavar="NODE", help="Node id.")]

@@ -1,0 +1,434 @@
+"""Node commands: providers, provision, list, exec, destroy, gc, cp."""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import os
+import posixpath
+import re
+import socket
+import sys
+from collections.abc import AsyncGenerator
+from contextlib import aclosing, nullcontext, suppress
+from datetime import timedelta
+from typing import Annotated, Any
+
+import anyio
+import typer
+from anyio import AsyncFile
+from anyio.abc import ByteReceiveStream
+
+from ..errors import ConfigError, NodeGoneError, NodeprovError, ProviderError
+from ..node import (
+    LABEL_EXPIRES_AT,
+    LABEL_OWNER,
+    LABEL_SESSION_ID,
+    NodeConfig,
+    NodeHandle,
+    NodeInfo,
+    NodeProvider,
+)
+from ..registry import provider_class, provider_names
+from ..runs import Orchestrator
+from ..spawn import SpawnOptions
+from ..store import Store
+from .app import (
+    JsonOption,
+    NodeOption,
+    ProviderOption,
+    SettingOption,
+    StoreOption,
+    app,
+    errors,
+    fail,
+    make_provider,
+    parse_env,
+    parse_pair,
+    parse_settings,
+)
+from .render import emit, err, out, print_table
+
+_CHUNK = 65536
+_PROBE_TIMEOUT = 10.0
+_NODE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+
+@app.command()
+def providers(
+    json_output: Annotated[bool, typer.Option("--json", help="One JSON object per provider.")] = False,
+) -> None:
+    """List installed providers and whether each is ready (tools, credentials, platform)."""
+
+    async def check_all() -> list[dict[str, Any]]:
+        names = provider_names()
+        rows: list[dict[str, Any]] = [{} for _ in names]
+
+        async def check(index: int, name: str) -> None:
+            rows[index] = await _check(name)
+
+        async with anyio.create_task_group() as tg:  # each probe may take seconds: all at once
+            for index, name in enumerate(names):
+                tg.start_soon(check, index, name)
+        return rows
+
+    rows = anyio.run(check_all)
+    if json_output:
+        for row in rows:
+            emit(row)
+        return
+    table = []
+    for row in rows:
+        details = [f"{'✓' if r['ok'] else '✗'} {r['name']}: {r['detail']}" for r in row["requirements"]]
+        if row["error"]:
+            details.append(f"✗ {row['error']}")
+        table.append([row["name"], "yes" if row["ready"] else "[red]no[/]", "\n".join(details) or "-"])
+    print_table(["provider", "ready", "requirements"], table, ids=("provider",))
+
+
+async def _check(name: str) -> dict[str, Any]:
+    """One provider's requirements, then, when they are met, a probe of its platform with
+    its default settings."""
+    problem = ""
+    try:
+        cls = provider_class(name)
+        requirements = cls.requirements()
+    except NodeprovError as error:
+        requirements, problem = [], str(error)
+    if not problem and all(r.ok for r in requirements):
+        try:
+            with anyio.fail_after(_PROBE_TIMEOUT):
+                await cls.from_settings().probe()
+        except NodeprovError as error:
+            problem = f"not ready: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+        except TimeoutError:
+            problem = f"not ready: no answer within {_PROBE_TIMEOUT:g} s"
+    return {
+        "name": name,
+        "ready": not problem and all(r.ok for r in requirements),
+        "error": problem,
+        "requirements": [dataclasses.asdict(r) for r in requirements],
+    }
+
+
+def _providers(name: str | None, settings: list[str] | None) -> list[NodeProvider[Any]]:
+    if name is None and settings:
+        raise ConfigError("--setting needs --provider")
+    names = [name] if name else provider_names()
+    return [provider_class(n).from_settings(**parse_settings(settings)) for n in names]
+
+
+async def _find(node_id: str, name: str | None, settings: list[str] | None) -> NodeHandle:
+    """Attach to ``node_id`` with the named provider, or whichever provider has it."""
+    for provider in _providers(name, settings):
+        try:
+            return await provider.attach(node_id)
+        except NodeGoneError:
+            continue
+        except ProviderError:
+            if name:
+                raise
+    raise NodeGoneError(f"no node {node_id}" + (f" in provider {name!r}" if name else ""))
+
+
+@app.command()
+def provision(  # noqa: PLR0917 - one parameter per command-line option
+    provider: Annotated[str, typer.Option("--provider", "-p", help="Provider name.")],
+    setting: SettingOption = None,
+    image: Annotated[str | None, typer.Option(help="Image (sets the provider setting 'image').")] = None,
+    ttl: Annotated[float, typer.Option(help="Hard lifetime in hours; 0: none.")] = 24,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", "-l", help="Label KEY=VALUE. Repeatable.")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="Node environment NAME or NAME=VALUE.")
+    ] = None,
+    owner: Annotated[
+        str | None, typer.Option(help="Owner label; default cli:USER@HOST, reaped only on expiry.")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Provision a node and print its id. It lives until destroyed or its lifetime ends."""
+    with errors():
+        made = make_provider(provider, parse_settings(setting) | ({"image": image} if image else {}))
+        config = NodeConfig(
+            ttl=timedelta(hours=ttl) if ttl > 0 else None,
+            labels=dict(parse_pair(item, "--label") for item in label or []),
+            env=parse_env(env),
+            # This process ends right away: name an owner a reaper will not think is gone.
+            owner=owner or f"cli:{getpass.getuser()}@{socket.gethostname()}",
+        )
+
+        async def make() -> NodeHandle:
+            with err.status(f"provisioning a {provider} node...") if not json_output else nullcontext():
+                return await made.provision(config)
+
+        node = anyio.run(make)
+    if json_output:
+        emit({"node_id": node.node_id, "provider": node.provider, "labels": dict(node.labels)})
+    else:
+        out.print(node.node_id, soft_wrap=True)
+
+
+@app.command("list")
+def list_nodes(
+    provider: ProviderOption = None, setting: SettingOption = None, json_output: JsonOption = False
+) -> None:
+    """List nodes (of every installed provider, or of one)."""
+
+    async def gather() -> tuple[list[NodeInfo], list[str]]:
+        found: list[NodeInfo] = []
+        problems: list[str] = []
+        for each in _providers(provider, setting):
+            try:
+                found += await each.list_nodes()
+            except ProviderError as error:
+                if provider:
+                    raise
+                problems.append(f"{each.name}: {error}")
+        return found, problems
+
+    with errors():
+        nodes, problems = anyio.run(gather)
+    for problem in problems:
+        err.print(f"[yellow]warning:[/] {problem}")
+    if json_output:
+        for info in nodes:
+            emit(
+                {
+                    "node_id": info.node_id,
+                    "provider": info.provider,
+                    "state": info.state,
+                    "labels": dict(info.labels),
+                }
+            )
+        return
+    print_table(
+        ["node", "provider", "state", "owner", "session", "expires"],
+        [
+            [
+                info.node_id,
+                info.provider,
+                info.state,
+                info.labels.get(LABEL_OWNER, ""),
+                info.labels.get(LABEL_SESSION_ID, ""),
+                info.labels.get(LABEL_EXPIRES_AT, "never"),
+            ]
+            for info in nodes
+        ],
+        ids=("node", "session"),
+    )
+
+
+async def _stdin_chunks() -> AsyncGenerator[bytes]:
+    """This process's stdin, chunk by chunk, cancellable while it waits: a read blocked in a
+    worker thread could not be cancelled, and would hold the exit until stdin's EOF. stdin
+    stays blocking (it may share its file description with stdout, on a terminal): a read
+    only follows readiness. Files and /dev/null, which epoll refuses, never make a read wait."""
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # no stdin at all
+        return
+    pollable = True
+    while True:
+        if pollable:
+            try:
+                await anyio.wait_readable(fd)
+            except PermissionError:
+                pollable = False
+        else:
+            await anyio.lowlevel.checkpoint()
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            return
+        yield chunk
+
+
+@app.command("exec")
+def exec_command(  # noqa: PLR0917 - one parameter per command-line option
+    node_id: NodeOption,
+    command: Annotated[list[str], typer.Argument(help="Command and arguments (after --).")],
+    provider: ProviderOption = None,
+    setting: SettingOption = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="NAME or NAME=VALUE for the process.")
+    ] = None,
+    cwd: Annotated[str | None, typer.Option(help="Working directory on the node.")] = None,
+) -> None:
+    """Run a command on a node, streaming stdin and stdout/stderr; exit with its status."""
+    with errors():
+        options = SpawnOptions(command[0], command[1:], cwd=cwd, env=parse_env(env))
+        code = anyio.run(_exec, node_id, provider, setting, options)
+    raise typer.Exit(code)
+
+
+async def _exec(node_id: str, provider: str | None, setting: list[str] | None, options: SpawnOptions) -> int:
+    node = await _find(node_id, provider, setting)
+    stdout, stderr = (anyio.wrap_file(f) for f in (sys.stdout.buffer, sys.stderr.buffer))
+    async with await node.spawn(options) as process:
+
+        async def feed() -> None:
+            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                async with aclosing(_stdin_chunks()) as chunks:
+                    async for chunk in chunks:
+                        await process.stdin.send(chunk)
+            await process.stdin.aclose()
+
+        async def copy(source: ByteReceiveStream, sink: AsyncFile[bytes]) -> None:
+            async for chunk in source:
+                await sink.write(chunk)
+                await sink.flush()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(feed)
+            async with anyio.create_task_group() as outputs:
+                outputs.start_soon(copy, process.stdout, stdout)
+                outputs.start_soon(copy, process.stderr, stderr)
+            code = await process.wait()
+            tg.cancel_scope.cancel()  # the process is done: stop waiting for our stdin
+    return code
+
+
+def _remote(arg: str) -> tuple[str, str] | None:
+    """(node, path) for NODE:PATH; None for a local path or '-' (a local path with ':' in
+    it is written ./a:b, as for docker cp)."""
+    node, sep, path = arg.partition(":")
+    return (node, path) if sep and _NODE_ID.fullmatch(node) else None
+
+
+@app.command()
+def cp(
+    src: Annotated[str, typer.Argument(metavar="SRC", help="NODE:PATH, a local path, or - (stdin).")],
+    dst: Annotated[str, typer.Argument(metavar="DST", help="NODE:PATH, a local path, or - (stdout).")],
+    provider: ProviderOption = None,
+    setting: SettingOption = None,
+) -> None:
+    """Copy a file between this host and a node, like `docker cp`: exactly one of SRC and
+    DST is NODE:PATH. Streamed; a local file's mode is kept, stdin arrives 0600."""
+    with errors():
+        source, target = _remote(src), _remote(dst)
+        if (source is None) == (target is None):
+            raise ConfigError("cp: exactly one of SRC and DST must be NODE:PATH")
+        try:
+            if target is not None:
+                anyio.run(_upload, src, *target, provider, setting)
+            elif source is not None:
+                anyio.run(_download, *source, dst, provider, setting)
+        except OSError as error:  # the local side
+            fail(f"{error.filename or 'stdio'}: {error.strerror or error}")
+
+
+async def _file_chunks(file: AsyncFile[bytes]) -> AsyncGenerator[bytes]:
+    while chunk := await file.read(_CHUNK):
+        yield chunk
+
+
+async def _upload(
+    local: str, node_id: str, path: str, provider: str | None, setting: list[str] | None
+) -> None:
+    node = await _find(node_id, provider, setting)
+    if local == "-":
+        async with aclosing(_stdin_chunks()) as chunks:
+            await node.write_file(path, chunks, mode=0o600)
+        return
+    if path.endswith("/"):
+        path += os.path.basename(local)
+    async with await anyio.open_file(local, "rb") as file:
+        mode = os.fstat(file.wrapped.fileno()).st_mode & 0o777
+        async with aclosing(_file_chunks(file)) as chunks:
+            await node.write_file(path, chunks, mode=mode)
+
+
+async def _download(
+    node_id: str, path: str, local: str, provider: str | None, setting: list[str] | None
+) -> None:
+    node = await _find(node_id, provider, setting)
+    async with node.read_file(path) as chunks:  # a missing file fails here, before anything local
+        if local == "-":
+            stdout = anyio.wrap_file(sys.stdout.buffer)
+            async for chunk in chunks:
+                await stdout.write(chunk)
+            await stdout.flush()
+            return
+        target = anyio.Path(local)
+        if await target.is_dir():
+            target /= posixpath.basename(node.node_path(path))
+        async with await anyio.open_file(target, "wb") as file:
+            try:
+                async for chunk in chunks:
+                    await file.write(chunk)
+            except BaseException:
+                with anyio.CancelScope(shield=True), suppress(OSError):
+                    await target.unlink()  # a cut copy is no copy
+                raise
+
+
+@app.command()
+def destroy(
+    node_id: NodeOption,
+    provider: ProviderOption = None,
+    setting: SettingOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Destroy a node and everything on it."""
+
+    async def remove() -> NodeHandle:
+        node = await _find(node_id, provider, setting)
+        await node.destroy()
+        return node
+
+    with errors():
+        node = anyio.run(remove)
+    if json_output:
+        emit({"node_id": node.node_id, "provider": node.provider, "destroyed": True})
+    else:
+        out.print(f"destroyed {node.node_id} ({node.provider})", soft_wrap=True)
+
+
+@app.command()
+def gc(  # noqa: PLR0917 - one parameter per command-line option
+    provider: ProviderOption = None,
+    setting: SettingOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be removed.")] = False,
+    settle: Annotated[
+        float, typer.Option(help="Keep looking this many seconds for nodes still being made by dead owners.")
+    ] = 0.0,
+    store: StoreOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Remove every node that has expired or whose owner is gone; live owners' nodes stay,
+    and so do nodes the store holds (kept for a paused run, or in use). Runs of dead control
+    planes are reconciled first."""
+
+    async def collect() -> tuple[list[NodeInfo], list[str]]:
+        reaped: list[NodeInfo] = []
+        problems: list[str] = []
+        async with await Store.open(store) as opened, Orchestrator(opened, reconcile_interval=0) as plane:
+            if not dry_run:
+                report = await plane.reconcile()
+                problems += [f"node {node_id}: {why}" for node_id, why in report.failed]
+            for each in _providers(provider, setting):
+                try:
+                    garbage = await plane.collect_garbage(each, dry_run=dry_run, settle=settle)
+                except ProviderError as error:
+                    problems.append(f"{each.name}: {error}")
+                    continue
+                reaped += garbage.reaped
+                problems += [f"{each.name}: node {info.node_id}: {why}" for info, why in garbage.failed]
+        return reaped, problems
+
+    with errors():
+        reaped, problems = anyio.run(collect)
+    verb = "would remove" if dry_run else "removed"
+    for info in reaped:
+        if json_output:
+            emit({"node_id": info.node_id, "provider": info.provider, "removed": not dry_run})
+        else:
+            out.print(
+                f"{verb} {info.node_id} ({info.provider}, owner {info.labels.get(LABEL_OWNER, '?')})",
+                soft_wrap=True,
+            )
+    if not json_output and not reaped:
+        out.print("nothing to remove")
+    if problems:
+        fail("; ".join(problems))
