@@ -103,6 +103,35 @@ async def test_pause_mid_turn_and_resume(
     assert list((tmp_path / "nodes").iterdir()) == []
 
 
+async def test_a_pause_stores_what_the_agent_had_not_mirrored(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    """The CLI mirrors its transcript in batches of its own, so a pause can stop it before it
+    sent any: here the mirrored copy is dropped before the pause. The file on the node holds
+    it all, and the pause stores it before the node goes; the resume elsewhere sees it."""
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+    async with Orchestrator(store) as orchestrator:
+        run = await orchestrator.start(
+            "remember: the word is medlar", options=agent_options(scripted_model), **local(tmp_path)
+        )
+        await until_tool_runs(marker)
+        record = await store.run(run.id)
+        assert record is not None
+        assert record.project_key
+        assert run.agent_session_id
+        mirrored = {"project_key": record.project_key, "session_id": run.agent_session_id}
+        await store.transcripts.delete(mirrored)  # type: ignore[arg-type]
+        snapshot = await run.pause("human", "lunch break")
+        before = len(scripted_model.agent_requests)
+        scripted_model.extend([Text("it was medlar")])
+        resumed = await orchestrator.resume(
+            snapshot.token, message="which?", options=agent_options(scripted_model)
+        )
+        assert await resumed.wait() == "ok", resumed.error
+    assert "remember: the word is medlar" in scripted_model.agent_requests[before].text()
+
+
 async def paused_run(orchestrator: Orchestrator, model: ScriptedModel, tmp_path: Path, **start: Any) -> Any:
     """A run paused mid-turn (node released); returns (run, snapshot)."""
     marker = unique_marker()

@@ -183,6 +183,16 @@ async def test_a_node_that_dies_mid_run_is_resumed_on_a_new_one(
         record = await store.run(run.id)
         assert record is not None
         assert record.node_id is not None
+        assert record.project_key is not None
+        assert run.agent_session_id is not None
+        mirrored = {"project_key": record.project_key, "session_id": run.agent_session_id}
+
+        async def prompt_mirrored() -> bool:
+            return "stone is jade" in json.dumps(await store.transcripts.load(mirrored))  # type: ignore[arg-type]
+
+        # What a dead node's agent had not mirrored yet is lost with it (the CLI sends in
+        # batches of its own): the resume elsewhere needs the prompt in the store.
+        assert await wait_until(prompt_mirrored, 30)
         container = docker_client.api.containers(filters={"label": f"{LABEL_NODE_ID}={record.node_id}"})[0]
         docker_client.api.remove_container(container["Id"], force=True)  # the node dies under the run
         assert await run.wait() == "error"

@@ -24,6 +24,7 @@ from claude_agent_sdk import (
     ClaudeSDKClient,
     Message,
     ResultMessage,
+    SessionKey,
     SystemMessage,
     ToolUseBlock,
     UserMessage,
@@ -63,6 +64,7 @@ _INTERRUPT_TIMEOUT = 10.0  # the polite interrupt; the abort after it is certain
 _CLEANUP_TIMEOUT = 180.0  # a run's own teardown outside a shutdown: destroy plus store writes
 _SUBSCRIBER_BUFFER = 1024  # events a subscriber may lag before it reads from the store instead
 _EVENT_FLUSH_INTERVAL = 0.02
+_TRANSCRIPT_SAVE_TIMEOUT = 30.0  # reading the agent's transcript off a node that is released
 
 
 @dataclass
@@ -716,8 +718,7 @@ class Orchestrator:
         await self.store.update_run(run.id, node_id=node.node_id)
 
     def _agent_options(self, plan: _Plan, node: NodeHandle) -> ClaudeAgentOptions:
-        home = node.base_env.get("HOME", "/root")
-        env = {**plan.options.env, "CLAUDE_CONFIG_DIR": f"{home}/.claude"}  # where the mirror keys come from
+        env = {**plan.options.env, "CLAUDE_CONFIG_DIR": _config_dir(node)}  # where the mirror keys come from
         # Eager: every frame reaches the store at once (group-committed), so a crash
         # mid-turn loses nothing.
         changes: dict[str, Any] = {
@@ -737,9 +738,7 @@ class Orchestrator:
         entries = await self.store.transcripts.load(key)  # type: ignore[arg-type]
         if not entries:
             return False
-        directory = (
-            f"{self._agent_options(plan, node).env['CLAUDE_CONFIG_DIR']}/projects/{_project_key(plan, node)}"
-        )
+        directory = f"{_config_dir(node)}/projects/{_project_key(plan, node)}"
         files = {f"{directory}/{snapshot.agent_session_id}.jsonl": entries}
         for subpath in await self.store.transcripts.list_subkeys(key):  # type: ignore[arg-type]
             sub = await self.store.transcripts.load({**key, "subpath": subpath})  # type: ignore[typeddict-item]
@@ -747,6 +746,37 @@ class Orchestrator:
         for path, content in files.items():
             await node.write_file(path, entries_to_jsonl(content))
         return True
+
+    async def _save_transcript(self, run: Run) -> None:
+        """Before the run's node goes, store what its agent's transcript file holds beyond
+        the mirrored copy: the CLI mirrors in batches of its own, and an agent stopped by a
+        pause may not have sent its last frames, or any. When the copy is the file's
+        beginning, the rest is appended; otherwise (a lost batch) the file replaces it.
+        Bounded; a node that cannot be read leaves the mirrored copy as it is."""
+        node, session = run._node, run.agent_session_id
+        record = await self.store.run(run.id)
+        if node is None or session is None or record is None or not record.project_key:
+            return
+        key: SessionKey = {"project_key": record.project_key, "session_id": session}
+        path = f"{_config_dir(node)}/projects/{record.project_key}/{session}.jsonl"
+        data = bytearray()
+        try:
+            with anyio.fail_after(_TRANSCRIPT_SAVE_TIMEOUT):
+                async with node.read_file(path) as chunks:
+                    async for chunk in chunks:
+                        data += chunk
+        except (NodeprovError, TimeoutError) as error:
+            logger.warning("run %s: transcript not read from node %s: %s", run.id, node.node_id, error)
+            return
+        entries = []
+        for line in data.splitlines():
+            with suppress(ValueError):  # a line cut by the agent's end
+                entries.append(json.loads(line))
+        held = await self.store.transcripts.load(key) or []
+        if entries[: len(held)] != held:
+            await self.store.transcripts.delete(key)
+            held = []
+        await self.store.transcripts.append(key, entries[len(held) :])
 
     async def _agent(self, run: Run, plan: _Plan, node: NodeHandle) -> ResultMessage | None:
         options = self._agent_options(plan, node)
@@ -783,6 +813,8 @@ class Orchestrator:
             pause.saved = await self._snapshot(run, pause.kind, pause.reason, keep_node=keep)
         snapshot = pause.saved
         keep = snapshot.node_kept
+        if not keep:
+            await self._save_transcript(run)
         await self._release(run, keep=keep)
         if await self._move(run, RunState.PAUSED, pause_request=None):
             pause.snapshot = snapshot
@@ -806,6 +838,7 @@ class Orchestrator:
             try:
                 if run.agent_session_id and run.state.live:
                     await self._snapshot(run, "system", error, keep_node=False)
+                    await self._save_transcript(run)
                 await self._release(run)
                 await self._move(run, RunState.FAILED, error=error[:2000])
             except Exception:
@@ -1207,6 +1240,12 @@ def _snapshot_of(
         created_at=now(),
         used_at=None,
     )
+
+
+def _config_dir(node: NodeHandle) -> str:
+    """The agent's CLAUDE_CONFIG_DIR on ``node``: transcripts are mirrored from, and restored
+    to, its ``projects`` directory."""
+    return f"{node.base_env.get('HOME', '/root')}/.claude"
 
 
 def _project_key(plan: _Plan, node: NodeHandle) -> str:
