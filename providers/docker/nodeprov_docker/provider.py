@@ -447,7 +447,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
         said = b""
         try:
             with anyio.fail_after(self.settings.ready_timeout):
-                while not _parse_report(said):
+                while _parse_report(said) is None:
                     said += await output.receive(STDOUT, 65536)
         except TimeoutError:
             raise ProvisionError(f"node {node_id} was not ready in {self.settings.ready_timeout}s") from None
