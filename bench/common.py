@@ -13,14 +13,28 @@ CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True)
-class Row:
-    """One benchmark: what nodeprov did, what the raw tool did, and nodeprov's speed ratio
+class Timing:
+    """Paired runs of nodeprov and the raw tool: each one's best time, and the speed ratios
     (the raw tool's time divided by nodeprov's: above 1, nodeprov is faster)."""
+
+    ours: float
+    raw: float
+    ratios: list[float]
+
+    @property
+    def speed(self) -> float:
+        """The median ratio."""
+        return statistics.median(self.ratios)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One benchmark: what nodeprov did, what the raw tool did, and the timing behind them."""
 
     name: str
     ours: str
     raw: str
-    speed: float
+    timing: Timing
     goal: float | None = None
 
 
@@ -50,10 +64,9 @@ async def pump(
 
 async def compare(
     repeat: int, ours: Callable[[], Awaitable[float]], raw: Callable[[], Awaitable[float]]
-) -> tuple[float, float, float]:
+) -> Timing:
     """Run the two in adjacent pairs, alternating which goes first, so that drift in the
-    machine's load hits both alike. Returns each one's best time and the median of the
-    pairwise speed ratios (raw time / our time: above 1, ours is faster)."""
+    machine's load hits both alike."""
     mine, theirs, ratios = [], [], []
     for i in range(repeat):
         if i % 2:
@@ -63,17 +76,20 @@ async def compare(
             mine.append(await ours())
             theirs.append(await raw())
         ratios.append(theirs[-1] / mine[-1])
-    return min(mine), min(theirs), statistics.median(ratios)
+    return Timing(min(mine), min(theirs), ratios)
 
 
 def print_rows(rows: list[Row], repeat: int) -> None:
     width = max(len(r.name) for r in rows)
-    print(f"{'benchmark':{width}}  {'nodeprov':>16}  {'raw tool':>16}  speed  goal")
+    print(f"{'benchmark':{width}}  {'nodeprov':>16}  {'raw tool':>16}  speed  {'spread':>11}  goal")
     for row in rows:
+        speed, ratios = row.timing.speed, row.timing.ratios
+        spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
         goal = f">= {row.goal:.2f}x" if row.goal is not None else ""
-        verdict = "" if row.goal is None else ("  met" if row.speed >= row.goal else "  MISSED")
-        print(f"{row.name:{width}}  {row.ours:>16}  {row.raw:>16}  {row.speed:.2f}x {goal}{verdict}")
+        verdict = "" if row.goal is None else ("  met" if speed >= row.goal else "  MISSED")
+        figures = f"{row.ours:>16}  {row.raw:>16}  {speed:.2f}x {spread:>11}"
+        print(f"{row.name:{width}}  {figures}  {goal}{verdict}")
     print(
-        f"(speed = raw time / nodeprov time, the median of {repeat} adjacent pairs of runs; "
-        f"figures are the best run)"
+        f"(speed = raw time / nodeprov time, the median of {repeat} adjacent pairs of runs, "
+        f"spread the lowest and highest pair; figures are the best run)"
     )

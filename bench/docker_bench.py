@@ -1,42 +1,120 @@
-"""Docker provider benchmarks against the ``docker`` command-line client, in the same run.
+"""Docker provider benchmarks against docker-py's low-level client in this process: the same
+Engine API calls without nodeprov, in the same run (the ``docker`` command-line client would
+flatter nodeprov with its own start-up).
 
 - cold provision + first byte: provision a node, spawn ``cat``, send a byte, read it back;
-  against ``docker run -d --init`` then ``docker exec -i ... cat`` doing the same.
-- N nodes at once: N provisions in parallel against N ``docker run -d`` in parallel.
-- pipe: bytes through ``cat`` in one container, via a spawned exec against ``docker exec -i``.
-- files: ``write_file`` of a streamed file against ``docker exec -i ... sh -c 'cat > FILE'``,
-  and ``read_file`` against ``docker exec ... cat FILE``, in the same container.
+  against ``create_container`` + ``start`` + ``exec_create`` + ``exec_start(socket=True)``.
+- N nodes at once: N provisions in parallel against N create + start in parallel threads.
+- pipe: bytes through ``cat`` in one container, via a spawned exec against docker-py's exec
+  socket (a writer thread and a reader parsing the engine's frames).
+- files: ``write_file`` against an exec of ``sh -c 'cat > FILE'``, and ``read_file`` against
+  an exec of ``cat FILE``, each on docker-py's exec socket in the same container.
 
-Containers are removed after each timed run, outside the timing. Needs a Docker engine and
-the test base image (``scripts/engines.sh`` makes both).
+docker-py's side runs in worker threads, timed inside them. Containers are removed after
+each timed run, outside the timing. Needs a Docker engine and the test base image
+(``scripts/engines.sh`` makes both).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
+import socket
+import threading
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from subprocess import PIPE
+from typing import Any
 
 import anyio
+import anyio.to_thread
+import docker
 
 from nodeprov import NodeHandle, NodeProvider, SpawnOptions, get_provider
 
 from .common import CHUNK, Row, compare
-from .foundation import pipe_ours, pipe_raw
+from .foundation import pipe_ours
 
 BUILD_BASE = Path(__file__).parents[1] / "integration" / "images" / "build-base.sh"
+_READ = 256 * 1024
 
 
-async def _docker(*args: str) -> str:
-    done = await anyio.run_process(["docker", *args], stderr=PIPE)
-    return done.stdout.decode().strip()
+def _create(api: Any, image: str) -> str:
+    host_config = api.create_host_config(init=True, network_mode="host")
+    container: str = api.create_container(image, ["sleep", "infinity"], host_config=host_config)["Id"]
+    api.start(container)
+    return container
 
 
-async def _raw_container(image: str) -> str:
-    return await _docker("run", "-d", "--init", "--network", "host", image, "sleep", "infinity")
+def _exec_socket(api: Any, container: str, argv: list[str], *, stdin: bool) -> socket.socket:
+    exec_id = api.exec_create(container, argv, stdin=stdin, stdout=True, stderr=True)["Id"]
+    hijacked = api.exec_start(exec_id, socket=True)
+    raw: socket.socket = getattr(hijacked, "_sock", hijacked)
+    return raw
+
+
+def _stdout_bytes(raw: socket.socket, until: int | None = None) -> int:
+    """Stdout payload bytes read off an exec socket, until EOF (or ``until`` bytes)."""
+    buffer, got = bytearray(), 0
+    while until is None or got < until:
+        chunk = raw.recv(_READ)
+        if not chunk:
+            break
+        buffer += chunk
+        while len(buffer) >= 8:
+            size = int.from_bytes(buffer[4:8], "big")
+            if len(buffer) < 8 + size:
+                break
+            if buffer[0] == 1:
+                got += size
+            del buffer[: 8 + size]
+    return got
+
+
+def _send(raw: socket.socket, total: int) -> None:
+    block = os.urandom(CHUNK)
+    for _ in range(total // CHUNK):
+        raw.sendall(block)
+    raw.shutdown(socket.SHUT_WR)
+
+
+def _stream_dockerpy(api: Any, container: str, argv: list[str], send: int, expect: int) -> float:
+    """One exec of ``argv``: ``send`` bytes in (from a writer thread), ``expect`` bytes out."""
+    start = time.perf_counter()
+    raw = _exec_socket(api, container, argv, stdin=bool(send))
+    writer = threading.Thread(target=_send, args=(raw, send))
+    if send:
+        writer.start()
+    got = _stdout_bytes(raw)
+    if send:
+        writer.join()
+    raw.close()
+    assert got == expect, (got, expect)
+    return time.perf_counter() - start
+
+
+def _first_byte_dockerpy(api: Any, image: str) -> float:
+    start = time.perf_counter()
+    container = _create(api, image)
+    raw = _exec_socket(api, container, ["cat"], stdin=True)
+    raw.sendall(b"x")
+    assert _stdout_bytes(raw, until=1) == 1
+    elapsed = time.perf_counter() - start
+    raw.close()
+    api.remove_container(container, force=True)
+    return elapsed
+
+
+def _many_dockerpy(api: Any, image: str, count: int) -> float:
+    with ThreadPoolExecutor(count) as pool:
+        start = time.perf_counter()
+        containers = list(pool.map(lambda _: _create(api, image), range(count)))
+        elapsed = time.perf_counter() - start
+        list(pool.map(lambda c: api.remove_container(c, force=True), containers))
+    return elapsed
 
 
 async def first_byte_ours(provider: NodeProvider) -> float:  # type: ignore[type-arg]
@@ -48,22 +126,6 @@ async def first_byte_ours(provider: NodeProvider) -> float:  # type: ignore[type
     elapsed = time.perf_counter() - start
     await process.aclose()
     await node.destroy()
-    return elapsed
-
-
-async def first_byte_raw(image: str) -> float:
-    start = time.perf_counter()
-    container = await _raw_container(image)
-    process = await anyio.open_process(["docker", "exec", "-i", container, "cat"])
-    assert process.stdin is not None
-    assert process.stdout is not None
-    await process.stdin.send(b"x")
-    assert await process.stdout.receive(1) == b"x"
-    elapsed = time.perf_counter() - start
-    await process.stdin.aclose()
-    await process.wait()
-    await process.aclose()
-    await _docker("rm", "-f", container)
     return elapsed
 
 
@@ -84,23 +146,8 @@ async def many_ours(provider: NodeProvider, count: int) -> float:  # type: ignor
     return elapsed
 
 
-async def many_raw(image: str, count: int) -> float:
-    containers: list[str] = []
-
-    async def one() -> None:
-        containers.append(await _raw_container(image))
-
-    start = time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        for _ in range(count):
-            tg.start_soon(one)
-    elapsed = time.perf_counter() - start
-    await _docker("rm", "-f", *containers)
-    return elapsed
-
-
 async def write_ours(node: NodeHandle, total: int) -> float:
-    block = bytes(CHUNK)
+    block = os.urandom(CHUNK)
 
     async def content() -> AsyncIterator[bytes]:
         for _ in range(total // CHUNK):
@@ -108,19 +155,6 @@ async def write_ours(node: NodeHandle, total: int) -> float:
 
     start = time.perf_counter()
     await node.write_file("bench.bin", content())
-    return time.perf_counter() - start
-
-
-async def write_raw(container: str, total: int) -> float:
-    argv = ["docker", "exec", "-i", container, "sh", "-c", "cat > /tmp/bench.bin"]
-    block = bytes(CHUNK)
-    start = time.perf_counter()
-    async with await anyio.open_process(argv, stdin=PIPE, stderr=PIPE) as process:
-        assert process.stdin is not None
-        for _ in range(total // CHUNK):
-            await process.stdin.send(block)
-        await process.stdin.aclose()
-        assert await process.wait() == 0
     return time.perf_counter() - start
 
 
@@ -134,84 +168,69 @@ async def read_ours(node: NodeHandle, total: int) -> float:
     return time.perf_counter() - start
 
 
-async def read_raw(container: str, total: int) -> float:
-    start = time.perf_counter()
-    async with await anyio.open_process(
-        ["docker", "exec", container, "cat", "/tmp/bench.bin"], stdout=PIPE, stderr=PIPE
-    ) as process:
-        assert process.stdout is not None
-        got = 0
-        async for chunk in process.stdout:
-            got += len(chunk)
-        await process.wait()
-    assert got == total
-    return time.perf_counter() - start
+def _in_thread(call: Any, *args: Any) -> Any:
+    return functools.partial(anyio.to_thread.run_sync, functools.partial(call, *args))
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
     image = (await anyio.run_process([str(BUILD_BASE)], stderr=PIPE)).stdout.decode().split()[-1]
     provider = get_provider("docker", image=image, network_mode="host", pull="never")
+    api = docker.from_env(max_pool_size=max(10, args.nodes)).api
     rows = []
-    ours, raw, speed = await compare(
-        args.repeat, functools.partial(first_byte_ours, provider), functools.partial(first_byte_raw, image)
+    timing = await compare(
+        args.repeat,
+        functools.partial(first_byte_ours, provider),
+        _in_thread(_first_byte_dockerpy, api, image),
     )
     rows.append(
         Row(
-            "docker: cold provision + first byte vs docker run -d + exec -i",
-            f"{ours * 1000:,.0f} ms",
-            f"{raw * 1000:,.0f} ms",
-            speed,
+            "docker: cold provision + first byte vs docker-py create + start + exec",
+            f"{timing.ours * 1000:,.0f} ms",
+            f"{timing.raw * 1000:,.0f} ms",
+            timing,
             1.0,
         )
     )
-    ours, raw, speed = await compare(
+    timing = await compare(
         max(3, args.repeat // 3),
         functools.partial(many_ours, provider, args.nodes),
-        functools.partial(many_raw, image, args.nodes),
+        _in_thread(_many_dockerpy, api, image, args.nodes),
     )
     rows.append(
         Row(
-            f"docker: {args.nodes} nodes at once vs {args.nodes} parallel docker run -d",
-            f"{ours * 1000:,.0f} ms",
-            f"{raw * 1000:,.0f} ms",
-            speed,
+            f"docker: {args.nodes} nodes at once vs {args.nodes} docker-py create + start in threads",
+            f"{timing.ours * 1000:,.0f} ms",
+            f"{timing.raw * 1000:,.0f} ms",
+            timing,
         )
     )
     total = args.pipe_mb * 1024 * 1024 // CHUNK * CHUNK
-    container = await _raw_container(image)
-    try:
-        async with await provider.provision() as node:
-            ours, raw, speed = await compare(
-                args.repeat,
-                functools.partial(pipe_ours, node, total),
-                functools.partial(pipe_raw, ["docker", "exec", "-i", container, "cat"], total),
-            )
-            written = await compare(
-                args.repeat,
-                functools.partial(write_ours, node, total),
-                functools.partial(write_raw, container, total),
-            )
-            read = await compare(
-                args.repeat,
-                functools.partial(read_ours, node, total),
-                functools.partial(read_raw, container, total),
-            )
-    finally:
-        await _docker("rm", "-f", container)
     mb = total / 1e6
-    rows.append(
-        Row(
-            f"docker pipe: {args.pipe_mb} MiB through cat vs docker exec -i",
-            f"{mb / ours:,.0f} MB/s",
-            f"{mb / raw:,.0f} MB/s",
-            speed,
-            0.95,
-        )
-    )
-    for verb, (ours, raw, speed), tool in (
-        ("write_file", written, "docker exec -i sh -c 'cat > FILE'"),
-        ("read_file", read, "docker exec cat FILE"),
-    ):
-        name = f"docker {verb}: {args.pipe_mb} MiB vs {tool}"
-        rows.append(Row(name, f"{mb / ours:,.0f} MB/s", f"{mb / raw:,.0f} MB/s", speed))
+    async with await provider.provision() as node:
+        container = node.container_id  # type: ignore[attr-defined]
+        workloads = [
+            (
+                f"docker pipe: {args.pipe_mb} MiB through cat vs docker-py's exec socket",
+                functools.partial(pipe_ours, node, total),
+                _in_thread(_stream_dockerpy, api, container, ["cat"], total, total),
+                0.95,
+            ),
+            (
+                f"docker write_file: {args.pipe_mb} MiB vs docker-py exec of sh -c 'cat > FILE'",
+                functools.partial(write_ours, node, total),
+                _in_thread(_stream_dockerpy, api, container, ["sh", "-c", "cat > /tmp/raw.bin"], total, 0),
+                None,
+            ),
+            (
+                f"docker read_file: {args.pipe_mb} MiB vs docker-py exec of cat FILE",
+                functools.partial(read_ours, node, total),
+                _in_thread(_stream_dockerpy, api, container, ["cat", f"{node.workdir}/bench.bin"], 0, total),
+                None,
+            ),
+        ]
+        await write_ours(node, total)  # the file both readers read
+        for name, ours, raw, goal in workloads:
+            timing = await compare(args.repeat, ours, raw)
+            figures = f"{mb / timing.ours:,.0f} MB/s", f"{mb / timing.raw:,.0f} MB/s"
+            rows.append(Row(name, *figures, timing, goal))
     return rows

@@ -102,7 +102,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp:
         async with await get_provider("local", root=Path(tmp) / "nodes").provision() as node:
             total = args.pipe_mb * 1024 * 1024 // CHUNK * CHUNK
-            ours, raw, speed = await compare(
+            timing = await compare(
                 args.repeat,
                 functools.partial(pipe_ours, node, total),
                 functools.partial(pipe_raw, ["cat"], total),
@@ -111,15 +111,15 @@ async def run(args: argparse.Namespace) -> list[Row]:
             rows.append(
                 Row(
                     f"local pipe: {args.pipe_mb} MiB through cat vs anyio.open_process",
-                    f"{mb / ours:,.0f} MB/s",
-                    f"{mb / raw:,.0f} MB/s",
-                    speed,
+                    f"{mb / timing.ours:,.0f} MB/s",
+                    f"{mb / timing.raw:,.0f} MB/s",
+                    timing,
                     0.95,
                 )
             )
             for count, size in ((args.messages, 200), (args.messages // 50, 50_000)):
                 cli = make_stream(Path(tmp), count, size)
-                ours, raw, speed = await compare(
+                timing = await compare(
                     args.repeat,
                     functools.partial(bridge_ours, node, cli, count),
                     functools.partial(bridge_sdk, cli, count),
@@ -127,9 +127,9 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 rows.append(
                     Row(
                         f"bridge: {count} messages of {size} B vs the SDK's transport",
-                        f"{count / ours:,.0f} msg/s",
-                        f"{count / raw:,.0f} msg/s",
-                        speed,
+                        f"{count / timing.ours:,.0f} msg/s",
+                        f"{count / timing.raw:,.0f} msg/s",
+                        timing,
                         1.0,
                     )
                 )

@@ -6,7 +6,9 @@ nodeprov's speed ratio against it (see bench/common.py).
 - foundation: a local node's pipe against ``cat`` via ``anyio.open_process``; the SDK bridge
   against the SDK's own subprocess transport.
 - docker: cold provision + first byte, 20 concurrent provisions, exec pipe throughput, and
-  write_file/read_file throughput, each against the ``docker`` command-line client.
+  write_file/read_file throughput, each against docker-py's low-level client in-process.
+
+Every row prints the median speed ratio and its spread (the lowest and highest pair).
 """
 
 from __future__ import annotations
