@@ -167,7 +167,12 @@ class ScriptedModel:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-model", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": _POLL_INTERVAL},
+            name="scripted-model",
+            daemon=True,
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -197,6 +202,11 @@ class ScriptedModel:
     ) -> None:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self.stop)
+
+
+# How often the server looks at its shutdown flag: stop() waits up to this long (the
+# default, 0.5 s, was most of a short `nodeprov run`'s shutdown).
+_POLL_INTERVAL = 0.02
 
 
 class _Handler(BaseHTTPRequestHandler):
