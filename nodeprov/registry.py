@@ -22,6 +22,11 @@ __all__ = ["ENTRY_POINT_GROUP", "get_provider", "provider_class", "provider_name
 ENTRY_POINT_GROUP = "nodeprov.providers"
 
 
+# Loaded classes, by name: scanning the installed distributions' entry points takes
+# milliseconds, and an orchestrator asks for a provider on every run.
+_loaded: dict[str, type[NodeProvider[Any]]] = {}
+
+
 def _entry_points() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
@@ -32,13 +37,15 @@ def provider_names() -> list[str]:
 
 
 def provider_class(name: str) -> type[NodeProvider[Any]]:
-    """Load the provider class registered as ``name``.
+    """Load the provider class registered as ``name`` (once per process).
 
     Raises:
         ProviderNotFoundError: nothing is registered under ``name``.
         ConfigError: the entry point does not load (say, a missing dependency) or does not
             name a :class:`~nodeprov.node.NodeProvider` subclass.
     """
+    if (cached := _loaded.get(name)) is not None:
+        return cached
     entry_point = _entry_points().get(name)
     if entry_point is None:
         installed = ", ".join(provider_names()) or "none"
@@ -49,6 +56,7 @@ def provider_class(name: str) -> type[NodeProvider[Any]]:
         raise ConfigError(f"provider {name!r} failed to load: {error}") from error
     if not (isinstance(loaded, type) and issubclass(loaded, NodeProvider)):
         raise ConfigError(f"entry point {entry_point.value!r} is not a NodeProvider class")
+    _loaded[name] = loaded
     return loaded
 
 

@@ -80,6 +80,17 @@ def test_registry_finds_local_and_reports_unknown_names() -> None:
         get_provider("no-such-provider")
 
 
+def test_a_provider_is_looked_up_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = provider_class("local")
+
+    def no_scanning(**_: object) -> None:
+        raise AssertionError("the installed entry points were scanned again")
+
+    monkeypatch.setattr("nodeprov.registry.entry_points", no_scanning)
+    assert provider_class("local") is loaded
+    assert get_provider("local").name == "local"
+
+
 def test_unknown_or_invalid_settings_name_each_field() -> None:
     with pytest.raises(ConfigError) as caught:
         get_provider("local", colour="blue", eof_grace=-1)
