@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -311,3 +312,21 @@ async def test_a_spawn_the_engine_refuses_says_why(base_image: str) -> None:
     async with await provider.provision() as node:
         with pytest.raises(SpawnError, match=r"chdir to cwd .*/workspace/no-such-dir"):
             await node.spawn(SpawnOptions("pwd", cwd="no-such-dir"))
+
+
+async def test_stdout_is_not_ended_while_an_unreadable_process_holds_it(base_image: str) -> None:
+    """The quiet-stdout check cannot see into a process of another user (no CAP_SYS_PTRACE in
+    a container): it must count it as holding stdout, not end stdout under it."""
+    async with await get_provider("docker", image=base_image, pull="never").provision() as node:
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        argv = [*nobody, "sh", "-c", "sleep 3; echo done"]
+        with anyio.fail_after(60):
+            assert await run(node, *argv) == (0, b"done\n", b"")
+
+
+async def test_the_preamble_leaves_the_callers_variables_alone(base_image: str) -> None:
+    env = {"encoded": "mine", "n": "5", "arg": "too"}
+    async with await get_provider("docker", image=base_image, pull="never").provision() as node:
+        script = 'printf "%s %s %s %s" "$encoded" "$n" "$arg" "$1"'
+        code, out, _ = await run(node, "sh", "-c", script, "sh", os.fsdecode(b"\xff"), env=env)
+        assert (code, out) == (0, b"mine 5 too \xff")

@@ -105,3 +105,20 @@ def test_cp_errors_are_one_line(node: list[str], tmp_path: Path) -> None:
     both_local = nodeprov("cp", "a", "b")
     assert both_local.returncode == 2
     assert both_local.stderr.splitlines() == [b"error: cp: exactly one of SRC and DST must be NODE:PATH"]
+
+
+def test_exec_reports_a_signal_and_a_reader_that_left_as_a_shell_does(node: list[str]) -> None:
+    killed = nodeprov("exec", *node, "--", "sh", "-c", "kill -9 $$")
+    assert killed.returncode == 128 + 9, killed.stderr
+    writer = subprocess.Popen(
+        [*NODEPROV, "exec", *node, "--", "yes"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment(),
+    )
+    assert writer.stdout is not None
+    assert writer.stdout.read(2) == b"y\n"
+    writer.stdout.close()  # the reader leaves, as `| head -1` does
+    _, stderr = writer.communicate(timeout=60)
+    assert writer.returncode == 128 + 13, stderr  # SIGPIPE's status
+    assert b"Traceback" not in stderr

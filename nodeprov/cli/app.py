@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
@@ -71,8 +73,11 @@ def errors() -> Iterator[None]:
     configuration, 1 for anything else that went wrong."""
     try:
         yield
-    except (NodeprovError, ClaudeSDKError, ValidationError, BaseExceptionGroup) as raised:
+    except (NodeprovError, ClaudeSDKError, ValidationError, BrokenPipeError, BaseExceptionGroup) as raised:
         error = _leaf(raised)
+        if isinstance(error, BrokenPipeError):  # our reader left (`| head`): end as a pipe writer does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush there
+            raise typer.Exit(128 + signal.SIGPIPE) from None
         if isinstance(error, ConfigError | ValidationError):
             fail(_one_line(error), 2)
         if isinstance(error, NodeprovError | ClaudeSDKError):

@@ -259,7 +259,7 @@ def exec_command(  # noqa: PLR0917 - one parameter per command-line option
     with errors():
         options = SpawnOptions(command[0], command[1:], cwd=cwd, env=parse_env(env))
         code = anyio.run(_exec, node_id, provider, setting, options)
-    raise typer.Exit(code)
+    raise typer.Exit(128 - code if code < 0 else code)  # killed by signal N: 128+N, as a shell says
 
 
 async def _exec(node_id: str, provider: str | None, setting: list[str] | None, options: SpawnOptions) -> int:

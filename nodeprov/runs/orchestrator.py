@@ -751,7 +751,7 @@ class Orchestrator:
         """Before the run's node goes, store what its agent's transcript file holds beyond
         the mirrored copy: the CLI mirrors in batches of its own, and an agent stopped by a
         pause may not have sent its last frames, or any. When the copy is the file's
-        beginning, the rest is appended; otherwise (a lost batch) the file replaces it.
+        beginning, the rest is appended; otherwise (a lost batch) a longer file replaces it.
         Bounded; a node that cannot be read leaves the mirrored copy as it is."""
         node, session = run._node, run.agent_session_id
         record = await self.store.run(run.id)
@@ -773,6 +773,8 @@ class Orchestrator:
             with suppress(ValueError):  # a line cut by the agent's end
                 entries.append(json.loads(line))
         held = await self.store.transcripts.load(key) or []
+        if len(entries) <= len(held):
+            return  # the copy holds as much: never replaced by less
         if entries[: len(held)] != held:
             await self.store.transcripts.delete(key)
             held = []

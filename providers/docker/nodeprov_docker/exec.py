@@ -29,6 +29,7 @@ STDOUT, STDERR = 1, 2
 _QUEUE_LIMIT = 8 * 1024 * 1024  # bytes held for a stream nobody is reading, before reading pauses
 _READ_SIZE = 256 * 1024
 _QUIET_CHECK_FIRST, _QUIET_CHECK_MAX = 1.0, 8.0  # seconds of stdout silence before asking
+_QUIET_CONFIRM = 0.25  # a "nothing holds it" is asked again after this much more silence
 
 
 class ExecOutput:
@@ -149,7 +150,7 @@ class _Stdout(_Output):
         self._held = held
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
-        quiet = _QUIET_CHECK_FIRST
+        quiet, unheld = _QUIET_CHECK_FIRST, 0
         while True:
             with anyio.move_on_after(quiet):
                 return await self._demux.receive(STDOUT, max_bytes)
@@ -157,9 +158,15 @@ class _Stdout(_Output):
                 held = await self._held()
             except NodeprovError:
                 held = True  # the container is going: its socket ends, and stdout with it
-            if not held:
+            if held:
+                quiet, unheld = min(quiet * 2, _QUIET_CHECK_MAX), 0
+                continue
+            # Twice, with silence between: output written just before the last holder let
+            # go may still be on its way, and a holder may have been forking.
+            unheld += 1
+            if unheld == 2:
                 self._demux.end(STDOUT)
-            quiet = min(quiet * 2, _QUIET_CHECK_MAX)
+            quiet = _QUIET_CONFIRM
 
 
 class _Input(ByteSendStream):

@@ -50,21 +50,32 @@ _READY = _SENTINEL + b"ready "
 # apart from a command that fails, reports the exec's pid inside the container (it leads its
 # own process group there) and what its stdout is (see DockerProcess), then execs the command.
 _PREAMBLE = """\
-encoded=$1; shift
-if [ -n "$encoded" ]; then
-  n=0
-  for arg in "$@"; do
-    n=$((n + 1))
-    case " $encoded " in *" $n "*) arg=$(printf '%bx' "$arg"); arg=${arg%x} ;; esac
-    set -- "$@" "$arg"
+if [ -z "$1" ]; then
+  shift
+else
+  __nodeprov_encoded=$1; shift; __nodeprov_n=0
+  for __nodeprov_arg in "$@"; do
+    __nodeprov_n=$((__nodeprov_n + 1))
+    case " $__nodeprov_encoded " in *" $__nodeprov_n "*)
+      __nodeprov_arg=$(printf '%bx' "$__nodeprov_arg"); __nodeprov_arg=${__nodeprov_arg%x} ;;
+    esac
+    set -- "$@" "$__nodeprov_arg"
   done
-  shift "$n"
+  shift "$__nodeprov_n"
+  unset __nodeprov_encoded __nodeprov_n __nodeprov_arg
 fi
 command -v -- "$1" >/dev/null 2>&1 || { printf '\\036nodeprov notfound\\n'; exit 127; }
 printf '\\036nodeprov ok %s %s\\n' "$$" "$(readlink "/proc/$$/fd/1")"
 """
-# Whether any process in the container still holds the pipe named by $1 (see DockerProcess).
-_HOLDS_PIPE = 'ls -l /proc/[0-9]*/fd/ 2>/dev/null | grep -qF -- "-> $1"'
+# Exits 1 only when no process in the container holds the pipe named by $1 (see
+# DockerProcess); a process whose descriptors cannot be read counts as holding it.
+_HOLDS_PIPE = """\
+for fds in /proc/[0-9]*/fd; do
+  listed=$(ls -l "$fds" 2>/dev/null) || { [ -d "$fds" ] && exit 0; continue; }
+  case $listed in *"-> $1"*) exit 0 ;; esac
+done
+exit 1
+"""
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SIGNAL_GROUP = 'kill -s "$1" -- "-$2" 2>/dev/null; exit 0'
 
@@ -302,7 +313,7 @@ class DockerNode(NodeHandle):
         await self._in_container(api.exec_start, exec_id)
         while (code := await self._exit_code(api, exec_id)) is None:  # noqa: ASYNC110 - the engine has no exit event
             await anyio.sleep(0.01)
-        return code == 0
+        return code != 1  # anything but a clear "no": held
 
     async def _signal_group(self, api: Any, pid: int, signal: str) -> None:
         argv = ["/bin/sh", "-c", _SIGNAL_GROUP, "nodeprov", signal, str(pid)]

@@ -57,6 +57,7 @@ _START_TIMEOUT = 30.0  # for the supervisor to report that the command was start
 _DESTROY_WAIT = 1.0  # for signalled supervisors to end their processes, before SIGKILL
 _NOT_FOUND = {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM}
 _MAX_PID = 1 << 22  # Linux's highest pid_max
+_HAS_PROC = os.path.isdir("/proc/self")
 
 
 def _default_root() -> Path:
@@ -159,6 +160,8 @@ class LocalProcess(SpawnedProcess):
             logger.warning("supervisor %d did not end; killing it and what it supervises", self.pid)
             _kill_tree(self.pid)
         await super()._release()
+        if self.returncode is not None:  # reaped: close its transports too (else they are
+            await self._process.aclose()  # collected after the event loop, with a warning)
 
     def _signal_supervisor(self, sig: int) -> None:
         # os.kill, not Popen.send_signal: that one polls, and may reap the child under the
@@ -420,6 +423,11 @@ class LocalNode(NodeHandle):
                     self.node_id,
                     started.pid,
                 )
+                continue
+            if started.kind == "group" and not _HAS_PROC:
+                # Off Linux nothing of a process can be checked: the recorded group is taken
+                # on trust (its leader may be gone while the group lives on).
+                _signal_group(started.pid, signal.SIGKILL)
                 continue
             if not started.alive():
                 continue  # ended, or the pid was recycled: nothing of ours to signal
