@@ -45,7 +45,7 @@ from collections.abc import AsyncIterator
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import claude_agent_sdk
@@ -62,7 +62,22 @@ from .errors import AgentError, AgentExitError, AgentOutputError, ConfigError, N
 from .node import NodeHandle
 from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy, guard_stdin
 
-__all__ = ["NodeTransport", "agent_command", "agent_environment", "bundled_cli_path"]
+__all__ = ["NodeTransport", "TranscriptSink", "agent_command", "agent_environment", "bundled_cli_path"]
+
+
+class TranscriptSink(Protocol):
+    """Takes the CLI's ``transcript_mirror`` frames (``--session-mirror``) off a
+    :class:`NodeTransport`, in place of the SDK's own mirror (which, flushing eagerly,
+    spends a task and a store call per frame)."""
+
+    def add(self, file_path: str, entries: list[dict[str, Any]]) -> None:
+        """Take a frame: ``file_path`` is the transcript file on the node. Must not block."""
+
+    async def flush(self) -> None:
+        """Make every frame taken so far durable. The transport yields a ``result`` only once
+        this returned, as the SDK does, so a caller seeing a result finds its turn stored.
+        Errors propagate to the reader of the messages."""
+
 
 logger = logging.getLogger("nodeprov.claude")
 
@@ -203,8 +218,10 @@ class NodeTransport(Transport):
         exit_timeout: float = 10.0,
         guard: bool = True,
         node: NodeHandle | None = None,
+        transcripts: TranscriptSink | None = None,
     ) -> None:
         self._spawn = spawn
+        self._transcripts = transcripts
         self._node = node
         self._option_files: str | None = None
         self._options = options or ClaudeAgentOptions()
@@ -375,12 +392,11 @@ class NodeTransport(Transport):
                     self._check_size(max(len(piece) for piece in block.split(b"\n")))
                 self._check_size(pending)
                 for line in _decode(block).split("\n"):
-                    if line.startswith("{"):  # the hot path: one message, no stray whitespace
-                        yield _loads(line)
-                    else:
-                        message = _parse(line)
-                        if message is not None:
-                            yield message
+                    # The hot path: one message, no stray whitespace.
+                    message = _loads(line) if line.startswith("{") else _parse(line)
+                    if message is None or (self._transcripts is not None and await self._mirrored(message)):
+                        continue
+                    yield message
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return  # close() took the stream away: the run is over
         except AgentOutputError as error:
@@ -392,9 +408,20 @@ class NodeTransport(Transport):
             except AgentOutputError:
                 logger.debug("dropping a truncated last line of agent output")
                 message = None
-            if message is not None:
+            if message is not None and not (self._transcripts is not None and await self._mirrored(message)):
                 yield message
         await self._check_exit(process)
+
+    async def _mirrored(self, message: dict[str, Any]) -> bool:
+        """Hand a mirror frame to the sink (True: not for the SDK); flush before a result."""
+        assert self._transcripts is not None
+        kind = message.get("type")
+        if kind == "transcript_mirror":
+            self._transcripts.add(str(message.get("filePath")), list(message.get("entries") or []))
+            return True
+        if kind == "result":
+            await self._transcripts.flush()
+        return False
 
     def _check_size(self, length: int) -> None:
         if length > self._max_line:

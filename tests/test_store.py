@@ -152,10 +152,10 @@ async def test_group_commit_blames_only_the_failing_writer(store: Store) -> None
             outcomes[name] = error
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(append, "duplicate", [first])
+        tg.start_soon(append, "orphan", [EventRecord("no-such-run", 1, "kind", now(), "{}")])
         for seq in range(2, 12):
             tg.start_soon(append, f"ok-{seq}", [EventRecord("run-1", seq, "kind", now(), "{}")])
-    assert isinstance(outcomes.pop("duplicate"), StoreError)  # a store error, never a raw driver one
+    assert isinstance(outcomes.pop("orphan"), StoreError)  # a store error, never a raw driver one
     assert set(outcomes.values()) == {None}
     assert await store.last_event_seq("run-1") == 11
 

@@ -30,7 +30,8 @@ from claude_agent_sdk import (
     UserMessage,
 )
 
-# Pinned with the SDK: the CLI's own project-directory naming (see pyproject.toml).
+# Pinned with the SDK: the CLI's own naming of project directories and transcript files.
+from claude_agent_sdk._internal.session_store import file_path_to_session_key
 from claude_agent_sdk._internal.sessions import _sanitize_path
 
 from ..claude import NodeTransport
@@ -63,7 +64,7 @@ _STORED_OPTIONS = ("model", "permission_mode", "max_turns", "allowed_tools", "di
 _INTERRUPT_TIMEOUT = 10.0  # the polite interrupt; the abort after it is certain
 _CLEANUP_TIMEOUT = 180.0  # a run's own teardown outside a shutdown: destroy plus store writes
 _SUBSCRIBER_BUFFER = 1024  # events a subscriber may lag before it reads from the store instead
-_EVENT_FLUSH_INTERVAL = 0.02
+_FLUSH_GATHER = 0.02  # how long the writer lets events and transcript frames gather
 _TRANSCRIPT_SAVE_TIMEOUT = 30.0  # reading the agent's transcript off a node that is released
 
 
@@ -267,7 +268,9 @@ class Orchestrator:
     makes immediate for any other control plane.
 
     **Events** are written to the store in batches, with their sequence numbers, and can
-    be read from any process (:meth:`events`).
+    be read from any process (:meth:`events`). The agent's transcript frames are mirrored
+    into the store in the same batches (one transaction every 20 ms at most, less while
+    the previous one commits); a result is reported only once its turn is stored.
     """
 
     def __init__(
@@ -292,6 +295,7 @@ class Orchestrator:
         self._providers: dict[str, NodeProvider[Any]] = {}
         self._tg: TaskGroup | None = None
         self._pending_events: list[RunEvent] = []
+        self._pending_frames: list[tuple[SessionKey, list[Any]]] = []
         self._events_waiting = anyio.Event()
         self._flush_lock = anyio.Lock()
         self._shutdown_at: float | None = None
@@ -304,7 +308,7 @@ class Orchestrator:
         await self._tg.__aenter__()
         self._tg.start_soon(self._every, self.lease_ttl / 3, self._heartbeat, "lease heartbeat")
         self._tg.start_soon(self._every, self._poll_interval, self._serve_pause_requests, "pause requests")
-        self._tg.start_soon(self._write_events)
+        self._tg.start_soon(self._writer)
         if self.reconcile_interval > 0:
             self._tg.start_soon(self._every, self.reconcile_interval, self.reconcile, "reconcile")
         return self
@@ -719,13 +723,8 @@ class Orchestrator:
 
     def _agent_options(self, plan: _Plan, node: NodeHandle) -> ClaudeAgentOptions:
         env = {**plan.options.env, "CLAUDE_CONFIG_DIR": _config_dir(node)}  # where the mirror keys come from
-        # Eager: every frame reaches the store at once (group-committed), so a crash
-        # mid-turn loses nothing.
-        changes: dict[str, Any] = {
-            "env": env,
-            "session_store": self.store.transcripts,
-            "session_store_flush": "eager",
-        }
+        # The store makes the CLI mirror its transcript; the frames come to _Mirror.
+        changes: dict[str, Any] = {"env": env, "session_store": self.store.transcripts}
         if plan.resume is not None and plan.resume.agent_session_id:
             changes["resume"] = plan.resume.agent_session_id
         return dataclasses.replace(plan.options, **changes)
@@ -754,6 +753,7 @@ class Orchestrator:
         beginning, the rest is appended; otherwise (a lost batch) a longer file replaces it.
         Bounded; a node that cannot be read leaves the mirrored copy as it is."""
         node, session = run._node, run.agent_session_id
+        await self._flush_events()  # the frames received, so that the comparison sees them
         record = await self.store.run(run.id)
         if node is None or session is None or record is None or not record.project_key:
             return
@@ -784,8 +784,9 @@ class Orchestrator:
         options = self._agent_options(plan, node)
         await self.store.update_run(run.id, project_key=_project_key(plan, node))
         result: ResultMessage | None = None
+        mirror = _Mirror(self, f"{_config_dir(node)}/projects")
         async with ClaudeSDKClient(
-            options=options, transport=NodeTransport.for_node(node, options)
+            options=options, transport=NodeTransport.for_node(node, options, transcripts=mirror)
         ) as client:
             run._client = client
             try:
@@ -888,11 +889,19 @@ class Orchestrator:
         self._pending_events.append(event)
         self._events_waiting.set()
 
-    async def _write_events(self) -> None:
+    def _queue_frames(self, key: SessionKey, entries: list[Any]) -> None:
+        pending = self._pending_frames
+        if pending and pending[-1][0] == key:
+            pending[-1][1].extend(entries)
+        else:
+            pending.append((key, list(entries)))
+        self._events_waiting.set()
+
+    async def _writer(self) -> None:
         while True:
             await self._events_waiting.wait()
             self._events_waiting = anyio.Event()
-            await anyio.sleep(_EVENT_FLUSH_INTERVAL)  # let a batch gather
+            await anyio.sleep(_FLUSH_GATHER)  # let a batch gather
             try:
                 await self._flush_events()
             except Exception:
@@ -901,17 +910,21 @@ class Orchestrator:
                 await anyio.sleep(1)
 
     async def _flush_events(self) -> None:
-        """Write every pending event to the store (one grouped transaction)."""
+        """Write every pending event and transcript frame to the store, in one grouped
+        transaction. Flushes are serialized, so frames reach the store in their order."""
         async with self._flush_lock:
             batch, self._pending_events = self._pending_events, []
-            if not batch:
+            frames, self._pending_frames = self._pending_frames, []
+            if not batch and not frames:
                 return
             try:
                 await self.store.append_events(
-                    [EventRecord(e.run_id, e.seq, e.kind, e.at, json.dumps(e.to_json())) for e in batch]
+                    [EventRecord(e.run_id, e.seq, e.kind, e.at, json.dumps(e.to_json())) for e in batch],
+                    frames,
                 )
             except BaseException:
                 self._pending_events[:0] = batch
+                self._pending_frames[:0] = frames
                 raise
             written = {(e.run_id, e.seq) for e in batch}
             for run_id in {e.run_id for e in batch}:
@@ -1137,6 +1150,42 @@ def _stored_event(record: EventRecord) -> RunEvent | None:
     except (ValueError, TypeError) as error:
         logger.warning("skipping unreadable event %d of run %s: %s", record.seq, record.run_id, error)
         return None
+
+
+class _Mirror:
+    """A run's transcript frames, off its NodeTransport, into the orchestrator's writer."""
+
+    def __init__(self, orchestrator: Orchestrator, projects_dir: str) -> None:
+        self._orchestrator = orchestrator
+        self._projects_dir = projects_dir
+
+    def add(self, file_path: str, entries: list[dict[str, Any]]) -> None:
+        key = file_path_to_session_key(file_path, self._projects_dir)
+        if key is None:
+            logger.warning("dropping a transcript frame of %s: not under %s", file_path, self._projects_dir)
+        elif entries:
+            self._orchestrator._queue_frames(key, entries)
+
+    async def flush(self) -> None:
+        # Called in the SDK's reader task, which the SDK cancels natively (piercing anyio's
+        # shields): the write runs in a task of the orchestrator's, and only the wait here
+        # can be cancelled. A failure is logged and retried by the writer, as the SDK's own
+        # mirror reports and drops it.
+        done = anyio.Event()
+
+        async def write() -> None:
+            try:
+                await self._orchestrator._flush_events()
+            except Exception as error:  # noqa: BLE001 - the writer tries again
+                logger.warning("could not store transcript frames yet: %s", error)
+                self._orchestrator._events_waiting.set()
+            finally:
+                done.set()
+
+        tg = self._orchestrator._tg
+        assert tg is not None
+        tg.start_soon(write)
+        await done.wait()
 
 
 class _Progress:

@@ -23,12 +23,16 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ..errors import ConfigError, StoreError, TokenError
-from ._db import DEFAULT_STATEMENT_TIMEOUT, Database, PostgresDatabase, SQLiteDatabase, Transaction
+from ._db import DEFAULT_STATEMENT_TIMEOUT, Database, PostgresDatabase, SQLiteDatabase, Statements
 from ._schema import migrate
 from .transcripts import TranscriptStore
+
+if TYPE_CHECKING:
+    from claude_agent_sdk import SessionKey
+    from claude_agent_sdk.types import SessionStoreEntry
 
 __all__ = [
     "EventRecord",
@@ -397,14 +401,30 @@ class Store:
 
     # -- run events ----------------------------------------------------------------------
 
-    async def append_events(self, events: Sequence[EventRecord]) -> None:
-        """Store run events, grouped with other writers' into one transaction."""
-        if not events:
-            return
+    async def append_events(
+        self,
+        events: Sequence[EventRecord],
+        transcripts: Sequence[tuple[SessionKey, list[SessionStoreEntry]]] = (),
+    ) -> None:
+        """Store run events and transcript entries (as :meth:`TranscriptStore.append`, in
+        the order given) in one transaction, grouped with other writers' (one worker-thread
+        hop for the whole batch). Durable once this returns. Idempotent: an event whose
+        ``(run_id, seq)`` is stored already is skipped, so a batch whose fate was unknown
+        (a timeout, a cancelled caller) can be written again.
 
-        async def write(tx: Transaction) -> None:
-            for event in events:
-                await tx.execute(*_insert("run_events", event))
+        Raises:
+            StoreError: the database failed (nothing of the call was written).
+        """
+        if not events and not transcripts:
+            return
+        sql = _insert("run_events", events[0])[0] + " ON CONFLICT (run_id, seq) DO NOTHING" if events else ""
+        rows = [_insert("run_events", event)[1] for event in events]
+
+        def write(statements: Statements) -> None:
+            if rows:
+                statements.executemany(sql, rows)
+            for key, entries in transcripts:
+                self.transcripts.append_in(statements, key, entries)
 
         await self.db.grouped(write)
 

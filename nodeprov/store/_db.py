@@ -9,14 +9,21 @@ is interrupted and PostgreSQL's connection is dropped, and the call raises
 :class:`StoreError`. A PostgreSQL connection found broken is reopened before the next
 transaction begins; a transaction already under way is never replayed (it may have
 committed).
+
+The hot writes (run events, transcript frames) go through :meth:`Database.grouped`: work
+that many tasks submit at once is committed in one transaction, run synchronously in one
+worker thread (one thread hop per batch, none per statement). On PostgreSQL batches have a
+connection of their own, so the control plane's other statements never queue behind them.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
+import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +50,27 @@ class Transaction(ABC):
     @abstractmethod
     async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
         """Run ``sql``; return its rows."""
+
+
+class Statements(ABC):
+    """Statements of a group-committed batch (see :meth:`Database.grouped`). Synchronous: the
+    batch runs in a worker thread, off the event loop. Errors are the driver's; the batch
+    maps them to :class:`StoreError` for the submitter."""
+
+    @abstractmethod
+    def execute(self, sql: str, params: Params = ()) -> int:
+        """Run ``sql``; return the number of rows it changed."""
+
+    @abstractmethod
+    def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        """Run ``sql`` once per row of parameters (PostgreSQL pipelines them)."""
+
+    @abstractmethod
+    def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run ``sql``; return its rows."""
+
+
+Work = Callable[[Statements], None]
 
 
 class Database(ABC):
@@ -80,24 +108,58 @@ class Database(ABC):
         rows = await self.fetchall(sql, params)
         return rows[0] if rows else None
 
-    async def grouped(self, work: Callable[[Transaction], Awaitable[None]]) -> None:
+    async def grouped(self, work: Work) -> None:
         """Run ``work`` in a transaction shared with whatever other tasks submit meanwhile
-        (group commit: one transaction per batch, not per caller). Returns once committed.
+        (group commit: one transaction per batch, not per caller), in a worker thread.
+        Returns once committed: durable, for SQLite as for PostgreSQL. ``work`` must only
+        run statements (it may run again, alone, if its batch fails).
 
         Raises:
             StoreError: ``work``'s own transaction failed (a failing batch is retried one
-                item at a time, so one caller's failure is not another's).
+                item at a time, so one caller's failure is not another's), or the batch ran
+                out of time.
         """
         await self._group.submit(work)
+
+    @abstractmethod
+    async def _commit(self, batch: list[Work]) -> list[BaseException | None]:
+        """Commit ``batch`` in one transaction, or, if that fails, each work in its own;
+        return each work's error."""
 
     @abstractmethod
     async def aclose(self) -> None:
         """Close the connection; idempotent."""
 
 
+def _commit_in_thread(
+    statements: Statements,
+    begin: Callable[[], object],
+    commit: Callable[[], object],
+    rollback: Callable[[], object],
+    batch: list[Work],
+) -> list[BaseException | None]:
+    """The synchronous body of a group commit: the batch in one transaction, else one by one."""
+
+    def attempt(works: list[Work]) -> BaseException | None:
+        try:
+            begin()
+            for work in works:
+                work(statements)
+            commit()
+        except Exception as error:  # noqa: BLE001 - handed to the submitter
+            rollback()
+            return error
+        return None
+
+    error = attempt(batch)
+    if error is None or len(batch) == 1:
+        return [error] * len(batch)
+    return [attempt([work]) for work in batch]
+
+
 @dataclass(eq=False)
-class _Work:
-    run: Callable[[Transaction], Awaitable[None]]
+class _Submitted:
+    work: Work
     done: anyio.Event = field(default_factory=anyio.Event)
     error: BaseException | None = None
 
@@ -107,39 +169,30 @@ class _GroupCommit:
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._pending: list[_Work] = []
+        self._pending: list[_Submitted] = []
         self._lock = anyio.Lock()
 
-    async def submit(self, run: Callable[[Transaction], Awaitable[None]]) -> None:
-        work = _Work(run)
-        self._pending.append(work)
+    async def submit(self, work: Work) -> None:
+        submitted = _Submitted(work)
+        self._pending.append(submitted)
         # Shielded: once another caller's batch may hold this work, its fate must be known
-        # (a cancelled caller that retried would write it twice). Transactions are bounded.
+        # (a cancelled caller that retried would write it twice). Batches are bounded.
         with anyio.CancelScope(shield=True):
             async with self._lock:
-                if not work.done.is_set():
+                if not submitted.done.is_set():
                     batch, self._pending = self._pending, []
-                    await self._commit(batch)
-        if work.error is not None:
-            raise work.error
-
-    async def _commit(self, batch: list[_Work]) -> None:
-        try:
-            async with self._db.transaction() as tx:
-                for work in batch:
-                    await work.run(tx)
-        except Exception:
-            if len(batch) == 1:
-                raise
-            for work in batch:
-                try:
-                    async with self._db.transaction() as tx:
-                        await work.run(tx)
-                except Exception as error:  # noqa: BLE001 - handed to its own submitter
-                    work.error = error
-        finally:
-            for work in batch:
-                work.done.set()
+                    interrupted = StoreError("the store's batch was interrupted")
+                    errors: list[BaseException | None] = [interrupted] * len(batch)
+                    try:
+                        errors = await self._db._commit([s.work for s in batch])
+                    except Exception as failure:  # noqa: BLE001 - the whole batch's fate
+                        errors = [failure] * len(batch)
+                    finally:
+                        for each, error in zip(batch, errors, strict=True):
+                            each.error = error
+                            each.done.set()
+        if submitted.error is not None:
+            raise submitted.error
 
 
 class _SQLiteTx(Transaction):
@@ -153,10 +206,26 @@ class _SQLiteTx(Transaction):
         return await anyio.to_thread.run_sync(lambda: self._connection.execute(sql, params).fetchall())
 
 
+class _SQLiteStatements(Statements):
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    def execute(self, sql: str, params: Params = ()) -> int:
+        return self._connection.execute(sql, params).rowcount
+
+    def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        self._connection.executemany(sql, rows)
+
+    def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+        return self._connection.execute(sql, params).fetchall()
+
+
 class SQLiteDatabase(Database):
     """An SQLite file in WAL mode, safe to share between processes (writers wait up to the
     statement timeout for each other). One connection, used from one worker thread at a
-    time. The file and its directory are private to the user (0600 and 0700)."""
+    time; a statement still running at the transaction's deadline is interrupted (a
+    progress handler, so no watchdog task per transaction). The file and its directory are
+    private to the user (0600 and 0700)."""
 
     dialect = "sqlite"
     now_ms = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
@@ -165,6 +234,11 @@ class SQLiteDatabase(Database):
         super().__init__(statement_timeout)
         self._connection = connection
         self._lock = anyio.Lock()
+        self._deadline = math.inf  # time.monotonic(); read by the progress handler's thread
+        connection.set_progress_handler(self._past_deadline, 1000)
+
+    def _past_deadline(self) -> int:
+        return int(time.monotonic() > self._deadline)
 
     @classmethod
     async def open(cls, path: Path, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT) -> SQLiteDatabase:
@@ -185,38 +259,75 @@ class SQLiteDatabase(Database):
             raise StoreError(f"cannot open the SQLite store at {path}: {error}") from None
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[_SQLiteTx]:
+    async def _held(self) -> AsyncIterator[None]:
+        """The connection, for this task alone until the statement timeout."""
         with anyio.CancelScope(shield=True):
             async with self._lock:
-                failure: BaseException | None = None
-                async with anyio.create_task_group() as watchdog:
-                    # A statement cannot be cancelled in its thread: interrupt it at the deadline.
-                    watchdog.start_soon(self._interrupt_after, self.statement_timeout)
-                    try:
-                        await self._run("BEGIN IMMEDIATE")
-                        try:
-                            yield _SQLiteTx(self._connection)
-                        except BaseException:
-                            await self._run("ROLLBACK")
-                            raise
-                        await self._run("COMMIT")
-                    except sqlite3.Error as error:
-                        if self._connection.in_transaction:
-                            await self._run("ROLLBACK")
-                        failure = StoreError(f"SQLite store: {error}")
-                    except BaseException as error:  # noqa: BLE001 - raised below, outside the task group
-                        failure = error
-                    finally:
-                        watchdog.cancel_scope.cancel()
-                if failure is not None:
-                    raise failure
+                self._deadline = time.monotonic() + self.statement_timeout
+                try:
+                    yield
+                finally:
+                    self._deadline = math.inf
+
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        # One statement outside BEGIN is a transaction of its own: one thread hop, not three.
+        async with self._held():
+            try:
+                return int(
+                    await anyio.to_thread.run_sync(lambda: self._connection.execute(sql, params).rowcount)
+                )
+            except sqlite3.Error as error:
+                raise StoreError(f"SQLite store: {error}") from None
+
+    async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+        async with self._held():
+            try:
+                rows: list[Row] = await anyio.to_thread.run_sync(
+                    lambda: self._connection.execute(sql, params).fetchall()
+                )
+            except sqlite3.Error as error:
+                raise StoreError(f"SQLite store: {error}") from None
+            return rows
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_SQLiteTx]:
+        async with self._held():
+            try:
+                await self._run("BEGIN IMMEDIATE")
+                try:
+                    yield _SQLiteTx(self._connection)
+                except BaseException:
+                    await anyio.to_thread.run_sync(self._rollback)
+                    raise
+                await self._run("COMMIT")
+            except sqlite3.Error as error:
+                await anyio.to_thread.run_sync(self._rollback)
+                raise StoreError(f"SQLite store: {error}") from None
+
+    async def _commit(self, batch: list[Work]) -> list[BaseException | None]:
+        statements = _SQLiteStatements(self._connection)
+        async with self._held():
+            errors = await anyio.to_thread.run_sync(
+                _commit_in_thread,
+                statements,
+                lambda: self._connection.execute("BEGIN IMMEDIATE"),
+                lambda: self._connection.execute("COMMIT"),
+                self._rollback,
+                batch,
+            )
+        return [StoreError(f"SQLite store: {e}") if isinstance(e, sqlite3.Error) else e for e in errors]
+
+    def _rollback(self) -> None:
+        """Roll back whatever is open, past the deadline too (in the connection's thread)."""
+        deadline, self._deadline = self._deadline, math.inf
+        try:
+            if self._connection.in_transaction:
+                self._connection.execute("ROLLBACK")
+        finally:
+            self._deadline = deadline
 
     async def _run(self, statement: str) -> None:
         await anyio.to_thread.run_sync(self._connection.execute, statement)
-
-    async def _interrupt_after(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
-        self._connection.interrupt()  # thread-safe by design; the statement raises "interrupted"
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self._connection.close)
@@ -235,21 +346,40 @@ class _PostgresTx(Transaction):
         return [tuple(row) for row in await cursor.fetchall()]
 
 
+class _PostgresStatements(Statements):
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+
+    def execute(self, sql: str, params: Params = ()) -> int:
+        return int(self._connection.execute(sql.replace("?", "%s"), params).rowcount)
+
+    def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        self._connection.cursor().executemany(sql.replace("?", "%s"), rows)
+
+    def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
+        return [tuple(row) for row in self._connection.execute(sql.replace("?", "%s"), params).fetchall()]
+
+
 class PostgresDatabase(Database):
-    """A PostgreSQL connection (psycopg 3, asynchronous), one transaction at a time.
+    """PostgreSQL through psycopg 3: a pool of up to ``pool_size`` asynchronous connections
+    for transactions, and one synchronous connection, used from a worker thread, for group
+    commits (so that neither waits for the other).
 
     The server bounds each statement (``statement_timeout``, ``lock_timeout``), TCP
-    keepalives notice a dead server, and a connection found broken is reopened.
+    keepalives notice a dead server, and a connection found broken is reopened. A batch
+    that runs out of time is abandoned with its connection (which closes once it returns).
     """
 
     dialect = "postgres"
     now_ms = "CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000 AS BIGINT)"
 
-    def __init__(self, url: str, statement_timeout: float) -> None:
+    def __init__(self, url: str, statement_timeout: float, pool_size: int = 4) -> None:
         super().__init__(statement_timeout)
         self._url = url
-        self._connection: Any = None
-        self._lock = anyio.Lock()
+        self._idle: list[Any] = []  # connections of the pool not in use; the last is used first
+        self._slots = anyio.Semaphore(pool_size)
+        self._writer: Any = None  # the group commits' connection
+        self._closed = False
 
     @classmethod
     async def open(cls, url: str, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT) -> PostgresDatabase:
@@ -258,64 +388,121 @@ class PostgresDatabase(Database):
         except ImportError:
             raise ConfigError("a PostgreSQL store needs psycopg: pip install 'psycopg[binary]'") from None
         db = cls(url, statement_timeout)
-        await db._connect()
+        db._idle.append(await db._connect())
         return db
 
-    async def _connect(self) -> None:
+    def _connect_options(self) -> dict[str, Any]:
+        return {
+            "autocommit": True,
+            "connect_timeout": max(1, int(self.statement_timeout)),
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
+
+    def _settings(self) -> list[str]:
+        timeout_ms = int(self.statement_timeout * 1000)
+        return [f"SET statement_timeout = {timeout_ms}", f"SET lock_timeout = {timeout_ms}"]
+
+    async def _connect(self) -> Any:
         import psycopg
 
-        timeout_ms = int(self.statement_timeout * 1000)
         try:
             with anyio.fail_after(self.statement_timeout):
-                connection = await psycopg.AsyncConnection.connect(
-                    self._url,
-                    autocommit=True,
-                    connect_timeout=max(1, int(self.statement_timeout)),
-                    keepalives=1,
-                    keepalives_idle=10,
-                    keepalives_interval=5,
-                    keepalives_count=3,
-                )
-                await connection.execute(f"SET statement_timeout = {timeout_ms}")
-                await connection.execute(f"SET lock_timeout = {timeout_ms}")
+                connection = await psycopg.AsyncConnection.connect(self._url, **self._connect_options())
+                for setting in self._settings():
+                    await connection.execute(setting)
         except (psycopg.Error, OSError) as error:
             raise StoreError(f"cannot connect to the PostgreSQL store: {_first_line(error)}") from None
         except TimeoutError:
             raise StoreError("cannot connect to the PostgreSQL store: timed out") from None
-        self._connection = connection
+        return connection
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_PostgresTx]:
         import psycopg
 
         with anyio.CancelScope(shield=True):
-            async with self._lock:
-                if self._connection is None or self._connection.closed or self._connection.broken:
-                    await self._reconnect()
+            async with self._slots:
+                connection = self._idle.pop() if self._idle else None
+                if connection is None or connection.closed or connection.broken:
+                    await _close_async(connection)
+                    connection = await self._connect()
                 try:
                     with anyio.fail_after(self.statement_timeout):
-                        async with self._connection.transaction():
-                            yield _PostgresTx(self._connection)
+                        async with connection.transaction():
+                            yield _PostgresTx(connection)
                 except psycopg.Error as error:
-                    if self._connection.closed or self._connection.broken:
-                        await self._drop()
                     raise StoreError(f"PostgreSQL store: {_first_line(error)}") from None
                 except (TimeoutError, OSError) as error:
-                    await self._drop()  # its state is unknown: the next transaction reconnects
+                    await _close_async(connection)  # its state is unknown: never reused
+                    connection = None
                     raise StoreError(f"PostgreSQL store: {type(error).__name__} {error}") from None
+                finally:
+                    if connection is not None and not (
+                        connection.closed or connection.broken or self._closed
+                    ):
+                        self._idle.append(connection)
+                    elif connection is not None:
+                        await _close_async(connection)
 
-    async def _reconnect(self) -> None:
-        await self._drop()
-        await self._connect()
+    async def _commit(self, batch: list[Work]) -> list[BaseException | None]:
+        import psycopg
 
-    async def _drop(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with anyio.move_on_after(1):
-                await connection.close()
+        def commit() -> list[BaseException | None]:
+            writer = self._writer
+            if writer is None or writer.closed or writer.broken:
+                if writer is not None:
+                    writer.close()
+                writer = self._writer = psycopg.connect(self._url, **self._connect_options())
+                for setting in self._settings():
+                    writer.execute(setting)
+
+            def rollback() -> None:
+                if not (writer.closed or writer.broken):
+                    writer.execute("ROLLBACK")
+
+            try:
+                return _commit_in_thread(
+                    _PostgresStatements(writer),
+                    lambda: writer.execute("BEGIN"),
+                    lambda: writer.execute("COMMIT"),
+                    rollback,
+                    batch,
+                )
+            finally:
+                if self._writer is not writer:  # abandoned meanwhile, or the store closed
+                    writer.close()
+
+        with anyio.move_on_after(self.statement_timeout):
+            try:
+                errors = await anyio.to_thread.run_sync(commit, abandon_on_cancel=True)
+            except (psycopg.Error, OSError) as error:  # connecting failed
+                return [StoreError(f"PostgreSQL store: {_first_line(error)}")] * len(batch)
+            return [
+                StoreError(f"PostgreSQL store: {_first_line(e)}") if isinstance(e, psycopg.Error) else e
+                for e in errors
+            ]
+        self._writer = None  # the abandoned thread closes it when it returns
+        return [StoreError("PostgreSQL store: the batch ran out of time (it may have committed)")] * len(
+            batch
+        )
 
     async def aclose(self) -> None:
-        await self._drop()
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await _close_async(connection)
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await anyio.to_thread.run_sync(writer.close)
+
+
+async def _close_async(connection: Any) -> None:
+    if connection is not None:
+        with anyio.move_on_after(1):
+            await connection.close()
 
 
 def _first_line(error: Exception) -> str:

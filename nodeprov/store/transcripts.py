@@ -23,7 +23,7 @@ from claude_agent_sdk.types import (
     SessionSummaryEntry,
 )
 
-from ._db import Database, Transaction
+from ._db import Database, Statements
 
 __all__ = ["TranscriptStore", "entries_to_jsonl"]
 
@@ -41,32 +41,24 @@ class TranscriptStore(SessionStore):
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         """Durable once this returns; committed together with other runs' frames."""
         if entries:
-            await self._db.grouped(lambda tx: self._append(tx, key, entries))
+            await self._db.grouped(lambda statements: self.append_in(statements, key, entries))
 
-    async def _append(self, tx: Transaction, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
+    def append_in(self, statements: Statements, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
+        """:meth:`append` as part of a group commit's work (in its worker thread, so that
+        encoding and folding stay off the event loop)."""
         project, session, subpath = key["project_key"], key["session_id"], _subpath(key)
         if self._db.dialect == "postgres":
             lock = f"{len(project)}:{project}/{session}"  # unambiguous, and text may not hold NUL
-            await tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (lock,))
+            statements.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (lock,))
         written = int(time.time() * 1000)
-        for entry in entries:
-            uuid = entry.get("uuid")
-            await tx.execute(
-                "INSERT INTO transcript_entries"
-                " (project_key, session_id, subpath, uuid, entry, written_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (
-                    project,
-                    session,
-                    subpath,
-                    uuid if isinstance(uuid, str) else None,
-                    json.dumps(entry),
-                    written,
-                ),
-            )
+        statements.executemany(
+            "INSERT INTO transcript_entries (project_key, session_id, subpath, uuid, entry, written_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [(project, session, subpath, _uuid(entry), json.dumps(entry), written) for entry in entries],
+        )
         if subpath:
             return  # subagent transcripts do not feed the session's summary
-        rows = await tx.fetchall(
+        rows = statements.fetchall(
             "SELECT mtime, data FROM transcript_summaries WHERE project_key = ? AND session_id = ?",
             (project, session),
         )
@@ -79,7 +71,7 @@ class TranscriptStore(SessionStore):
             else None
         )
         summary = fold_session_summary(previous, key, entries)
-        await tx.execute(
+        statements.execute(
             "INSERT INTO transcript_summaries (project_key, session_id, mtime, data) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (project_key, session_id)"
             " DO UPDATE SET mtime = excluded.mtime, data = excluded.data",
@@ -130,6 +122,11 @@ class TranscriptStore(SessionStore):
             (key["project_key"], key["session_id"]),
         )
         return sorted(str(row[0]) for row in rows)
+
+
+def _uuid(entry: SessionStoreEntry) -> str | None:
+    uuid = entry.get("uuid")
+    return uuid if isinstance(uuid, str) else None
 
 
 def entries_to_jsonl(entries: list[Any]) -> bytes:

@@ -32,6 +32,16 @@ in order. Each step is an object with one key:
 - ``{"spawn": ["sh", "-c", "..."]}``: start a background child, like a Bash tool, with its
   standard streams on /dev/null.
 - ``{"write_file": ["path", "text"]}``: write a file (relative to the working directory).
+- ``{"stream": [count, size, interval]}``: ``count`` assistant messages of ``size`` bytes of
+  text, ``interval`` seconds apart (an interrupt ends the turn meanwhile). Each text begins
+  ``t=EPOCH `` with the wall-clock time it was sent, so a reader can measure relay latency.
+
+Like the real CLI, it keeps the session's transcript (the user messages and assistant
+messages, one JSON entry per line) in ``$CLAUDE_CONFIG_DIR/projects/KEY/SESSION.jsonl``
+(``~/.claude`` without the variable; KEY is the working directory with every character but
+letters and digits replaced by ``-``), and with ``--session-mirror`` sends each entry it
+appends as a ``transcript_mirror`` frame (``filePath``, ``entries``) for the SDK's session
+store.
 
 An interrupt ends the turn as the real CLI does: a ``control_response`` with
 ``still_queued``, a user message ``[Request interrupted by user]``, and a result with
@@ -46,6 +56,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import sys
 import threading
@@ -57,7 +68,7 @@ __all__ = ["fake_agent_command"]
 
 MODEL = "fake-model"
 STEPS = {"text", "sleep", "stall", "retry", "error_result", "exit", "garbage", "stderr", "ignore_term"}
-STEPS |= {"close_stdout", "spawn", "write_file"}
+STEPS |= {"close_stdout", "spawn", "write_file", "stream"}
 _USAGE = {
     "input_tokens": 10,
     "output_tokens": 5,
@@ -104,6 +115,13 @@ class _Agent:
         self.queued: list[dict[str, Any]] = []  # user messages that came during a turn
         self.eof = False
         self.turns = 0
+        self.mirror = "--session-mirror" in argv
+        config = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.expanduser("~/.claude")
+        project = re.sub(r"[^a-zA-Z0-9]", "-", os.getcwd())  # the CLI's key for paths under 200 chars
+        self.transcript = os.path.join(config, "projects", project, f"{self.session_id}.jsonl")
+        self.last_entry: str | None = None
+        self.transcript_fd: int | None = None
+        self.cwd = os.getcwd()
 
     def write(self, data: bytes) -> None:
         try:
@@ -114,6 +132,31 @@ class _Agent:
 
     def emit(self, message: dict[str, Any]) -> None:
         self.write(json.dumps(message).encode() + b"\n")
+
+    def record(self, kind: str, message: dict[str, Any], uuid: str) -> bytes:
+        """Append an entry to the transcript file; return its mirror frame (empty unless
+        mirroring), for the caller to write with the message it belongs to."""
+        entry = {
+            "type": kind,
+            "uuid": uuid,
+            "parentUuid": self.last_entry,
+            "sessionId": self.session_id,
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+            "cwd": self.cwd,
+            "message": message,
+        }
+        self.last_entry = uuid
+        try:
+            if self.transcript_fd is None:
+                os.makedirs(os.path.dirname(self.transcript), exist_ok=True)
+                self.transcript_fd = os.open(self.transcript, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.write(self.transcript_fd, json.dumps(entry, separators=(",", ":")).encode() + b"\n")
+        except OSError:
+            return b""  # a config directory it cannot write: the real CLI goes on without one too
+        if not self.mirror:
+            return b""
+        frame = {"type": "transcript_mirror", "filePath": self.transcript, "entries": [entry]}
+        return json.dumps(frame).encode() + b"\n"
 
     def system(self, subtype: str, **fields: Any) -> None:
         self.emit(
@@ -214,21 +257,22 @@ class _Agent:
             "stop_sequence": None,
             "usage": _USAGE,
         }
-        self.emit(
-            {
-                "type": "assistant",
-                "message": message,
-                "parent_tool_use_id": None,
-                "session_id": self.session_id,
-                "uuid": _uid(),
-                **fields,
-            }
-        )
+        uuid = _uid()
+        line = {
+            "type": "assistant",
+            "message": message,
+            "parent_tool_use_id": None,
+            "session_id": self.session_id,
+            "uuid": uuid,
+            **fields,
+        }
+        self.write(json.dumps(line).encode() + b"\n" + self.record("assistant", message, uuid))
 
-    def turn(self) -> bool:
+    def turn(self, prompt: dict[str, Any]) -> bool:
         """Run the steps for one user message; return whether the result is an error."""
         started, said, retries = time.monotonic(), "", 0
         self.turns += 1
+        self.write(self.record("user", prompt.get("message") or {}, _uid()))
         self.system("session_state_changed", state="running", sdk_host_only=True)
         self.system(
             "init",
@@ -277,6 +321,15 @@ class _Agent:
                     subprocess.Popen(
                         value, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
                     )
+                elif kind == "stream":
+                    count, size, interval = value
+                    padding = "x" * int(size)
+                    for index in range(int(count)):
+                        if index:
+                            self.wait(float(interval))
+                        stamp = f"t={time.time():.6f} "
+                        said = stamp + padding[len(stamp) :]
+                        self.assistant(said)
                 else:  # write_file
                     with open(value[0], "w") as file:
                         file.write(value[1])
@@ -313,7 +366,7 @@ class _Agent:
             message = self.queued.pop(0) if self.queued else self.wait(None, in_turn=False)
             if message is None:
                 return 1 if failed else 0
-            failed = self.turn()
+            failed = self.turn(message)
 
 
 def _uid() -> str:
