@@ -117,15 +117,33 @@ def event_from_json(body: Mapping[str, Any]) -> RunEvent:
     return cls(**{name: _revive(value) for name, value in body.items() if name in names})
 
 
+_FIELDS: dict[type, tuple[str, ...] | None] = {}  # a type's dataclass fields, None if it is none
+
+
 def _jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        body = {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        return {"kind": type(value).__name__, **body}
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if type(value) is list:
+        return [_jsonable(v) for v in value]
+    if type(value) is dict:
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    cls = type(value)
+    names = _FIELDS.get(cls, ())
+    if names == ():
+        is_dataclass = dataclasses.is_dataclass(cls)
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls)) if is_dataclass else None
+    if names is not None:
+        return {"kind": cls.__name__, **{name: _jsonable(getattr(value, name)) for name in names}}
+    return _jsonable_other(value)
+
+
+def _jsonable_other(value: Any) -> Any:
+    """Mappings, sequences and scalars of types other than the built-in ones."""
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+    return value if isinstance(value, (str, int, float, bool)) else repr(value)
 
 
 def _revive(value: Any) -> Any:

@@ -1158,9 +1158,12 @@ class _Mirror:
     def __init__(self, orchestrator: Orchestrator, projects_dir: str) -> None:
         self._orchestrator = orchestrator
         self._projects_dir = projects_dir
+        self._keys: dict[str, SessionKey | None] = {}  # a session writes a handful of files
 
     def add(self, file_path: str, entries: list[dict[str, Any]]) -> None:
-        key = file_path_to_session_key(file_path, self._projects_dir)
+        if file_path not in self._keys:
+            self._keys[file_path] = file_path_to_session_key(file_path, self._projects_dir)
+        key = self._keys[file_path]
         if key is None:
             logger.warning("dropping a transcript frame of %s: not under %s", file_path, self._projects_dir)
         elif entries:
@@ -1232,10 +1235,14 @@ async def _progress_bounded(
 ) -> AsyncIterator[Message]:
     """``messages``, ended with :class:`DeadlineError` when none but API-retry notices come
     for ``idle_timeout`` seconds; the error says what the agent was waiting for."""
+    if idle_timeout is None:  # no cancel scope per message
+        async for message in messages:
+            run._progress.saw(message)
+            yield message
+        return
     progress_at = anyio.current_time()
     while True:
-        remaining = None if idle_timeout is None else progress_at + idle_timeout - anyio.current_time()
-        with anyio.move_on_after(remaining) as waiting:
+        with anyio.move_on_after(progress_at + idle_timeout - anyio.current_time()) as waiting:
             try:
                 message = await anext(messages)
             except StopAsyncIteration:

@@ -417,8 +417,9 @@ class Store:
         """
         if not events and not transcripts:
             return
-        sql = _insert("run_events", events[0])[0] + " ON CONFLICT (run_id, seq) DO NOTHING" if events else ""
-        rows = [_insert("run_events", event)[1] for event in events]
+        sql = f"INSERT INTO run_events ({_columns(EventRecord)}) VALUES (?, ?, ?, ?, ?)"
+        sql += " ON CONFLICT (run_id, seq) DO NOTHING"
+        rows = [(e.run_id, e.seq, e.kind, e.at, e.body) for e in events]
 
         def write(statements: Statements) -> None:
             if rows:
