@@ -33,7 +33,7 @@ in order. Each step is an object with one key:
   standard streams on /dev/null.
 - ``{"write_file": ["path", "text"]}``: write a file (relative to the working directory).
 - ``{"stream": [count, size, interval]}``: ``count`` assistant messages of ``size`` bytes of
-  text, ``interval`` seconds apart (an interrupt ends the turn meanwhile). Each text begins
+  text, ``interval`` seconds apart (an interrupt ends the turn at the next message). Each text begins
   ``t=EPOCH `` with the wall-clock time it was sent, so a reader can measure relay latency.
 
 Like the real CLI, it keeps the session's transcript (the user messages and assistant
@@ -325,8 +325,9 @@ class _Agent:
                     count, size, interval = value
                     padding = "x" * int(size)
                     for index in range(int(count)):
-                        if index:
-                            self.wait(float(interval))
+                        if index:  # a plain sleep costs far less than a timed wait on the inbox
+                            time.sleep(float(interval))
+                            self.wait(0)
                         stamp = f"t={time.time():.6f} "
                         said = stamp + padding[len(stamp) :]
                         self.assistant(said)
