@@ -3,7 +3,9 @@ Engine API calls without nodeprov, in the same run (the ``docker`` command-line 
 flatter nodeprov with its own start-up).
 
 - cold provision + first byte: provision a node, spawn ``cat``, send a byte, read it back;
-  against ``create_container`` + ``start`` + ``exec_create`` + ``exec_start(socket=True)``.
+  against ``create_container`` + ``start`` + ``exec_create`` + ``exec_start(socket=True)``,
+  and against the same four requests as raw HTTP on the engine's socket (asynchronous, no
+  client library at all: the floor).
 - N nodes at once: N provisions in parallel against N create + start in parallel threads.
 - pipe: bytes through ``cat`` in one container, via a spawned exec against docker-py's exec
   socket (a writer thread and a reader parsing the engine's frames).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import socket
 import threading
@@ -117,6 +120,85 @@ def _many_dockerpy(api: Any, image: str, count: int) -> float:
     return elapsed
 
 
+ENGINE_SOCKET = "/var/run/docker.sock"
+
+
+class _Engine:
+    """HTTP/1.1 on the engine's unix socket, by hand: what any client must at least do."""
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self.stream = stream
+        self._buffer = b""
+
+    async def request(self, method: str, path: str, body: object = None, *, upgrade: bool = False) -> bytes:
+        payload = json.dumps(body).encode() if body is not None else b""
+        head = f"{method} {path} HTTP/1.1\r\nHost: docker\r\nContent-Length: {len(payload)}\r\n"
+        head += "Content-Type: application/json\r\n" if body is not None else ""
+        head += "Connection: Upgrade\r\nUpgrade: tcp\r\n" if upgrade else ""
+        await self.stream.send(head.encode() + b"\r\n" + payload)
+        while b"\r\n\r\n" not in self._buffer:
+            self._buffer += await self.stream.receive()
+        header, self._buffer = self._buffer.split(b"\r\n\r\n", 1)
+        status = int(header.split(b" ", 2)[1])
+        assert status < 300 or (upgrade and status == 101), header
+        if upgrade:
+            return b""
+        fields = dict(line.split(b": ", 1) for line in header.split(b"\r\n")[1:])
+        if fields.get(b"Transfer-Encoding") == b"chunked":
+            while not self._buffer.endswith(b"0\r\n\r\n"):
+                self._buffer += await self.stream.receive()
+            body_bytes, self._buffer = _unchunk(self._buffer), b""
+            return body_bytes
+        size = int(fields.get(b"Content-Length", b"0"))
+        while len(self._buffer) < size:
+            self._buffer += await self.stream.receive()
+        answer, self._buffer = self._buffer[:size], self._buffer[size:]
+        return answer
+
+    async def receive(self, size: int) -> bytes:
+        while len(self._buffer) < size:
+            self._buffer += await self.stream.receive()
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return data
+
+
+def _unchunk(data: bytes) -> bytes:
+    body = b""
+    while True:
+        length, data = data.split(b"\r\n", 1)
+        if not int(length, 16):
+            return body
+        body, data = body + data[: int(length, 16)], data[int(length, 16) + 2 :]
+
+
+async def first_byte_http(image: str) -> float:
+    start = time.perf_counter()
+    async with (
+        await anyio.connect_unix(ENGINE_SOCKET) as control,
+        await anyio.connect_unix(ENGINE_SOCKET) as io,
+    ):
+        engine = _Engine(control)
+        config = {
+            "Image": image,
+            "Cmd": ["sleep", "infinity"],
+            "HostConfig": {"Init": True, "NetworkMode": "host"},
+        }
+        container = json.loads(await engine.request("POST", "/containers/create", config))["Id"]
+        await engine.request("POST", f"/containers/{container}/start")
+        spec = {"AttachStdin": True, "AttachStdout": True, "AttachStderr": True, "Cmd": ["cat"]}
+        exec_id = json.loads(await engine.request("POST", f"/containers/{container}/exec", spec))["Id"]
+        attached = _Engine(io)
+        await attached.request(
+            "POST", f"/exec/{exec_id}/start", {"Detach": False, "Tty": False}, upgrade=True
+        )
+        await io.send(b"x")
+        frame = await attached.receive(9)
+        assert (frame[0], frame[8:]) == (1, b"x"), frame
+        elapsed = time.perf_counter() - start
+        await engine.request("DELETE", f"/containers/{container}?force=1")
+    return elapsed
+
+
 async def first_byte_ours(provider: NodeProvider) -> float:  # type: ignore[type-arg]
     start = time.perf_counter()
     node = await provider.provision()
@@ -189,6 +271,17 @@ async def run(args: argparse.Namespace) -> list[Row]:
             f"{timing.raw * 1000:,.0f} ms",
             timing,
             1.0,
+        )
+    )
+    timing = await compare(
+        args.repeat, functools.partial(first_byte_ours, provider), functools.partial(first_byte_http, image)
+    )
+    rows.append(
+        Row(
+            "docker: cold provision + first byte vs raw HTTP on the engine socket",
+            f"{timing.ours * 1000:,.0f} ms",
+            f"{timing.raw * 1000:,.0f} ms",
+            timing,
         )
     )
     timing = await compare(
