@@ -22,6 +22,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -48,11 +49,18 @@ class Sample:
 
     durations: list[float] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)  # how long start() took, orchestrator only
     messages: int = 0
     wall: float = 0.0
     cpu: float = 0.0
+    agents_cpu: float = 0.0  # the agent processes', all together
     live_bytes: float = 0.0  # per run, while every run is live
     finished_bytes: float = 0.0  # per run, once every run finished
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _latency(text: str) -> float | None:
@@ -86,9 +94,10 @@ async def _measure(runs: int, args: argparse.Namespace, one_pass: Pass, *, memor
         tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0] if memory else 0
     midpoint = _Midpoint(runs, args.messages // 2, memory)
-    cpu, wall = time.process_time(), time.perf_counter()
+    cpu, wall, agents = time.process_time(), time.perf_counter(), _children_cpu()
     await one_pass(runs, midpoint, sample)
     sample.wall, sample.cpu = time.perf_counter() - wall, time.process_time() - cpu
+    sample.agents_cpu = _children_cpu() - agents
     if memory:
         gc.collect()
         sample.live_bytes = (midpoint.bytes - before) / runs
@@ -143,6 +152,7 @@ def orchestrator_pass(args: argparse.Namespace, command: str, tmp: Path, url: st
                     provider_settings={"root": str(tmp / "nodes")},
                     options=_agent_options(args, command, tmp / "unused"),
                 )
+                sample.starts.append(time.perf_counter() - started)
                 async for event in run.events():
                     if isinstance(event, AgentMessage) and isinstance(event.message, AssistantMessage):
                         seen += 1
@@ -172,10 +182,15 @@ def _line(name: str, runs: int, sample: Sample, baseline: Sample | None) -> str:
     ratio = f"{median / statistics.median(baseline.durations):5.2f}x" if baseline else "     "
     cpu = sample.cpu / sample.messages * 1000
     p50, p99 = (_quantile(sample.latencies, q) * 1000 for q in (0.5, 0.99))
+    memory = (
+        f"{sample.live_bytes / 1e6:7.3f} {sample.finished_bytes / 1e6:7.3f}"
+        if sample.live_bytes
+        else " " * 15
+    )
+    start = f"{statistics.median(sample.starts) * 1000:8.1f}" if sample.starts else ""
     return (
         f"{name:28} {runs:4d} {sample.wall:7.1f} {median:6.2f} {max(sample.durations):6.2f} {ratio}"
-        f" {cpu:7.3f} {p50:7.1f} {p99:7.1f}"
-        f" {sample.live_bytes / 1e6:7.3f} {sample.finished_bytes / 1e6:7.3f}"
+        f" {cpu:7.3f} {sample.agents_cpu:7.1f} {p50:7.1f} {p99:7.1f} {memory} {start}"
     )
 
 
@@ -196,7 +211,8 @@ async def run(args: argparse.Namespace) -> None:
     os.environ["CLAUDE_AGENT_SDK_SKIP_VERSION_CHECK"] = "1"
     header = (
         f"{'configuration':28} {'N':>4} {'wall s':>7} {'run s':>6} {'max s':>6} {'vsSDK':>6}"
-        f" {'CPUs/1k':>7} {'p50 ms':>7} {'p99 ms':>7} {'MB/live':>7} {'MB/done':>7}"
+        f" {'CPUs/1k':>7} {'agentsC':>7} {'p50 ms':>7} {'p99 ms':>7}"
+        f" {'MB/live':>7} {'MB/done':>7} {'start ms':>8}"
     )
     print(
         f"{args.messages} messages of {args.message_bytes} B, {args.interval * 1000:g} ms apart, per run;"
@@ -252,8 +268,10 @@ async def run(args: argparse.Namespace) -> None:
                 await drop()
     print(
         "run s: median run duration; vsSDK: its ratio to the SDK alone's at the same N (goal <= 1.2x);"
-        " CPUs/1k: control-plane CPU seconds per 1000 messages; p50/p99: relay latency (goal p99 <= 20 ms);"
-        " MB/live, MB/done: Python memory per live run, per finished run (goals <= 0.5, 0)"
+        " CPUs/1k: control-plane CPU seconds per 1000 messages; agentsC: CPU seconds of all the agent"
+        f" processes ({os.cpu_count()} CPUs here); p50/p99: relay latency (goal p99 <= 20 ms);"
+        " MB/live, MB/done: Python memory per live run, per finished run (goals <= 0.5, 0);"
+        " start ms: median time Orchestrator.start() took (runs are started all at once)"
     )
 
 
