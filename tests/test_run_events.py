@@ -1,14 +1,18 @@
-"""Followers of a run read past events this version cannot read (a newer control plane's)."""
+"""Run events and transcript frames in the store: followers skip what this version cannot
+read (a newer control plane's), frames are stored before their result is reported, and a
+stream of messages is written in batches."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
 
-from nodeprov.runs import Orchestrator
+from nodeprov.runs import AgentMessage, Orchestrator
+from nodeprov.runs import orchestrator as orchestrator_module
 from nodeprov.store import EventRecord, Store, now
 from nodeprov.testing import fake_agent_command
 
@@ -39,3 +43,70 @@ async def test_an_unreadable_stored_event_is_skipped_not_raised(tmp_path: Path) 
     assert kinds[0] == "run.started"
     assert kinds[-1] == "run.finished"
     assert "from.the.future" not in kinds
+
+
+async def test_a_result_is_reported_once_its_turn_is_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's transcript frames reach the store before its result reaches the caller,
+    though the writer would otherwise let them gather for an hour."""
+    monkeypatch.setattr(orchestrator_module, "_FLUSH_GATHER", 3600.0)
+    steps = [{"text": "first"}, {"stream": [5, 100, 0]}]
+    options = ClaudeAgentOptions(
+        cli_path=fake_agent_command(tmp_path), env={"NODEPROV_FAKE_AGENT": json.dumps(steps)}
+    )
+    async with (
+        await Store.open(f"sqlite:///{tmp_path}/runs.db") as store,
+        Orchestrator(store) as orchestrator,
+    ):
+        run = await orchestrator.start(
+            "go", provider="fake", provider_settings={"root": str(tmp_path / "nodes")}, options=options
+        )
+        async for event in run.events():
+            if isinstance(event, AgentMessage) and isinstance(event.message, ResultMessage):
+                record = await store.run(run.id)
+                assert record is not None
+                assert record.project_key
+                entries = await store.transcripts.load(
+                    {"project_key": record.project_key, "session_id": event.message.session_id}
+                )
+                break
+        await run.wait()
+    assert entries is not None
+    assert [entry["type"] for entry in entries] == ["user", *["assistant"] * 6]
+    first: dict[str, Any] = dict(entries[1])
+    assert first["message"]["content"] == [{"type": "text", "text": "first"}]
+
+
+async def test_transcript_frames_and_events_are_written_in_one_batch(tmp_path: Path) -> None:
+    """A stream of messages costs far fewer transactions than messages."""
+    steps = [{"stream": [200, 100, 0]}]
+    options = ClaudeAgentOptions(
+        cli_path=fake_agent_command(tmp_path), env={"NODEPROV_FAKE_AGENT": json.dumps(steps)}
+    )
+    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
+        commits = 0
+        commit = store.db._commit
+
+        async def counting(batch: list[Any]) -> list[BaseException | None]:
+            nonlocal commits
+            commits += 1
+            return await commit(batch)
+
+        store.db._commit = counting  # type: ignore[method-assign]
+        async with Orchestrator(store) as orchestrator:
+            run = await orchestrator.start(
+                "go", provider="fake", provider_settings={"root": str(tmp_path / "nodes")}, options=options
+            )
+            assert await run.wait() == "ok"
+        record = await store.run(run.id)
+        assert record is not None
+        assert record.agent_session_id
+        assert record.project_key
+        entries = await store.transcripts.load(
+            {"project_key": record.project_key, "session_id": record.agent_session_id}
+        )
+        assert entries is not None
+        assert len(entries) == 201
+        assert await store.last_event_seq(run.id) > 200
+    assert 0 < commits < 50

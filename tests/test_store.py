@@ -13,6 +13,7 @@ from claude_agent_sdk.testing import run_session_store_conformance
 
 from nodeprov.errors import ConfigError, StoreError
 from nodeprov.store import EventRecord, RunRecord, SnapshotRecord, Store, TokenError, TranscriptStore, now
+from nodeprov.store._db import Statements
 
 pytestmark = pytest.mark.anyio
 
@@ -215,3 +216,27 @@ async def test_a_refused_statement_is_a_store_error(store: Store) -> None:
         await store.node_intent("np-2", "local", "run-none")
     with pytest.raises(StoreError):
         await store.create_run(_run(session.id))
+
+
+async def test_an_event_is_stored_once_however_often_it_is_written(store: Store) -> None:
+    """A batch whose fate was unknown (a timeout, a cancelled writer) is written again."""
+    session = await store.active_session("ws", "claude")
+    await store.create_run(_run(session.id))
+    event = EventRecord("run-1", 1, "kind", now(), "{}")
+    await store.append_events([event])
+    await store.append_events([event, EventRecord("run-1", 2, "kind", now(), "{}")])
+    assert [e.seq for e in await store.events("run-1")] == [1, 2]
+
+
+async def test_a_batch_that_runs_too_long_is_interrupted(tmp_path: Path) -> None:
+    async with await Store.open(f"sqlite:///{tmp_path}/slow.db", statement_timeout=0.5) as store:
+        endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
+
+        def endless_query(statements: Statements) -> None:
+            statements.fetchall(endless)
+
+        with anyio.fail_after(10), pytest.raises(StoreError, match="interrupted"):
+            await store.db.grouped(endless_query)
+        seen: list[tuple[object, ...]] = []
+        await store.db.grouped(lambda statements: seen.extend(statements.fetchall("SELECT 1")))
+        assert seen == [(1,)]  # the connection is still good
