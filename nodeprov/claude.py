@@ -44,7 +44,6 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import suppress
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
@@ -58,6 +57,7 @@ from claude_agent_sdk._internal._task_compat import TaskHandle, spawn_detached
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
 from claude_agent_sdk.types import _configure_can_use_tool
 
+from .claude_cli import bundled_cli_path
 from .errors import AgentError, AgentExitError, AgentOutputError, ConfigError, NodeprovError
 from .node import NodeHandle
 from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy, guard_stdin
@@ -86,12 +86,6 @@ _STDERR_TAIL_LINES = 20
 _SESSION_STATE_ENV = "CLAUDE_CODE_SDK_READS_SESSION_STATE"
 _SECRET_FLAGS = ("--mcp-config", "--settings")
 """CLI options whose JSON values may hold secrets (MCP server env and headers, settings)."""
-
-
-def bundled_cli_path() -> str | None:
-    """Path of the Claude Code CLI bundled in the installed claude-agent-sdk wheel, if any."""
-    path = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
-    return str(path) if path.is_file() else None
 
 
 def agent_command(options: ClaudeAgentOptions, cli_path: str) -> list[str]:

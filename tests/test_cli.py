@@ -1,6 +1,9 @@
 """The CLI's argument handling and error lines (no agent run: see integration/test_cli.py)."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +92,39 @@ def test_require_engine_skips_outside_ci(value: str, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("CI", value)
     with pytest.raises(pytest.skip.Exception, match="the moon is not available"):
         require_engine("the moon", False)
+
+
+_IMPORTS_AFTER = """
+import sys
+from nodeprov.cli import app
+try:
+    app(sys.argv[1:])
+except SystemExit:
+    pass
+print("claude_agent_sdk" in sys.modules, "mcp" in sys.modules, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "loads_sdk"),
+    [
+        (["--help"], False),
+        (["run", "--help"], False),
+        (["providers", "--json"], False),
+        (["runs"], False),
+        (["sessions"], False),
+        (["status", "run-none"], False),
+        (["run", "--provider", "no-such", "hi"], False),
+        (["run", "-s", "colour=blue", "hi"], False),
+        (["logs", "run-none"], True),  # shows agent messages: the SDK's types
+    ],
+)
+def test_only_commands_that_show_agent_messages_import_the_sdk(
+    args: list[str], loads_sdk: bool, tmp_path: Path
+) -> None:
+    """Importing the SDK (and its mcp) takes longer than all the rest of a quick command."""
+    env = {**os.environ, "NODEPROV_STORE": f"sqlite:///{tmp_path}/store.db"}
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_AFTER, *args], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stderr.splitlines()[-1] == f"{loads_sdk} {loads_sdk}", done.stderr

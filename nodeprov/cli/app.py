@@ -16,14 +16,15 @@ from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
 
 import typer
-from claude_agent_sdk import ClaudeSDKError
 from pydantic import ValidationError
-from rich.logging import RichHandler
 
 from ..errors import ConfigError, NodeprovError
 from ..node import NodeProvider
 from ..registry import provider_class
 from .render import err
+
+SCRIPTED = "scripted"
+"""The ``--model`` of the built-in offline model (:mod:`nodeprov.testing.scripted_model`)."""
 
 app = typer.Typer(
     name="nodeprov",
@@ -39,6 +40,8 @@ def _setup(
         int, typer.Option("-v", "--verbose", count=True, help="Log more: -v info, -vv debug.")
     ] = 0,
 ) -> None:
+    from rich.logging import RichHandler  # not needed for --help
+
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(
         level=level, format="%(message)s", handlers=[RichHandler(console=err, show_path=False)]
@@ -67,20 +70,26 @@ def _leaf(error: BaseException) -> BaseException:
     return error
 
 
+def _is_sdk_error(error: BaseException) -> bool:
+    # Only a command that imported the SDK can raise its errors; the others never import it.
+    sdk = sys.modules.get("claude_agent_sdk")
+    return sdk is not None and isinstance(error, sdk.ClaudeSDKError)
+
+
 @contextmanager
 def errors() -> Iterator[None]:
     """Turn every expected failure into one line and an exit status: 2 for a bad call or
     configuration, 1 for anything else that went wrong."""
     try:
         yield
-    except (NodeprovError, ClaudeSDKError, ValidationError, BrokenPipeError, BaseExceptionGroup) as raised:
+    except Exception as raised:
         error = _leaf(raised)
         if isinstance(error, BrokenPipeError):  # our reader left (`| head`): end as a pipe writer does
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush there
             raise typer.Exit(128 + signal.SIGPIPE) from None
         if isinstance(error, ConfigError | ValidationError):
             fail(_one_line(error), 2)
-        if isinstance(error, NodeprovError | ClaudeSDKError):
+        if isinstance(error, NodeprovError) or _is_sdk_error(error):
             fail(_one_line(error))
         raise
 

@@ -30,7 +30,6 @@ from ..node import (
     NodeProvider,
 )
 from ..registry import provider_class, provider_names
-from ..runs import Orchestrator
 from ..spawn import SpawnOptions
 from ..store import Store
 from .app import (
@@ -403,6 +402,8 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
     async def collect() -> tuple[list[NodeInfo], list[str]]:
         reaped: list[NodeInfo] = []
         problems: list[str] = []
+        from ..runs import Orchestrator  # only gc loads it (and the SDK)
+
         async with await Store.open(store) as opened, Orchestrator(opened, reconcile_interval=0) as plane:
             if not dry_run:
                 report = await plane.reconcile()

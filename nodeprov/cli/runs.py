@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shlex
-import signal
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import anyio
 import typer
-from claude_agent_sdk import ClaudeAgentOptions
 
-from ..errors import ConfigError, NodeprovError
-from ..runs import Orchestrator, PauseKind, Run, RunState, RunStateError
+from ..errors import ConfigError, RunStateError
 from ..store import RunRecord, SnapshotRecord, Store
-from ..testing.scripted_model import ScriptedModel, Text, ToolUse
 from .app import (
+    SCRIPTED,
     JsonOption,
     RunOption,
     SettingOption,
@@ -32,9 +24,15 @@ from .app import (
     parse_env,
     parse_settings,
 )
-from .render import emit, err, out, print_table, show_event, when
+from .render import emit, out, print_table, when
 
-SCRIPTED = "scripted"
+if TYPE_CHECKING:
+    from claude_agent_sdk import ClaudeAgentOptions
+
+    from ..runs import Orchestrator, Run
+
+# Only `run`, `resume`, `pause` and `logs` load the SDK and the orchestrator (importing
+# them costs more than everything else a command does), and only once the call is valid.
 
 MessageEnvOption = Annotated[
     list[str] | None,
@@ -56,43 +54,6 @@ PermissionOption = Annotated[
         "on the local provider (unsandboxed, as you on this host), which must name one."
     ),
 ]
-
-
-def _scripted_demo(prompt: str) -> ScriptedModel:
-    return ScriptedModel(
-        [
-            ToolUse(
-                "Bash",
-                {"command": f"printf '%s\\n' {shlex.quote(prompt)} > prompt.txt && uname -sm && pwd"},
-                text="Let me look at the node first.",
-            ),
-            Text(
-                f"(scripted model) I ran a command on the node and saved your prompt to prompt.txt: {prompt}"
-            ),
-        ]
-    )
-
-
-@asynccontextmanager
-async def _model_env(model: str, prompt: str) -> AsyncIterator[dict[str, str]]:
-    """The agent environment the model needs: the built-in scripted one's endpoint, or none."""
-    if model != SCRIPTED:
-        yield {}
-        return
-    async with _scripted_demo(prompt) as scripted:
-        yield scripted.agent_env()
-
-
-@dataclasses.dataclass(frozen=True)
-class _RunRequest:
-    prompt: str
-    model: str
-    options: dict[str, Any]
-    keep_node: bool
-    store: str | None
-    json_output: bool
-    deadline: float | None
-    idle_timeout: float | None
 
 
 def _agent_options(
@@ -143,7 +104,9 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
                     "choose --permission-mode (default, acceptEdits, plan or bypassPermissions)"
                 )
             permission_mode = "bypassPermissions"
-        request = _RunRequest(
+        from .drive import RunRequest, drive_run  # see the imports
+
+        request = RunRequest(
             prompt,
             model,
             _agent_options(model, env, permission_mode, max_turns),
@@ -165,7 +128,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
                 idle_timeout=idle_timeout,
             )
 
-        outcome = anyio.run(_drive_run, request, start)
+        outcome = anyio.run(drive_run, request, start)
     _exit_for(outcome)
 
 
@@ -202,7 +165,9 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
         record = anyio.run(_load_run, store, run_id)
         stored = json.loads(record.agent_options)
         model = model or stored.get("model") or SCRIPTED
-        request = _RunRequest(
+        from .drive import RunRequest, drive_run  # see the imports
+
+        request = RunRequest(
             message,
             model,
             _agent_options(
@@ -225,7 +190,7 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
                 idle_timeout=idle_timeout,
             )
 
-        outcome = anyio.run(_drive_run, request, start)
+        outcome = anyio.run(drive_run, request, start)
     _exit_for(outcome)
 
 
@@ -245,74 +210,6 @@ def _exit_for(outcome: str) -> NoReturn:
     raise typer.Exit({"ok": 0, "paused": 3}.get(outcome, 1))
 
 
-_Start = Callable[[Orchestrator, ClaudeAgentOptions], Awaitable[Run]]
-
-
-async def _drive_run(request: _RunRequest, start: _Start) -> str:
-    """Start (or resume) a run with ``start(orchestrator, options)``, show its events, pause
-    it on Ctrl-C, SIGTERM or SIGHUP; return its outcome."""
-    async with _model_env(request.model, request.prompt) as model_env:
-        options = ClaudeAgentOptions(**{**request.options, "env": {**model_env, **request.options["env"]}})
-        async with await Store.open(request.store) as store, Orchestrator(store) as orchestrator:
-            await _reconcile(orchestrator)
-            active = await start(orchestrator, options)
-            if not request.json_output:
-                out.print(f"[dim]run {active.id}[/]", soft_wrap=True)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_pause_on_signals, active, request.keep_node, tg)
-                async for event in active.events():
-                    show_event(event, request.json_output)
-                tg.cancel_scope.cancel()
-            outcome = await active.wait()
-    if outcome == "paused" and not request.json_output:
-        err.print(f"paused: resume with `nodeprov resume {active.id}`", soft_wrap=True)
-    elif outcome == "error":
-        fail(active.error or "the run failed")
-    return outcome
-
-
-async def _reconcile(orchestrator: Orchestrator) -> None:
-    """Clean up after dead control planes; a provider that cannot be asked must not block."""
-    try:
-        report = await orchestrator.reconcile()
-    except NodeprovError as error:
-        err.print(f"[yellow]warning:[/] reconcile: {error}")
-        return
-    for node_id, why in report.failed:
-        err.print(f"[yellow]warning:[/] reconcile: node {node_id}: {why}")
-
-
-async def _pause_on_signals(active: Run, keep_node: bool, tg: anyio.abc.TaskGroup) -> None:
-    """Ctrl-C pauses (kind human); SIGTERM and SIGHUP, sent by `timeout`, systemd, a closed
-    terminal or a CI cancel, pause too (kind system). The pause runs beside this loop, so a
-    second signal is seen while it takes its time, and aborts at once."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-        async for signum in signals:
-            human = signum == signal.SIGINT
-            err.print(f"[yellow]pausing ({'Ctrl-C' if human else signum.name} again to abort)...[/]")
-            reason = "interrupted from the terminal" if human else f"nodeprov received {signum.name}"
-            tg.start_soon(_pause, active, "human" if human else "system", reason, keep_node)
-            break
-        async for signum in signals:
-            _abort(active, signum)
-
-
-async def _pause(active: Run, kind: PauseKind, reason: str, keep_node: bool) -> None:
-    with suppress(RunStateError):  # finishing, or paused from elsewhere: it ends anyway
-        await active.pause(kind, reason, keep_node=keep_node)
-
-
-def _abort(active: Run, signum: int) -> NoReturn:
-    """Leave now, skipping the orchestrator's orderly shutdown (which may wait on the agent):
-    the agent stops by itself once its control plane is gone, and reconcile or `nodeprov gc`
-    settles the run and its node once this process's lease has expired."""
-    err.print(f"aborted: run {active.id} is left to reconcile (`nodeprov gc`)", soft_wrap=True)
-    with suppress(OSError):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(128 + signum)
-
-
 @app.command()
 def pause(  # noqa: PLR0917 - one parameter per command-line option
     run_id: RunOption,
@@ -326,6 +223,8 @@ def pause(  # noqa: PLR0917 - one parameter per command-line option
     """Pause a run driven by another nodeprov process (it checks twice a second)."""
 
     async def request() -> SnapshotRecord:
+        from ..runs import Orchestrator, RunState  # see the imports
+
         async with await Store.open(store) as opened, Orchestrator(opened, reconcile_interval=0) as plane:
             await _record(opened, run_id)  # else request_pause would say it is not running
             asked = await plane.request_pause(run_id, kind, reason, keep_node=keep_node)  # type: ignore[arg-type]
@@ -368,6 +267,9 @@ def logs(
     """Show a run's events, from any process (they are kept in the store)."""
 
     async def show() -> None:
+        from ..runs import Orchestrator  # see the imports
+        from .events import show_event
+
         async with await Store.open(store) as opened:
             # Reading needs no lease: a reader owns nothing.
             reader = Orchestrator(opened)

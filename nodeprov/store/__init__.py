@@ -21,6 +21,7 @@ import secrets
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -28,11 +29,12 @@ from typing import TYPE_CHECKING, Any, Self
 from ..errors import ConfigError, StoreError, TokenError
 from ._db import DEFAULT_STATEMENT_TIMEOUT, Database, PostgresDatabase, SQLiteDatabase, Statements
 from ._schema import migrate
-from .transcripts import TranscriptStore
 
 if TYPE_CHECKING:
     from claude_agent_sdk import SessionKey
     from claude_agent_sdk.types import SessionStoreEntry
+
+    from .transcripts import TranscriptStore
 
 __all__ = [
     "EventRecord",
@@ -46,6 +48,16 @@ __all__ = [
     "TranscriptStore",
     "default_store_path",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # TranscriptStore is the SDK's SessionStore: importing it imports the SDK, which a
+    # store opened only to list runs (the CLI) need not pay for.
+    if name == "TranscriptStore":
+        from .transcripts import TranscriptStore
+
+        return TranscriptStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_store_path() -> Path:
@@ -186,7 +198,13 @@ class Store:
     def __init__(self, db: Database, url: str) -> None:
         self.db = db
         self.url = url
-        self.transcripts = TranscriptStore(db)
+
+    @cached_property
+    def transcripts(self) -> TranscriptStore:
+        """The agents' transcripts, as the SDK's ``SessionStore``."""
+        from .transcripts import TranscriptStore
+
+        return TranscriptStore(self.db)
 
     @classmethod
     async def open(

@@ -17,7 +17,7 @@ from anyio.abc import SocketStream
 from docker.types import Mount
 from pydantic import BaseModel, ConfigDict, Field
 
-from nodeprov.claude import bundled_cli_path
+from nodeprov.claude_cli import bundled_cli_path
 from nodeprov.errors import (
     CommandNotFoundError,
     ConfigError,

@@ -20,7 +20,7 @@ import anyio.to_thread
 from anyio.abc import Process
 from pydantic import BaseModel, Field, ValidationError
 
-from nodeprov.claude import bundled_cli_path
+from nodeprov.claude_cli import bundled_cli_path
 from nodeprov.errors import (
     CommandNotFoundError,
     ConfigError,

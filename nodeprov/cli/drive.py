@@ -1,0 +1,133 @@
+"""Driving a run from the terminal (``run`` and ``resume``): the scripted model, the
+events shown as they come, pausing on signals. Apart from :mod:`.runs` because it imports
+the SDK and the orchestrator, which the other run commands never load."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from typing import Any, NoReturn
+
+import anyio
+import anyio.abc
+from claude_agent_sdk import ClaudeAgentOptions
+
+from ..errors import NodeprovError, RunStateError
+from ..runs import Orchestrator, PauseKind, Run
+from ..store import Store
+from ..testing.scripted_model import ScriptedModel, Text, ToolUse
+from .app import SCRIPTED, fail
+from .events import show_event
+from .render import err, out
+
+
+def _scripted_demo(prompt: str) -> ScriptedModel:
+    return ScriptedModel(
+        [
+            ToolUse(
+                "Bash",
+                {"command": f"printf '%s\\n' {shlex.quote(prompt)} > prompt.txt && uname -sm && pwd"},
+                text="Let me look at the node first.",
+            ),
+            Text(
+                f"(scripted model) I ran a command on the node and saved your prompt to prompt.txt: {prompt}"
+            ),
+        ]
+    )
+
+
+@asynccontextmanager
+async def _model_env(model: str, prompt: str) -> AsyncIterator[dict[str, str]]:
+    """The agent environment the model needs: the built-in scripted one's endpoint, or none."""
+    if model != SCRIPTED:
+        yield {}
+        return
+    async with _scripted_demo(prompt) as scripted:
+        yield scripted.agent_env()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRequest:
+    """A ``run`` or ``resume`` command's call, as :func:`drive_run` needs it."""
+
+    prompt: str
+    model: str
+    options: dict[str, Any]
+    keep_node: bool
+    store: str | None
+    json_output: bool
+    deadline: float | None
+    idle_timeout: float | None
+
+
+Start = Callable[[Orchestrator, ClaudeAgentOptions], Awaitable[Run]]
+
+
+async def drive_run(request: RunRequest, start: Start) -> str:
+    """Start (or resume) a run with ``start(orchestrator, options)``, show its events, pause
+    it on Ctrl-C, SIGTERM or SIGHUP; return its outcome."""
+    async with _model_env(request.model, request.prompt) as model_env:
+        options = ClaudeAgentOptions(**{**request.options, "env": {**model_env, **request.options["env"]}})
+        async with await Store.open(request.store) as store, Orchestrator(store) as orchestrator:
+            await _reconcile(orchestrator)
+            active = await start(orchestrator, options)
+            if not request.json_output:
+                out.print(f"[dim]run {active.id}[/]", soft_wrap=True)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_pause_on_signals, active, request.keep_node, tg)
+                async for event in active.events():
+                    show_event(event, request.json_output)
+                tg.cancel_scope.cancel()
+            outcome = await active.wait()
+    if outcome == "paused" and not request.json_output:
+        err.print(f"paused: resume with `nodeprov resume {active.id}`", soft_wrap=True)
+    elif outcome == "error":
+        fail(active.error or "the run failed")
+    return outcome
+
+
+async def _reconcile(orchestrator: Orchestrator) -> None:
+    """Clean up after dead control planes; a provider that cannot be asked must not block."""
+    try:
+        report = await orchestrator.reconcile()
+    except NodeprovError as error:
+        err.print(f"[yellow]warning:[/] reconcile: {error}")
+        return
+    for node_id, why in report.failed:
+        err.print(f"[yellow]warning:[/] reconcile: node {node_id}: {why}")
+
+
+async def _pause_on_signals(active: Run, keep_node: bool, tg: anyio.abc.TaskGroup) -> None:
+    """Ctrl-C pauses (kind human); SIGTERM and SIGHUP, sent by `timeout`, systemd, a closed
+    terminal or a CI cancel, pause too (kind system). The pause runs beside this loop, so a
+    second signal is seen while it takes its time, and aborts at once."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async for signum in signals:
+            human = signum == signal.SIGINT
+            err.print(f"[yellow]pausing ({'Ctrl-C' if human else signum.name} again to abort)...[/]")
+            reason = "interrupted from the terminal" if human else f"nodeprov received {signum.name}"
+            tg.start_soon(_pause, active, "human" if human else "system", reason, keep_node)
+            break
+        async for signum in signals:
+            _abort(active, signum)
+
+
+async def _pause(active: Run, kind: PauseKind, reason: str, keep_node: bool) -> None:
+    with suppress(RunStateError):  # finishing, or paused from elsewhere: it ends anyway
+        await active.pause(kind, reason, keep_node=keep_node)
+
+
+def _abort(active: Run, signum: int) -> NoReturn:
+    """Leave now, skipping the orchestrator's orderly shutdown (which may wait on the agent):
+    the agent stops by itself once its control plane is gone, and reconcile or `nodeprov gc`
+    settles the run and its node once this process's lease has expired."""
+    err.print(f"aborted: run {active.id} is left to reconcile (`nodeprov gc`)", soft_wrap=True)
+    with suppress(OSError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(128 + signum)
