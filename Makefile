@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench engines
+.PHONY: setup demo test lint bench bench-scale engines
 
 $(STAMP): pyproject.toml providers/*/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,3 +32,8 @@ test: setup engines lint
 
 bench: setup
 	$(BIN)/python -m bench.run
+
+# Many concurrent fake-agent runs through the orchestrator against the SDK alone, on SQLite
+# and on the PostgreSQL `make engines` starts (NODEPROV_TEST_POSTGRES_URL for another).
+bench-scale: setup engines
+	$(BIN)/python -m bench.scale

@@ -7,6 +7,8 @@ nodeprov's speed ratio against it (see bench/common.py).
   against the SDK's own subprocess transport.
 - docker: cold provision + first byte, 20 concurrent provisions, exec pipe throughput, and
   write_file/read_file throughput, each against docker-py's low-level client in-process.
+- cli: ``nodeprov run`` against the raw Claude Code CLI on the same scripted model;
+  ``nodeprov --help`` against the interpreter's own start-up.
 
 Every row prints the median speed ratio and its spread (the lowest and highest pair).
 """
@@ -17,10 +19,10 @@ import argparse
 
 import anyio
 
-from . import docker_bench, foundation
+from . import cli_bench, docker_bench, foundation
 from .common import print_rows
 
-SUITES = {"foundation": foundation.run, "docker": docker_bench.run}
+SUITES = {"foundation": foundation.run, "docker": docker_bench.run, "cli": cli_bench.run}
 
 
 async def main(args: argparse.Namespace) -> None:

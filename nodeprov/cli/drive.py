@@ -26,7 +26,8 @@ from .events import show_event
 from .render import err, out
 
 
-def _scripted_demo(prompt: str) -> ScriptedModel:
+def scripted_demo(prompt: str) -> ScriptedModel:
+    """The built-in scripted model's script for ``prompt``: a Bash call on the node, an answer."""
     return ScriptedModel(
         [
             ToolUse(
@@ -47,7 +48,7 @@ async def _model_env(model: str, prompt: str) -> AsyncIterator[dict[str, str]]:
     if model != SCRIPTED:
         yield {}
         return
-    async with _scripted_demo(prompt) as scripted:
+    async with scripted_demo(prompt) as scripted:
         yield scripted.agent_env()
 
 
