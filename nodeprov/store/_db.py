@@ -447,33 +447,47 @@ class PostgresDatabase(Database):
                     elif connection is not None:
                         await _close_async(connection)
 
+    def _writer_connection(self) -> Any:
+        """The group commits' connection, (re)opened if need be. In the worker thread."""
+        import psycopg
+
+        writer = self._writer
+        if writer is None or writer.closed or writer.broken:
+            if writer is not None:
+                writer.close()
+            writer = self._writer = psycopg.connect(self._url, **self._connect_options())
+            for setting in self._settings():
+                writer.execute(setting)
+        return writer
+
+    def _commit_on(self, writer: Any, batch: list[Work]) -> list[BaseException | None]:
+        def rollback() -> None:
+            if not (writer.closed or writer.broken):
+                writer.execute("ROLLBACK")
+
+        try:
+            return _commit_in_thread(
+                _PostgresStatements(writer),
+                lambda: writer.execute("BEGIN"),
+                lambda: writer.execute("COMMIT"),
+                rollback,
+                batch,
+            )
+        finally:
+            if self._writer is not writer:  # abandoned meanwhile, or the store closed
+                writer.close()
+
     async def _commit(self, batch: list[Work]) -> list[BaseException | None]:
         import psycopg
 
         def commit() -> list[BaseException | None]:
-            writer = self._writer
-            if writer is None or writer.closed or writer.broken:
-                if writer is not None:
-                    writer.close()
-                writer = self._writer = psycopg.connect(self._url, **self._connect_options())
-                for setting in self._settings():
-                    writer.execute(setting)
-
-            def rollback() -> None:
-                if not (writer.closed or writer.broken):
-                    writer.execute("ROLLBACK")
-
-            try:
-                return _commit_in_thread(
-                    _PostgresStatements(writer),
-                    lambda: writer.execute("BEGIN"),
-                    lambda: writer.execute("COMMIT"),
-                    rollback,
-                    batch,
-                )
-            finally:
-                if self._writer is not writer:  # abandoned meanwhile, or the store closed
-                    writer.close()
+            writer = self._writer_connection()
+            errors = self._commit_on(writer, batch)
+            if writer.broken and self._writer is writer:
+                # The server ended the connection (a restart, a failover, an administrator):
+                # every work failed alike. Works may run again, so run them on a new one.
+                errors = self._commit_on(self._writer_connection(), batch)
+            return errors
 
         with anyio.move_on_after(self.statement_timeout):
             try:
