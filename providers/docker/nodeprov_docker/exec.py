@@ -35,14 +35,15 @@ _QUIET_CONFIRM = 0.25  # a "nothing holds it" is asked again after this much mor
 class ExecOutput:
     """The stdout and stderr of one exec, split out of its multiplexed socket on demand.
 
-    Frames are parsed from large socket reads; a piece for the stream being read is handed
-    over directly, a piece for the other one queued (up to a limit, then reading waits, as a
-    full pipe would).
+    Frames are parsed in place from large socket reads (a payload is copied once, to be
+    handed out); a piece for the stream being read is handed over directly, a piece for the
+    other one queued (up to a limit, then reading waits, as a full pipe would).
     """
 
     def __init__(self, socket: SocketStream) -> None:
         self._socket = socket
-        self._buffer = bytearray()  # read from the socket, not yet parsed
+        self._data = b""  # the last socket read, parsed up to _position
+        self._position = 0
         self._lock = anyio.Lock()
         self._queues: dict[int, deque[bytes]] = {STDOUT: deque(), STDERR: deque()}
         self._queued = {STDOUT: 0, STDERR: 0}
@@ -108,26 +109,32 @@ class ExecOutput:
 
     def _parse(self) -> bytes | None:
         """The next piece of frame payload already read, or None if more must be read."""
-        buffer = self._buffer
-        if self._left == 0:
-            if len(buffer) < 8:
+        data, position = self._data, self._position
+        while self._left == 0:
+            if len(data) - position < 8:
                 return None
-            self._kind, self._left = buffer[0], int.from_bytes(buffer[4:8], "big")
-            del buffer[:8]
-        size = min(self._left, len(buffer))
+            self._kind, self._left = data[position], int.from_bytes(data[position + 4 : position + 8], "big")
+            position += 8
+            self._position = position
+        size = min(self._left, len(data) - position)
         if size == 0:
             return None
-        piece = bytes(buffer[:size])
-        del buffer[:size]
+        # One copy of the payload (none when a read holds exactly one frame's rest).
+        piece = data[position : position + size]
+        self._position = position + size
         self._left -= size
         return piece
 
     async def _fill(self) -> None:
         try:
-            self._buffer += await self._socket.receive(_READ_SIZE)
+            received = await self._socket.receive(_READ_SIZE)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
             self.eof = True  # a frame cut short by the end is dropped with it
             self._drained.set()
+            return
+        # What is left unparsed is at most a frame header cut in two by the read.
+        rest = self._data[self._position :]
+        self._data, self._position = (rest + received if rest else received), 0
 
 
 class _Output(ByteReceiveStream):
