@@ -8,7 +8,9 @@ flatter nodeprov with its own start-up).
   client library at all: the floor).
 - N nodes at once: N provisions in parallel against N create + start in parallel threads.
 - pipe: bytes through ``cat`` in one container, via a spawned exec against docker-py's exec
-  socket (a writer thread and a reader parsing the engine's frames).
+  socket (a writer thread and a reader parsing the engine's frames), and against the same
+  socket driven by one bare asyncio loop (a writer task and a reader: the ceiling of
+  nodeprov's arrangement, one event loop doing both directions).
 - files: ``write_file`` against an exec of ``sh -c 'cat > FILE'``, and ``read_file`` against
   an exec of ``cat FILE``, each on docker-py's exec socket in the same container.
 
@@ -20,6 +22,7 @@ each timed run, outside the timing. Needs a Docker engine and the test base imag
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import json
 import os
@@ -94,6 +97,35 @@ def _stream_dockerpy(api: Any, container: str, argv: list[str], send: int, expec
     got = _stdout_bytes(raw)
     if send:
         writer.join()
+    raw.close()
+    assert got == expect, (got, expect)
+    return time.perf_counter() - start
+
+
+async def _stream_asyncio(api: Any, container: str, argv: list[str], send: int, expect: int) -> float:
+    """:func:`_stream_dockerpy` on the event loop: the same exec socket, non-blocking."""
+    start = time.perf_counter()
+    raw = await anyio.to_thread.run_sync(functools.partial(_exec_socket, api, container, argv, stdin=True))
+    raw.setblocking(False)
+    loop = asyncio.get_running_loop()
+
+    async def writer() -> None:
+        block = os.urandom(CHUNK)
+        for _ in range(send // CHUNK):
+            await loop.sock_sendall(raw, block)
+        raw.shutdown(socket.SHUT_WR)
+
+    got, buffer = 0, bytearray()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(writer)
+        while chunk := await loop.sock_recv(raw, _READ):
+            buffer += chunk
+            while len(buffer) >= 8:
+                size = int.from_bytes(buffer[4:8], "big")
+                if len(buffer) < 8 + size:
+                    break
+                got += size if buffer[0] == 1 else 0
+                del buffer[: 8 + size]
     raw.close()
     assert got == expect, (got, expect)
     return time.perf_counter() - start
@@ -307,6 +339,12 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 functools.partial(pipe_ours, node, total),
                 _in_thread(_stream_dockerpy, api, container, ["cat"], total, total),
                 0.95,
+            ),
+            (
+                f"docker pipe: {args.pipe_mb} MiB through cat vs that socket on one bare asyncio loop",
+                functools.partial(pipe_ours, node, total),
+                functools.partial(_stream_asyncio, api, container, ["cat"], total, total),
+                None,
             ),
             (
                 f"docker write_file: {args.pipe_mb} MiB vs docker-py exec of sh -c 'cat > FILE'",
