@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 from claude_agent_sdk.testing import run_session_store_conformance
 
@@ -106,6 +107,26 @@ async def test_run_compare_and_set(store: Store) -> None:
     assert (await store.run("run-1")).state == "pausing"  # type: ignore[union-attr]
     with pytest.raises(ConfigError, match="unknown run fields"):
         await store.update_run("run-1", colour="blue")
+
+
+async def test_a_lease_renewal_is_not_queued_behind_other_statements(store: Store) -> None:
+    # A busy control plane's backlog of statements must not delay its heartbeat past the
+    # lease's expiry: the renewal finishes while most of the backlog still waits.
+    lease = await store.acquire_lease("host pid 1", ttl=30)
+    backlog, done = 2000, 0
+
+    async def statement() -> None:
+        nonlocal done
+        await store.db.fetchall("SELECT 1")
+        done += 1
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for _ in range(backlog):
+                tg.start_soon(statement)
+            await anyio.lowlevel.checkpoint()  # every statement is queued
+            assert await store.renew_lease(lease.id, 30)
+            assert done < backlog / 2
 
 
 async def test_leases_live_by_the_database_clock_until_they_expire_or_are_released(store: Store) -> None:

@@ -26,6 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+import anyio
+
 from ..errors import ConfigError, StoreError, TokenError
 from ._db import DEFAULT_STATEMENT_TIMEOUT, Database, PostgresDatabase, SQLiteDatabase, Statements
 from ._schema import migrate
@@ -184,6 +186,14 @@ def _insert(table: str, record: Any) -> tuple[str, tuple[Any, ...]]:
     return f"INSERT INTO {table} ({_columns(type(record))}) VALUES ({_marks(values)})", values
 
 
+async def _open_database(url: str, statement_timeout: float) -> Database:
+    if url.startswith("sqlite:///"):
+        return await SQLiteDatabase.open(Path(url.removeprefix("sqlite://")), statement_timeout)
+    if url.startswith(("postgresql://", "postgres://")):
+        return await PostgresDatabase.open(url, statement_timeout)
+    raise ConfigError(f"unknown store URL {url!r}: use sqlite:///PATH or postgresql://...")
+
+
 def _columns(cls: type[Any]) -> str:
     return ", ".join(f.name for f in fields(cls))
 
@@ -195,9 +205,14 @@ class Store:
     runs out of time, and :class:`~nodeprov.errors.TokenError` for a bad resume token.
     """
 
-    def __init__(self, db: Database, url: str) -> None:
+    def __init__(self, db: Database, url: str, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT) -> None:
         self.db = db
         self.url = url
+        self._statement_timeout = statement_timeout
+        # Lease renewals get a connection of their own, opened by the first: queued behind
+        # a busy control plane's writes, a renewal could come too late and lose the lease.
+        self._heartbeats: Database | None = None
+        self._heartbeats_opening = anyio.Lock()
 
     @cached_property
     def transcripts(self) -> TranscriptStore:
@@ -216,21 +231,27 @@ class Store:
         """
         if url is None:
             url = f"sqlite:///{default_store_path()}"
-        if url.startswith("sqlite:///"):
-            db: Database = await SQLiteDatabase.open(Path(url.removeprefix("sqlite://")), statement_timeout)
-        elif url.startswith(("postgresql://", "postgres://")):
-            db = await PostgresDatabase.open(url, statement_timeout)
-        else:
-            raise ConfigError(f"unknown store URL {url!r}: use sqlite:///PATH or postgresql://...")
+        db = await _open_database(url, statement_timeout)
         try:
             await migrate(db)
         except BaseException:
             await db.aclose()
             raise
-        return cls(db, url)
+        return cls(db, url, statement_timeout)
 
     async def aclose(self) -> None:
-        await self.db.aclose()
+        heartbeats, self._heartbeats = self._heartbeats, None
+        try:
+            if heartbeats is not None:
+                await heartbeats.aclose()
+        finally:
+            await self.db.aclose()
+
+    async def _heartbeat_db(self) -> Database:
+        async with self._heartbeats_opening:
+            if self._heartbeats is None:
+                self._heartbeats = await _open_database(self.url, self._statement_timeout)
+            return self._heartbeats
 
     async def __aenter__(self) -> Self:
         return self
@@ -390,9 +411,11 @@ class Store:
 
     async def renew_lease(self, lease_id: str, ttl: float) -> bool:
         """Extend a live lease by ``ttl`` seconds from now. ``False``: it had expired or was
-        released, and whatever it owned may already be another control plane's to clean."""
-        now_ms = self.db.now_ms
-        renewed = await self.db.execute(
+        released, and whatever it owned may already be another control plane's to clean.
+        Runs on a connection of its own, never queued behind the store's other statements."""
+        db = await self._heartbeat_db()
+        now_ms = db.now_ms
+        renewed = await db.execute(
             f"UPDATE leases SET heartbeat_ms = {now_ms}, expires_ms = {now_ms} + ?"
             f" WHERE id = ? AND released = 0 AND expires_ms > {now_ms}",
             (int(ttl * 1000), lease_id),
