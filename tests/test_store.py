@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import suppress
 from pathlib import Path
 
 import anyio
@@ -127,6 +128,23 @@ async def test_a_lease_renewal_is_not_queued_behind_other_statements(store: Stor
             await anyio.lowlevel.checkpoint()  # every statement is queued
             assert await store.renew_lease(lease.id, 30)
             assert done < backlog / 2
+
+
+async def test_a_closed_store_opens_no_heartbeat_connection(make_store: MakeStore) -> None:
+    opened = await make_store(True)
+    lease = await opened.acquire_lease("host pid 1", ttl=30)
+
+    async def renew() -> None:
+        with suppress(StoreError):  # the store closed under it: refused, never left open
+            await opened.renew_lease(lease.id, 30)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(renew)
+        await anyio.lowlevel.checkpoint()  # it is opening its connection as the store closes
+        await opened.aclose()
+    assert opened._heartbeats is None
+    with pytest.raises(StoreError):
+        await opened.renew_lease(lease.id, 30)
 
 
 async def test_leases_live_by_the_database_clock_until_they_expire_or_are_released(store: Store) -> None:

@@ -213,6 +213,7 @@ class Store:
         # a busy control plane's writes, a renewal could come too late and lose the lease.
         self._heartbeats: Database | None = None
         self._heartbeats_opening = anyio.Lock()
+        self._closed = False
 
     @cached_property
     def transcripts(self) -> TranscriptStore:
@@ -240,15 +241,20 @@ class Store:
         return cls(db, url, statement_timeout)
 
     async def aclose(self) -> None:
-        heartbeats, self._heartbeats = self._heartbeats, None
-        try:
-            if heartbeats is not None:
-                await heartbeats.aclose()
-        finally:
-            await self.db.aclose()
+        with anyio.CancelScope(shield=True):
+            async with self._heartbeats_opening:  # a renewal's connection being opened is closed too
+                self._closed = True
+                heartbeats, self._heartbeats = self._heartbeats, None
+            try:
+                if heartbeats is not None:
+                    await heartbeats.aclose()
+            finally:
+                await self.db.aclose()
 
     async def _heartbeat_db(self) -> Database:
         async with self._heartbeats_opening:
+            if self._closed:
+                raise StoreError("the store is closed")
             if self._heartbeats is None:
                 self._heartbeats = await _open_database(self.url, self._statement_timeout)
             return self._heartbeats
