@@ -18,9 +18,10 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/nodeprov run "Say hello from the node"
 
-# Install and start the engines the tests need (Docker, the test base image).
+# Install and start the engines the tests need (Docker, the test base image), and the Codex CLI.
 engines:
 	scripts/engines.sh
+	scripts/codex.sh >/dev/null
 
 lint: setup
 	$(BIN)/ruff check .

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import anyio
 
-from nodeprov.claude_cli import bundled_cli_path
+from nodeprov.agents.claude import bundled_cli_path
 from nodeprov.cli.drive import scripted_demo
 
 from .common import Row, compare
@@ -63,7 +63,7 @@ async def run_raw(tmp: Path, cli: str, index: list[int]) -> float:
             **model.agent_env(),
         }
         argv = [cli, "-p", PROMPT, "--output-format", "stream-json", "--verbose"]
-        await _timed([*argv, "--permission-mode", "bypassPermissions"], env, workspace)
+        await _timed([*argv, "--permission", "full"], env, workspace)
     return time.perf_counter() - start
 
 

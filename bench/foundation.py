@@ -26,7 +26,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
 
 from nodeprov import NodeHandle, SpawnOptions, get_provider
-from nodeprov.claude import NodeTransport
+from nodeprov.agents.claude import NodeTransport
 
 from .common import CHUNK, Row, compare, pump
 

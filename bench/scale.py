@@ -30,10 +30,12 @@ import tracemalloc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, ClaudeSDKClient, ResultMessage, TextBlock
 
+from nodeprov.agents import AgentText
 from nodeprov.runs import AgentMessage, Orchestrator, RunFinished
 from nodeprov.store import Store
 from nodeprov.testing import fake_agent_command
@@ -106,10 +108,10 @@ async def _measure(runs: int, args: argparse.Namespace, one_pass: Pass, *, memor
     return sample
 
 
-def _agent_options(args: argparse.Namespace, command: str, config: Path) -> ClaudeAgentOptions:
+def _agent_options(args: argparse.Namespace, command: str, config: Path) -> dict[str, Any]:
     script = [{"stream": [args.messages, args.message_bytes, args.interval]}]
     env = {"NODEPROV_FAKE_AGENT": json.dumps(script), "CLAUDE_CONFIG_DIR": str(config)}
-    return ClaudeAgentOptions(cli_path=command, env=env)
+    return {"cli_path": command, "env": env}
 
 
 def sdk_pass(args: argparse.Namespace, command: str, tmp: Path) -> Pass:
@@ -118,8 +120,7 @@ def sdk_pass(args: argparse.Namespace, command: str, tmp: Path) -> Pass:
             started, seen = time.perf_counter(), 0
             workdir = tmp / f"sdk-{index}"
             workdir.mkdir(exist_ok=True)
-            options = _agent_options(args, command, tmp / "sdk-config")
-            options.cwd = workdir
+            options = ClaudeAgentOptions(**_agent_options(args, command, tmp / "sdk-config"), cwd=workdir)
             async with ClaudeSDKClient(options=options) as client:
                 await client.query("go")
                 async for message in client.receive_response():
@@ -154,12 +155,11 @@ def orchestrator_pass(args: argparse.Namespace, command: str, tmp: Path, url: st
                 )
                 sample.starts.append(time.perf_counter() - started)
                 async for event in run.events():
-                    if isinstance(event, AgentMessage) and isinstance(event.message, AssistantMessage):
+                    if isinstance(event, AgentMessage) and isinstance(event.message, AgentText):
                         seen += 1
                         midpoint.saw(seen)
-                        for block in event.message.content:
-                            if isinstance(block, TextBlock) and (delay := _latency(block.text)) is not None:
-                                sample.latencies.append(delay)
+                        if (delay := _latency(event.message.text)) is not None:
+                            sample.latencies.append(delay)
                     elif isinstance(event, RunFinished):
                         assert event.outcome == "ok", event.error
                 sample.messages += seen

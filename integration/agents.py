@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import anyio
 from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, Message, ResultMessage, TextBlock, query
 
 from nodeprov import NodeHandle
-from nodeprov.claude import NodeTransport, bundled_cli_path
+from nodeprov.agents.claude import NodeTransport, bundled_cli_path
 from nodeprov.testing import ScriptedModel
 from nodeprov.testing.conformance import host_processes_matching, wait_until
 from nodeprov.testing.pytest_plugin import require_engine
 
 TURN_TIMEOUT = 180
+_REPO = Path(__file__).resolve().parent.parent
 
 
 def require_claude_cli() -> None:
@@ -22,6 +25,24 @@ def require_claude_cli() -> None:
         bundled_cli_path() is not None,
         "install the claude-agent-sdk wheel for this platform (it bundles the CLI)",
     )
+
+
+def require_codex_cli() -> None:
+    """The Codex CLI: ``NODEPROV_CODEX_CLI``, else the one ``scripts/codex.sh`` installed
+    (made known to :meth:`CodexAgent.local_cli` through that variable)."""
+    if not os.environ.get("NODEPROV_CODEX_CLI"):
+        installed = sorted(_REPO.glob(".tools/codex-*/node_modules/@openai/codex-linux-*/vendor/*/bin/codex"))
+        if installed:
+            os.environ["NODEPROV_CODEX_CLI"] = str(installed[-1])
+    from nodeprov.agents.codex import CodexAgent
+
+    require_engine("the Codex CLI", CodexAgent.local_cli() is not None, "run scripts/codex.sh")
+
+
+def run_options(model: ScriptedModel, **fields: Any) -> dict[str, Any]:
+    """Orchestrator options for a claude agent that talks to ``model``, may run tools without
+    asking, and whose CLI is this machine's (the SDK's bundled one), shipped to the node."""
+    return {"env": model.agent_env(), "permission": "full", "ship_cli": True, **fields}
 
 
 def agent_options(model: ScriptedModel, **fields: Any) -> ClaudeAgentOptions:

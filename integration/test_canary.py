@@ -20,7 +20,7 @@ from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker
 
-from .agents import agent_options, require_claude_cli, until_tool_runs
+from .agents import require_claude_cli, run_options, until_tool_runs
 
 pytestmark = pytest.mark.anyio
 
@@ -63,10 +63,9 @@ async def test_a_canary_secret_reaches_only_the_agents_environment(
         "image": base_image,
         "network_mode": "host",
         "pull": "never",
-        "mount_sdk_claude": True,
         "env": {"SETTING_TOKEN": canary},
     }
-    options = agent_options(
+    options = run_options(
         scripted_model,
         mcp_servers={"db": {"type": "stdio", "command": "true", "env": {"MCP_TOKEN": canary}}},
     )

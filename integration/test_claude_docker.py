@@ -10,8 +10,8 @@ import docker
 import pytest
 from claude_agent_sdk import ClaudeSDKClient
 
-from nodeprov import NodeHandle, StopPolicy, get_provider
-from nodeprov.claude import NodeTransport
+from nodeprov import NodeConfig, NodeHandle, StopPolicy, get_provider
+from nodeprov.agents.claude import NodeTransport, bundled_cli_path
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import run, unique_marker, wait_until
 
@@ -24,10 +24,8 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 async def node(base_image: str) -> AsyncIterator[NodeHandle]:
     require_claude_cli()
-    provider = get_provider(
-        "docker", image=base_image, network_mode="host", pull="never", mount_sdk_claude=True
-    )
-    async with await provider.provision() as node:
+    provider = get_provider("docker", image=base_image, network_mode="host", pull="never")
+    async with await provider.provision(NodeConfig(tools={"claude": str(bundled_cli_path())})) as node:
         yield node
 
 
@@ -88,11 +86,9 @@ async def test_after_destroy_no_container_of_the_run_remains(
     base_image: str, scripted_model: ScriptedModel, docker_client: docker.DockerClient
 ) -> None:
     require_claude_cli()
-    provider = get_provider(
-        "docker", image=base_image, network_mode="host", pull="never", mount_sdk_claude=True
-    )
+    provider = get_provider("docker", image=base_image, network_mode="host", pull="never")
     scripted_model.extend([Text("hello from the container")])
-    async with await provider.provision() as node:
+    async with await provider.provision(NodeConfig(tools={"claude": str(bundled_cli_path())})) as node:
         messages = await run_query(node, "hi", agent_options(scripted_model))
         assert result_of(messages).result == "hello from the container"
     assert node_containers(docker_client, node.node_id) == []

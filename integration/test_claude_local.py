@@ -17,8 +17,8 @@ from claude_agent_sdk import (
     query,
 )
 
-from nodeprov import NodeHandle, StopPolicy, get_provider
-from nodeprov.claude import NodeTransport
+from nodeprov import NodeConfig, NodeHandle, StopPolicy, get_provider
+from nodeprov.agents.claude import NodeTransport, bundled_cli_path
 from nodeprov.testing import ScriptedModel, Stall, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 
@@ -42,7 +42,8 @@ def _claude_cli() -> None:
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[NodeHandle]:
-    async with await get_provider("local", root=tmp_path / "nodes").provision() as node:
+    tools = NodeConfig(tools={"claude": str(bundled_cli_path())})
+    async with await get_provider("local", root=tmp_path / "nodes").provision(tools) as node:
         yield node
 
 

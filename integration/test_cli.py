@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from nodeprov.claude import bundled_cli_path
+from nodeprov.agents.claude import bundled_cli_path
 from nodeprov.testing.conformance import host_processes_matching, unique_marker
 
 from .agents import require_claude_cli
@@ -59,13 +59,13 @@ def test_run_json_events(tmp_path: Path) -> None:
     events = lines(done.stdout)
     assert [e["type"] for e in events[:2]] == ["run.started", "node.ready"]
     kinds = [e["message"]["kind"] for e in events if e["type"] == "agent.message"]
-    assert kinds[0] == "SystemMessage"
-    assert "AssistantMessage" in kinds
-    assert kinds[-1] == "ResultMessage"
+    assert kinds[0] == "notice"
+    assert {"text", "tool_use", "tool_result"} <= set(kinds)
+    assert kinds[-1] == "result"
     tool_result = next(
-        e["message"] for e in events if e["type"] == "agent.message" and e["message"]["kind"] == "UserMessage"
+        e["message"] for e in events if e["type"] == "agent.message" and e["message"]["kind"] == "tool_result"
     )
-    assert tool_result["content"][0]["kind"] == "ToolResultBlock"
+    assert tool_result["raw"]["content"][0]["kind"] == "ToolResultBlock"  # the agent's own message
     assert events[-2] == {
         **events[-2],
         "type": "node.released",
@@ -97,7 +97,7 @@ def test_run_human_output(tmp_path: Path) -> None:
 
 
 def test_agent_failure_is_one_line_and_nonzero(tmp_path: Path) -> None:
-    done = nodeprov(tmp_path, "run", "-s", f"root={tmp_path / 'nodes'}", "-s", "claude_cli=/bin/false", "hi")
+    done = nodeprov(tmp_path, "run", "-s", f"root={tmp_path / 'nodes'}", "-o", "cli_path=/bin/false", "hi")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == ["error: the agent process exited with status 1"]
     assert list((tmp_path / "nodes").iterdir()) == []
@@ -123,8 +123,8 @@ def start_run(tmp_path: Path, marker: str, *extra: str) -> subprocess.Popen[str]
             "--json",
             "-s",
             f"root={tmp_path / 'nodes'}",
-            "-s",
-            f"claude_cli={agent}",
+            "-o",
+            f"cli_path={agent}",
             *extra,
             "task",
         ],

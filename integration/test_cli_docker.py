@@ -12,7 +12,7 @@ import docker
 import pytest
 
 from nodeprov import LABEL_OWNER
-from nodeprov.claude import bundled_cli_path
+from nodeprov.agents.claude import bundled_cli_path
 from nodeprov.testing.pytest_plugin import require_engine
 
 from .containers import node_containers
@@ -91,8 +91,7 @@ def test_run_on_docker(base_image: str, docker_client: docker.DockerClient, tmp_
         "network_mode=host",
         "-s",
         "pull=never",
-        "-s",
-        "mount_sdk_claude=true",
+        "--ship-cli",
         "--json",
         "where am I?",
         store=f"sqlite:///{tmp_path}/store.db",
@@ -101,9 +100,9 @@ def test_run_on_docker(base_image: str, docker_client: docker.DockerClient, tmp_
     events = [json.loads(line) for line in done.stdout.splitlines()]
     assert events[-1]["outcome"] == "ok"
     tool_output = next(
-        e["message"]["content"][0]["content"]
+        e["message"]["output"]
         for e in events
-        if e["type"] == "agent.message" and e["message"]["kind"] == "UserMessage"
+        if e["type"] == "agent.message" and e["message"]["kind"] == "tool_result"
     )
     assert "/workspace" in tool_output  # the agent's Bash ran in the container's workdir
     node_id = next(e["node_id"] for e in events if e["type"] == "node.ready")

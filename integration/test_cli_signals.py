@@ -44,8 +44,13 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
     if request.param == "local":
         return ["-s", f"root={tmp_path / 'nodes'}"]
     image = request.getfixturevalue("base_image")
-    settings = {"image": image, "network_mode": "host", "pull": "never", "mount_sdk_claude": True}
-    return ["--provider", "docker", *[arg for k, v in settings.items() for arg in ("-s", f"{k}={v}")]]
+    settings = {"image": image, "network_mode": "host", "pull": "never"}
+    return [
+        "--provider",
+        "docker",
+        "--ship-cli",
+        *[arg for k, v in settings.items() for arg in ("-s", f"{k}={v}")],
+    ]
 
 
 def agent_processes(model: ScriptedModel) -> list[int]:
@@ -82,7 +87,7 @@ def real_model(model: ScriptedModel) -> list[str]:
     """The options that make ``model`` the agent's model, as a real model's name and endpoint
     (a real model on a local node needs an explicit permission mode)."""
     env_args = [arg for name, value in model.agent_env().items() for arg in ("-e", f"{name}={value}")]
-    return ["--model", "claude-scripted", "--permission-mode", "bypassPermissions", *env_args]
+    return ["--model", "claude-scripted", "--permission", "full", *env_args]
 
 
 def environment(tmp_path: Path) -> dict[str, str]:

@@ -14,7 +14,7 @@ import pytest
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
 
 from nodeprov import get_provider
-from nodeprov.claude import NodeTransport, bundled_cli_path
+from nodeprov.agents.claude import NodeTransport, bundled_cli_path
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import run
 from nodeprov.testing.pytest_plugin import require_engine
@@ -56,7 +56,7 @@ async def test_a_node_from_the_users_dockerfile_runs_an_agent(
     provider = get_provider("docker", image=agent_image, network_mode="host", pull="never")
     async with await provider.provision() as node:
         assert node.workdir == "/workspace"
-        assert node.tool_paths["claude"] == "claude"  # on the image's PATH
+        assert "claude" not in node.tool_paths  # on the image's PATH
         _, whoami, _ = await run(node, "id", "-un")
         assert whoami == b"agent\n"
         scripted_model.extend([ToolUse("Bash", {"command": "id -un > who.txt"}), Text("done")])

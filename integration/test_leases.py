@@ -35,14 +35,13 @@ BOUND = LEASE_TTL + RECONCILE_INTERVAL + 10  # destroying local nodes takes well
 
 CONTROL_PLANE = textwrap.dedent("""
     import json, signal, sys, anyio
-    from claude_agent_sdk import ClaudeAgentOptions
     from nodeprov.runs import Orchestrator
     from nodeprov.store import Store
 
     async def main() -> None:
         url, root, cli, marker, count = sys.argv[1:6]
         steps = [{"spawn": ["sleep", marker]}, {"stall": True}]
-        options = ClaudeAgentOptions(cli_path=cli, env={"NODEPROV_FAKE_AGENT": json.dumps(steps)})
+        options = {"cli_path": cli, "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
         async with await Store.open(url) as store, Orchestrator(
             store, lease_ttl=%(ttl)s, reconcile_interval=%(interval)s
         ) as orchestrator:

@@ -9,14 +9,13 @@ from typing import Any
 
 import anyio
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions
 
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run, RunFinished, RunPaused, RunStarted
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker
 
-from .agents import TURN_TIMEOUT, agent_options, require_claude_cli, until_tool_runs
+from .agents import TURN_TIMEOUT, require_claude_cli, run_options, until_tool_runs
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +45,7 @@ async def test_a_run_relays_every_message_and_destroys_its_node(
 ) -> None:
     scripted_model.extend([ToolUse("Bash", {"command": "echo hi > f.txt"}), Text("all done")])
     async with Orchestrator(store) as orchestrator:
-        run = await orchestrator.start("do it", options=agent_options(scripted_model), **local(tmp_path))
+        run = await orchestrator.start("do it", options=run_options(scripted_model), **local(tmp_path))
         late: list[Any] = []
         events = await collect(run)
         assert await run.wait() == "ok"
@@ -55,7 +54,7 @@ async def test_a_run_relays_every_message_and_destroys_its_node(
     assert isinstance(events[0], RunStarted)
     assert isinstance(events[1], NodeReady)
     messages = [e.message for e in events if isinstance(e, AgentMessage)]
-    assert type(messages[-1]).__name__ == "ResultMessage"
+    assert type(messages[-1]).__name__ == "Result"
     assert isinstance(events[-1], RunFinished)
     assert events[-1].outcome == "ok"
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
@@ -74,7 +73,7 @@ async def test_pause_mid_turn_and_resume(
     scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
     async with Orchestrator(store) as orchestrator:
         run = await orchestrator.start(
-            "remember: the word is quince", options=agent_options(scripted_model), **local(tmp_path)
+            "remember: the word is quince", options=run_options(scripted_model), **local(tmp_path)
         )
         await until_tool_runs(marker)
         snapshot = await run.pause("human", "lunch break", keep_node=keep_node)
@@ -90,7 +89,7 @@ async def test_pause_mid_turn_and_resume(
         before = len(scripted_model.agent_requests)
         scripted_model.extend([Text("resumed: the word was quince")])
         resumed = await orchestrator.resume(
-            snapshot.token, message="what was the word?", options=agent_options(scripted_model)
+            snapshot.token, message="what was the word?", options=run_options(scripted_model)
         )
         assert resumed.id == run.id
         assert await resumed.wait() == "ok", resumed.error
@@ -113,7 +112,7 @@ async def test_a_pause_stores_what_the_agent_had_not_mirrored(
     scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
     async with Orchestrator(store) as orchestrator:
         run = await orchestrator.start(
-            "remember: the word is medlar", options=agent_options(scripted_model), **local(tmp_path)
+            "remember: the word is medlar", options=run_options(scripted_model), **local(tmp_path)
         )
         await until_tool_runs(marker)
         record = await store.run(run.id)
@@ -126,7 +125,7 @@ async def test_a_pause_stores_what_the_agent_had_not_mirrored(
         before = len(scripted_model.agent_requests)
         scripted_model.extend([Text("it was medlar")])
         resumed = await orchestrator.resume(
-            snapshot.token, message="which?", options=agent_options(scripted_model)
+            snapshot.token, message="which?", options=run_options(scripted_model)
         )
         assert await resumed.wait() == "ok", resumed.error
     assert "remember: the word is medlar" in scripted_model.agent_requests[before].text()
@@ -136,7 +135,7 @@ async def paused_run(orchestrator: Orchestrator, model: ScriptedModel, tmp_path:
     """A run paused mid-turn (node released); returns (run, snapshot)."""
     marker = unique_marker()
     model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
-    run = await orchestrator.start("long task", options=agent_options(model), **local(tmp_path), **start)
+    run = await orchestrator.start("long task", options=run_options(model), **local(tmp_path), **start)
     await until_tool_runs(marker)
     return run, await run.pause("external", "budget check")
 
@@ -157,7 +156,7 @@ async def test_tokens_and_states_are_enforced(
         with pytest.raises(RunStateError, match="cannot be paused"):
             await run.pause("human", "again")  # paused already
         scripted_model.extend([Text("finished now")])
-        resumed = await orchestrator.resume(snapshot.token, options=agent_options(scripted_model))
+        resumed = await orchestrator.resume(snapshot.token, options=run_options(scripted_model))
         assert await resumed.wait() == "ok"
         with pytest.raises(TokenError, match="used already"):
             await orchestrator.resume(snapshot.token)
@@ -202,7 +201,7 @@ async def race_to_resume(store: Store, scripted_model: ScriptedModel, tmp_path: 
 
         async def resume(orchestrator: Orchestrator) -> None:
             try:
-                resumed = await orchestrator.resume(snapshot.token, options=agent_options(scripted_model))
+                resumed = await orchestrator.resume(snapshot.token, options=run_options(scripted_model))
                 outcomes.append(await resumed.wait())
             except (TokenError, RunStateError) as error:
                 outcomes.append(error)
@@ -221,7 +220,7 @@ async def test_leaving_the_orchestrator_pauses_what_runs(
     marker = unique_marker()
     scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
     async with Orchestrator(store) as orchestrator:
-        run = await orchestrator.start("long task", options=agent_options(scripted_model), **local(tmp_path))
+        run = await orchestrator.start("long task", options=run_options(scripted_model), **local(tmp_path))
         await until_tool_runs(marker)
     assert run.outcome == "paused"
     paused = next(e for e in await collect(run) if isinstance(e, RunPaused))
@@ -245,8 +244,8 @@ async def test_no_secret_in_rows_events_or_logs(
     caplog.set_level(logging.DEBUG)  # every log line of the run, the pause kind included
     canary = "sk-canary-" + unique_marker().replace(".", "")
     monkeypatch.setenv("NODEPROV_CANARY_SECRET", canary)
-    secret_options = agent_options(scripted_model)
-    secret_options.env["ANTHROPIC_AUTH_TOKEN"] = canary
+    secret_options = run_options(scripted_model)
+    secret_options["env"] = {**secret_options["env"], "ANTHROPIC_AUTH_TOKEN": canary}
     marker = unique_marker()
     scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("x"), Text("done")])
     async with Orchestrator(store) as orchestrator:
@@ -290,12 +289,12 @@ async def test_a_refused_and_a_silent_model_end_the_run_with_the_real_cause(
     async with Orchestrator(store) as orchestrator:
         refused = await orchestrator.start(
             "hello?",
-            options=ClaudeAgentOptions(env=refused_env, permission_mode="bypassPermissions"),
+            options=run_options(scripted_model, env=refused_env),
             idle_timeout=8,
             **local(tmp_path),
         )
         silent = await orchestrator.start(
-            "hello?", options=agent_options(scripted_model), idle_timeout=8, **local(tmp_path)
+            "hello?", options=run_options(scripted_model), idle_timeout=8, **local(tmp_path)
         )
         with anyio.fail_after(TURN_TIMEOUT):
             assert await refused.wait() == "error"

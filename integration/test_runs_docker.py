@@ -20,7 +20,7 @@ from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 
-from .agents import agent_options, require_claude_cli, until_tool_runs
+from .agents import require_claude_cli, run_options, until_tool_runs
 from .containers import node_containers
 
 pytestmark = pytest.mark.anyio
@@ -34,7 +34,7 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 
 def on_docker(image: str) -> dict[str, Any]:
-    settings = {"image": image, "network_mode": "host", "pull": "never", "mount_sdk_claude": True}
+    settings = {"image": image, "network_mode": "host", "pull": "never"}
     return {"provider": "docker", "provider_settings": settings}
 
 
@@ -54,7 +54,7 @@ async def test_pause_and_resume_on_docker(
     scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
     async with Orchestrator(store) as orchestrator:
         run = await orchestrator.start(
-            "remember: the colour is teal", options=agent_options(scripted_model), **on_docker(base_image)
+            "remember: the colour is teal", options=run_options(scripted_model), **on_docker(base_image)
         )
 
         await until_tool_runs(marker)
@@ -67,7 +67,7 @@ async def test_pause_and_resume_on_docker(
         before = len(scripted_model.agent_requests)
         scripted_model.extend([Text("it was teal")])
         resumed = await orchestrator.resume(
-            snapshot.token, message="which colour?", options=agent_options(scripted_model)
+            snapshot.token, message="which colour?", options=run_options(scripted_model)
         )
         assert await resumed.wait() == "ok", resumed.error
         ready = [e async for e in resumed.events() if isinstance(e, NodeReady)][-1]  # this drive's
@@ -81,14 +81,13 @@ async def test_pause_and_resume_on_docker(
 
 CONTROL_PLANE = textwrap.dedent("""
     import json, sys, anyio
-    from claude_agent_sdk import ClaudeAgentOptions
     from nodeprov.runs import Orchestrator
     from nodeprov.store import Store
 
     async def main() -> None:
         url, settings, env = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
         async with await Store.open(url) as store, Orchestrator(store, lease_ttl=2) as orchestrator:
-            options = ClaudeAgentOptions(env=env, permission_mode="bypassPermissions")
+            options = {"env": env, "permission": "full", "ship_cli": True}
             run = await orchestrator.start("remember: the fruit is plum", provider="docker",
                                            provider_settings=settings, options=options)
             print(run.id, flush=True)
@@ -154,7 +153,7 @@ async def test_a_killed_control_plane_is_reconciled_and_its_run_resumed(
         before = len(scripted_model.agent_requests)
         scripted_model.extend([Text("the fruit was plum")])
         resumed = await restarted.resume_run(
-            run_id, message="which fruit?", options=agent_options(scripted_model)
+            run_id, message="which fruit?", options=run_options(scripted_model)
         )
         assert await resumed.wait() == "ok", resumed.error
     seen = scripted_model.agent_requests[before].text()
@@ -176,7 +175,7 @@ async def test_a_node_that_dies_mid_run_is_resumed_on_a_new_one(
     scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
     async with Orchestrator(store) as orchestrator:
         run = await orchestrator.start(
-            "remember: the stone is jade", options=agent_options(scripted_model), **on_docker(base_image)
+            "remember: the stone is jade", options=run_options(scripted_model), **on_docker(base_image)
         )
 
         await until_tool_runs(marker)
@@ -201,7 +200,7 @@ async def test_a_node_that_dies_mid_run_is_resumed_on_a_new_one(
         before = len(scripted_model.agent_requests)
         scripted_model.extend([Text("the stone was jade")])
         resumed = await orchestrator.resume_run(
-            run.id, message="which stone?", options=agent_options(scripted_model)
+            run.id, message="which stone?", options=run_options(scripted_model)
         )
         assert await resumed.wait() == "ok", resumed.error
         ready = [e async for e in resumed.events() if isinstance(e, NodeReady)][-1]  # this drive's

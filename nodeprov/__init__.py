@@ -1,9 +1,11 @@
-"""nodeprov: provision nodes for AI coding agents and drive Claude Code on them.
+"""nodeprov: provision nodes for AI coding agents and drive them there.
 
 The pieces: a provider (from :func:`get_provider`) provisions a :class:`NodeHandle`; the
-handle spawns processes (:class:`SpawnOptions` -> :class:`SpawnedProcess`); the SDK bridge
-:class:`nodeprov.claude.NodeTransport` runs the Claude Code CLI through such a spawn. The
-library logs to the ``nodeprov`` logger and configures no handler.
+handle spawns processes (:class:`SpawnOptions` -> :class:`SpawnedProcess`); an agent (from
+:func:`get_agent`: Claude Code through the SDK bridge, the Codex CLI) runs its CLI through
+such a spawn and speaks one message model (:mod:`nodeprov.agents`); the orchestrator
+(:mod:`nodeprov.runs`) drives runs. The library logs to the ``nodeprov`` logger and
+configures no handler.
 """
 
 from .errors import (
@@ -39,7 +41,15 @@ from .node import (
     owner_alive,
     secret_field,
 )
-from .registry import get_provider, provider_class, provider_names
+from .registry import (
+    agent_class,
+    agent_names,
+    get_agent,
+    get_provider,
+    provider_class,
+    provider_names,
+    route_model,
+)
 from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
 
 __all__ = [
@@ -74,9 +84,13 @@ __all__ = [
     "SpawnedProcess",
     "StopPolicy",
     "abandoned",
+    "agent_class",
+    "agent_names",
+    "get_agent",
     "get_provider",
     "owner_alive",
     "provider_class",
     "provider_names",
+    "route_model",
     "secret_field",
 ]

@@ -41,6 +41,7 @@ from .errors import (
     NodePathError,
     NodeprovError,
 )
+from .settings import Settings, secret_field
 from .spawn import SpawnedProcess, SpawnOptions, StopPolicy
 
 __all__ = [
@@ -154,6 +155,9 @@ def _new_node_id() -> str:
     return f"np-{secrets.token_hex(6)}"
 
 
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
+
+
 class NodeConfig(BaseModel):
     """What a node is for: identity, ownership, lifetime and environment.
 
@@ -195,12 +199,26 @@ class NodeConfig(BaseModel):
         description="Working directory on the node. When it names an existing directory of "
         "the user's, destroy leaves it in place. Provider-chosen when not given.",
     )
+    tools: dict[str, str] = Field(
+        default_factory=dict,
+        description="Executables of this machine (the control plane) to make available on the node, "
+        "by name: name -> path here. The provider mounts them read-only (or uses them in place, or "
+        "copies them) and reports where each lies on the node in NodeHandle.tool_paths.",
+    )
 
     @field_validator("node_id")
     @classmethod
     def _check_node_id(cls, value: str) -> str:
         if not _NODE_ID.match(value):
             raise ValueError("must be lowercase letters, digits and '-', at most 63 characters")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _check_tools(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, path in value.items():
+            if not _TOOL_NAME.fullmatch(name) or not os.path.isabs(path):
+                raise ValueError(f"tool {name!r}: a name of letters, digits, '.', '_', '-' and a full path")
         return value
 
     @field_validator("labels")
@@ -231,44 +249,11 @@ class NodeConfig(BaseModel):
         return labels
 
 
-def secret_field(**kwargs: Any) -> Any:
-    """A settings ``Field`` whose value is a secret (credentials, tokens, an environment
-    that may hold them): :meth:`ProviderSettings.storable` leaves it out and ``repr``
-    masks it, so it never reaches the store, logs or snapshots."""
-    return Field(json_schema_extra={"secret": True}, **kwargs)
-
-
-class ProviderSettings(BaseModel):
-    """Base of every provider's settings model: frozen, unknown fields rejected.
-
-    Fields declared with :func:`secret_field` are secrets: a control plane stores
-    :meth:`storable` and asks for :meth:`secrets_set` again when it needs them (a resume).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @classmethod
-    def secret_fields(cls) -> frozenset[str]:
-        """Names of the fields declared with :func:`secret_field`."""
-        return frozenset(
-            name
-            for name, info in cls.model_fields.items()
-            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("secret")
-        )
-
-    def secrets_set(self) -> list[str]:
-        """The secret fields given explicitly (not left at their defaults), sorted."""
-        return sorted(self.secret_fields() & self.model_fields_set)
-
-    def storable(self) -> dict[str, Any]:
-        """The fields given explicitly, less the secret ones, as JSON values: what may be
-        written to a store and given back to :meth:`NodeProvider.from_settings`."""
-        return self.model_dump(mode="json", exclude_unset=True, exclude=set(self.secret_fields()))
-
-    def __repr_args__(self) -> Any:
-        secret = self.secret_fields()
-        for name, value in super().__repr_args__():
-            yield name, ("**secret**" if name in secret else value)
+class ProviderSettings(Settings):
+    """Base of every provider's settings model (see :class:`~nodeprov.settings.Settings`):
+    frozen, unknown fields rejected, secrets declared with :func:`secret_field`; a control
+    plane stores :meth:`storable` and asks for :meth:`secrets_set` again when it needs them
+    (a resume)."""
 
 
 @dataclass(frozen=True)
@@ -312,8 +297,8 @@ class NodeHandle(ABC):
     Attributes: ``node_id``, ``provider`` (its registered name), ``labels`` (what every
     resource of the node carries), ``workdir`` (default cwd of spawns, a path on the node),
     ``base_env`` (the environment a spawn starts from before its own ``env``), and
-    ``tool_paths`` (where well-known tools live on the node when not on its PATH, e.g.
-    ``{"claude": "/opt/claude/claude"}``), and ``file_roots`` (the absolute paths under
+    ``tool_paths`` (where the executables of :attr:`NodeConfig.tools` lie on the node, by
+    name), and ``file_roots`` (the absolute paths under
     which :meth:`write_file` and :meth:`read_file` may reach: ``/`` for a container or a VM,
     the node's own directories for a local node).
     """

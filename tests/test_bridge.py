@@ -27,13 +27,14 @@ from nodeprov import (
     AgentExitError,
     AgentOutputError,
     ConfigError,
+    NodeConfig,
     NodeHandle,
     SpawnedProcess,
     SpawnOptions,
     StopPolicy,
     get_provider,
 )
-from nodeprov.claude import NodeTransport
+from nodeprov.agents.claude import NodeTransport
 from nodeprov.spawn import GUARD_NAME
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 
@@ -229,11 +230,14 @@ async def test_inconsistent_options_are_a_config_error(node: NodeHandle) -> None
         await NodeTransport(node.spawn, ClaudeAgentOptions(user="nobody")).connect()
 
 
-async def test_cli_path_defaults(node: NodeHandle) -> None:
+async def test_cli_path_defaults(node: NodeHandle, tmp_path: Path) -> None:
     assert NodeTransport(node.spawn).cli_path == "claude"
     assert NodeTransport(node.spawn, ClaudeAgentOptions(cli_path="/x/claude")).cli_path == "/x/claude"
-    assert NodeTransport.for_node(node).cli_path == node.tool_paths["claude"]
+    assert NodeTransport.for_node(node).cli_path == "claude"  # on the node's PATH
     assert NodeTransport.for_node(node, cli_path="/y").cli_path == "/y"
+    provider = get_provider("local", root=tmp_path / "tooled")
+    async with await provider.provision(NodeConfig(tools={"claude": "/opt/here/claude"})) as tooled:
+        assert NodeTransport.for_node(tooled).cli_path == "/opt/here/claude"  # a tool of the node
 
 
 # -- framing --------------------------------------------------------------------------

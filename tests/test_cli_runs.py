@@ -73,7 +73,7 @@ def paused_run(tmp_path: Path, agent_options: dict[str, Any]) -> str:
 def test_resume_defaults_to_the_runs_model_and_takes_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run_id = paused_run(tmp_path, {"model": "claude-x", "permission_mode": "plan", "max_turns": 7})
+    run_id = paused_run(tmp_path, {"model": "claude-x", "permission": "read-only", "max_turns": 7})
     calls: list[dict[str, Any]] = []
 
     async def resume_run(self: Orchestrator, run_id: str, **kwargs: Any) -> Run:
@@ -84,15 +84,14 @@ def test_resume_defaults_to_the_runs_model_and_takes_settings(
     store = ["--store", store_url(tmp_path)]
     result = runner.invoke(app, ["resume", run_id, "-s", 'env={"TOKEN": "t"}', *store])
     assert (result.exit_code, result.stderr) == (1, "error: stopped here\n")
-    options = calls[0]["options"]
-    assert (options.model, options.permission_mode, options.max_turns) == ("claude-x", "plan", 7)
-    assert "ANTHROPIC_BASE_URL" not in options.env  # not the built-in scripted model
+    options = calls[0]["options"]  # laid over the run's own by the orchestrator
+    assert options == {"model": "claude-x", "env": {}}  # not the built-in scripted model
     assert calls[0]["provider_settings"] == {"env": {"TOKEN": "t"}}
 
-    runner.invoke(app, ["resume", run_id, "--model", "scripted", "--permission-mode", "default", *store])
+    runner.invoke(app, ["resume", run_id, "--model", "scripted", "--permission", "edit", *store])
     options = calls[1]["options"]
-    assert (options.model, options.permission_mode) == (None, "default")
-    assert "ANTHROPIC_BASE_URL" in options.env
+    assert (options["model"], options["permission"]) == (None, "edit")
+    assert "ANTHROPIC_BASE_URL" in options["env"]
 
 
 def test_resume_without_the_secret_settings_is_refused_then_takes_them(tmp_path: Path) -> None:
@@ -151,7 +150,7 @@ def test_a_real_model_on_the_local_provider_needs_a_permission_mode(tmp_path: Pa
     assert result.exit_code == 2
     assert len(result.stderr.splitlines()) == 1
     assert result.stderr.startswith("error: a real model on the local provider runs unsandboxed")
-    assert "choose --permission-mode" in result.stderr
+    assert "choose --permission" in result.stderr
 
 
 def test_ids_are_whole_in_a_narrow_terminal(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from claude_agent_sdk import (
 )
 
 from nodeprov import AgentExitError, AgentOutputError, NodeHandle, StopPolicy, get_provider
-from nodeprov.claude import NodeTransport
+from nodeprov.agents.claude import NodeTransport
 from nodeprov.testing import fake_agent_command
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 

@@ -283,7 +283,7 @@ CONTROL_PLANE = """
 import json, sys, anyio
 from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, AssistantMessage
 from nodeprov import SpawnOptions, StopPolicy, get_provider
-from nodeprov.claude import NodeTransport
+from nodeprov.agents.claude import NodeTransport
 from nodeprov.spawn import guard_stdin
 
 async def main(root, mode, marker, cli):

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
 
+from nodeprov.agents import Result
 from nodeprov.runs import AgentMessage, Orchestrator
 from nodeprov.runs import orchestrator as orchestrator_module
 from nodeprov.store import EventRecord, Store, now
@@ -20,9 +20,10 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_an_unreadable_stored_event_is_skipped_not_raised(tmp_path: Path) -> None:
-    options = ClaudeAgentOptions(
-        cli_path=fake_agent_command(tmp_path), env={"NODEPROV_FAKE_AGENT": json.dumps([{"text": "hi"}])}
-    )
+    options = {
+        "cli_path": fake_agent_command(tmp_path),
+        "env": {"NODEPROV_FAKE_AGENT": json.dumps([{"text": "hi"}])},
+    }
     async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
         async with Orchestrator(store) as orchestrator:
             run = await orchestrator.start(
@@ -52,9 +53,7 @@ async def test_a_result_is_reported_once_its_turn_is_stored(
     though the writer would otherwise let them gather for an hour."""
     monkeypatch.setattr(orchestrator_module, "_FLUSH_GATHER", 3600.0)
     steps = [{"text": "first"}, {"stream": [5, 100, 0]}]
-    options = ClaudeAgentOptions(
-        cli_path=fake_agent_command(tmp_path), env={"NODEPROV_FAKE_AGENT": json.dumps(steps)}
-    )
+    options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
     async with (
         await Store.open(f"sqlite:///{tmp_path}/runs.db") as store,
         Orchestrator(store) as orchestrator,
@@ -63,12 +62,12 @@ async def test_a_result_is_reported_once_its_turn_is_stored(
             "go", provider="fake", provider_settings={"root": str(tmp_path / "nodes")}, options=options
         )
         async for event in run.events():
-            if isinstance(event, AgentMessage) and isinstance(event.message, ResultMessage):
+            if isinstance(event, AgentMessage) and isinstance(event.message, Result):
                 record = await store.run(run.id)
                 assert record is not None
                 assert record.project_key
                 entries = await store.transcripts.load(
-                    {"project_key": record.project_key, "session_id": event.message.session_id}
+                    {"project_key": record.project_key, "session_id": str(event.message.session_id)}
                 )
                 break
         await run.wait()
@@ -81,9 +80,7 @@ async def test_a_result_is_reported_once_its_turn_is_stored(
 async def test_transcript_frames_and_events_are_written_in_one_batch(tmp_path: Path) -> None:
     """A stream of messages costs far fewer transactions than messages."""
     steps = [{"stream": [200, 100, 0]}]
-    options = ClaudeAgentOptions(
-        cli_path=fake_agent_command(tmp_path), env={"NODEPROV_FAKE_AGENT": json.dumps(steps)}
-    )
+    options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
     async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
         commits = 0
         commit = store.db._commit

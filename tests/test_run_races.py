@@ -17,7 +17,6 @@ from typing import Any
 
 import anyio
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions
 
 from nodeprov.errors import RunStateError, TokenError
 from nodeprov.runs import TRANSITIONS, Orchestrator, Run, RunFinished, RunState
@@ -38,12 +37,12 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
-def agent(tmp_path: Path) -> Callable[..., ClaudeAgentOptions]:
+def agent(tmp_path: Path) -> Callable[..., dict[str, Any]]:
     """Options for the fake agent following ``steps``."""
     command = fake_agent_command(tmp_path)
 
-    def options(*steps: dict[str, Any]) -> ClaudeAgentOptions:
-        return ClaudeAgentOptions(cli_path=command, env={"NODEPROV_FAKE_AGENT": json.dumps(list(steps))})
+    def options(*steps: dict[str, Any]) -> dict[str, Any]:
+        return {"cli_path": command, "env": {"NODEPROV_FAKE_AGENT": json.dumps(list(steps))}}
 
     return options
 

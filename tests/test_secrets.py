@@ -7,10 +7,10 @@ import logging
 import secrets
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions
 
 from nodeprov import ConfigError, get_provider
 from nodeprov.runs import Orchestrator
@@ -47,8 +47,8 @@ async def test_a_run_stores_no_secret_setting_and_resume_asks_for_it(
     settings = {"root": str(tmp_path / "nodes"), "env": {"API_TOKEN": canary}}
     command = fake_agent_command(tmp_path)
 
-    def agent(*steps: object) -> ClaudeAgentOptions:
-        return ClaudeAgentOptions(cli_path=command, env={"NODEPROV_FAKE_AGENT": json.dumps(list(steps))})
+    def agent(*steps: object) -> dict[str, Any]:
+        return {"cli_path": command, "env": {"NODEPROV_FAKE_AGENT": json.dumps(list(steps))}}
 
     database = tmp_path / "runs.db"
     async with await Store.open(f"sqlite:///{database}") as store, Orchestrator(store) as orchestrator:

@@ -1,7 +1,7 @@
 """The ``nodeprov`` command line: a thin layer over the library (typer + rich).
 
 :mod:`.app` holds the app, error handling and shared options; :mod:`.runs` and
-:mod:`.nodes` the commands; :mod:`.render` and :mod:`.events` what they print;
+:mod:`.nodes` and :mod:`.agents` the commands; :mod:`.render` and :mod:`.events` what they print;
 :mod:`.drive` how ``run`` and ``resume`` drive a run.
 """
 
@@ -12,13 +12,13 @@ import os
 import sys
 from contextlib import suppress
 
-from . import nodes, runs
+from . import agents, nodes, runs
 from .app import app
 
 __all__ = ["app", "main"]
 
 # Importing the command modules registers their commands on the app.
-del nodes, runs
+del agents, nodes, runs
 
 
 def main() -> None:

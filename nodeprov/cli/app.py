@@ -101,10 +101,11 @@ def parse_pair(item: str, option: str) -> tuple[str, str]:
     return key, value
 
 
-def parse_settings(items: list[str] | None) -> dict[str, Any]:
+def parse_settings(items: list[str] | None, option: str = "--setting") -> dict[str, Any]:
+    """KEY=VALUE pairs, each VALUE as JSON when it parses; '-' in keys becomes '_'."""
     settings: dict[str, Any] = {}
     for item in items or []:
-        key, raw = parse_pair(item, "--setting")
+        key, raw = parse_pair(item, option)
         try:
             settings[key.replace("-", "_")] = json.loads(raw)
         except ValueError:
@@ -149,6 +150,12 @@ JsonOption = Annotated[
 SettingOption = Annotated[
     list[str] | None,
     typer.Option("--setting", "-s", help="Provider setting KEY=VALUE (VALUE as JSON when it parses)."),
+]
+AgentOptionsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--option", "-o", help="Agent option KEY=VALUE (VALUE as JSON when it parses), e.g. cli_path=..."
+    ),
 ]
 ProviderOption = Annotated[str | None, typer.Option("--provider", "-p", help="Provider name (default: all).")]
 RunOption = Annotated[str, typer.Argument(metavar="RUN", help="Run id.")]

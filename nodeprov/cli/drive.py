@@ -1,6 +1,6 @@
-"""Driving a run from the terminal (``run`` and ``resume``): the scripted model, the
+"""Driving a run from the terminal (``run`` and ``resume``): the scripted models, the
 events shown as they come, pausing on signals. Apart from :mod:`.runs` because it imports
-the SDK and the orchestrator, which the other run commands never load."""
+the orchestrator, which the other run commands never load."""
 
 from __future__ import annotations
 
@@ -15,41 +15,55 @@ from typing import Any, NoReturn
 
 import anyio
 import anyio.abc
-from claude_agent_sdk import ClaudeAgentOptions
 
 from ..errors import NodeprovError, RunStateError
 from ..runs import Orchestrator, PauseKind, Run
 from ..store import Store
 from ..testing.scripted_model import ScriptedModel, Text, ToolUse
+from ..testing.scripted_responses import ExecCommand, ResponsesText, ScriptedResponses
 from .app import SCRIPTED, fail
 from .events import show_event
 from .render import err, out
 
+_LOOK = "Let me look at the node first."
+
+
+def _demo_command(prompt: str) -> str:
+    return f"printf '%s\\n' {shlex.quote(prompt)} > prompt.txt && uname -sm && pwd"
+
+
+def _demo_answer(prompt: str) -> str:
+    return f"(scripted model) I ran a command on the node and saved your prompt to prompt.txt: {prompt}"
+
 
 def scripted_demo(prompt: str) -> ScriptedModel:
-    """The built-in scripted model's script for ``prompt``: a Bash call on the node, an answer."""
+    """The built-in scripted Messages API's script for ``prompt``: a Bash call on the node, an
+    answer (for claude)."""
     return ScriptedModel(
-        [
-            ToolUse(
-                "Bash",
-                {"command": f"printf '%s\\n' {shlex.quote(prompt)} > prompt.txt && uname -sm && pwd"},
-                text="Let me look at the node first.",
-            ),
-            Text(
-                f"(scripted model) I ran a command on the node and saved your prompt to prompt.txt: {prompt}"
-            ),
-        ]
+        [ToolUse("Bash", {"command": _demo_command(prompt)}, text=_LOOK), Text(_demo_answer(prompt))]
+    )
+
+
+def scripted_responses_demo(prompt: str) -> ScriptedResponses:
+    """The built-in scripted Responses API's script for ``prompt``: the same command, the
+    same answer (for codex)."""
+    return ScriptedResponses(
+        [ExecCommand(["sh", "-c", _demo_command(prompt)], text=_LOOK), ResponsesText(_demo_answer(prompt))]
     )
 
 
 @asynccontextmanager
-async def _model_env(model: str, prompt: str) -> AsyncIterator[dict[str, str]]:
-    """The agent environment the model needs: the built-in scripted one's endpoint, or none."""
+async def _model_options(model: str, agent: str, prompt: str) -> AsyncIterator[dict[str, Any]]:
+    """The agent options the model needs: the built-in scripted one's endpoint, or none."""
     if model != SCRIPTED:
         yield {}
-        return
-    async with scripted_demo(prompt) as scripted:
-        yield scripted.agent_env()
+    elif agent == "codex":
+        async with scripted_responses_demo(prompt) as responses:
+            provider = responses.codex_config()  # with its catalog: Codex knows the model
+            yield {"env": responses.agent_env(), "model_provider": provider, "model": responses.model}
+    else:
+        async with scripted_demo(prompt) as messages:
+            yield {"env": messages.agent_env()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +72,7 @@ class RunRequest:
 
     prompt: str
     model: str
+    agent: str
     options: dict[str, Any]
     keep_node: bool
     store: str | None
@@ -66,14 +81,15 @@ class RunRequest:
     idle_timeout: float | None
 
 
-Start = Callable[[Orchestrator, ClaudeAgentOptions], Awaitable[Run]]
+Start = Callable[[Orchestrator, dict[str, Any]], Awaitable[Run]]
 
 
 async def drive_run(request: RunRequest, start: Start) -> str:
     """Start (or resume) a run with ``start(orchestrator, options)``, show its events, pause
     it on Ctrl-C, SIGTERM or SIGHUP; return its outcome."""
-    async with _model_env(request.model, request.prompt) as model_env:
-        options = ClaudeAgentOptions(**{**request.options, "env": {**model_env, **request.options["env"]}})
+    async with _model_options(request.model, request.agent, request.prompt) as model_options:
+        env = {**model_options.get("env", {}), **request.options["env"]}
+        options = {**request.options, **model_options, "env": env}
         async with await Store.open(request.store) as store, Orchestrator(store) as orchestrator:
             await _reconcile(orchestrator)
             active = await start(orchestrator, options)

@@ -1,40 +1,33 @@
-"""How the CLI prints agent messages and run events. Apart from :mod:`.render` because it
-imports the SDK, which commands that show no events never load."""
+"""How the CLI prints agent messages and run events."""
 
 from __future__ import annotations
 
 import json
 
-from claude_agent_sdk import (
-    AssistantMessage,
-    Message,
-    SystemMessage,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    UserMessage,
-)
-
-from ..runs import AgentMessage, NodeReady, NodeReleased, RunEvent, RunFinished, RunPaused
+from ..agents.messages import AgentText, ErrorMessage, Message, Notice, Result, Thinking, ToolResult, ToolUse
+from ..runs import AgentMessage, NodeReady, NodeReleased, RunEvent, RunFinished, RunPaused, RunStarted
 from .render import emit, out
 
 
 def render_message(message: Message) -> None:
-    if isinstance(message, SystemMessage) and message.subtype == "init":
-        out.print(
-            f"[dim]agent started: session {message.data.get('session_id')}, cwd {message.data.get('cwd')}[/]"
-        )
-    elif isinstance(message, AssistantMessage):
-        for block in message.content:
-            if isinstance(block, TextBlock):
-                out.print(block.text)
-            elif isinstance(block, ToolUseBlock):
-                out.print(f"[cyan]→ {block.name}[/] {json.dumps(block.input)[:300]}")
-    elif isinstance(message, UserMessage) and isinstance(message.content, list):
-        for block in message.content:
-            if isinstance(block, ToolResultBlock):
-                text = block.content if isinstance(block.content, str) else json.dumps(block.content)
-                out.print(f"[dim]← {text[:500]}[/]")
+    if isinstance(message, AgentText):
+        out.print(message.text, markup=False)
+    elif isinstance(message, Thinking):
+        out.print(f"[dim italic]{_escape(message.text[:500])}[/]")
+    elif isinstance(message, ToolUse):
+        out.print(f"[cyan]→ {_escape(message.name)}[/] {_escape(json.dumps(dict(message.input))[:300])}")
+    elif isinstance(message, ToolResult):
+        out.print(f"[{'red' if message.is_error else 'dim'}]← {_escape(message.output[:500])}[/]")
+    elif isinstance(message, ErrorMessage):
+        out.print(f"[red]agent error: {_escape(message.message)}[/]")
+    elif isinstance(message, Notice) and message.session_id:
+        out.print(f"[dim]agent session {message.session_id} ({message.subtype})[/]", soft_wrap=True)
+    elif isinstance(message, Result) and message.structured is not None:
+        out.print(json.dumps(message.structured), markup=False, soft_wrap=True)
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", "\\[")
 
 
 def show_event(event: RunEvent, json_output: bool) -> None:
@@ -42,11 +35,13 @@ def show_event(event: RunEvent, json_output: bool) -> None:
         emit(event.to_json())
     elif isinstance(event, AgentMessage):
         render_message(event.message)
+    elif isinstance(event, RunStarted):
+        out.print(f"[dim]agent {event.agent} on a {event.provider} node[/]", soft_wrap=True)
     elif isinstance(event, NodeReady):
         how = (
             "reused"
             if event.reused
-            else "provisioned" + (", transcript restored" if event.transcript_restored else "")
+            else "provisioned" + (", session state restored" if event.transcript_restored else "")
         )
         out.print(f"[dim]node {event.node_id} {how}[/]", soft_wrap=True)
     elif isinstance(event, NodeReleased):

@@ -13,6 +13,7 @@ from ..errors import ConfigError, RunStateError
 from ..store import RunRecord, SnapshotRecord, Store
 from .app import (
     SCRIPTED,
+    AgentOptionsOption,
     JsonOption,
     RunOption,
     SettingOption,
@@ -27,11 +28,9 @@ from .app import (
 from .render import emit, out, print_table, when
 
 if TYPE_CHECKING:
-    from claude_agent_sdk import ClaudeAgentOptions
-
     from ..runs import Orchestrator, Run
 
-# Only `run`, `resume`, `pause` and `logs` load the SDK and the orchestrator (importing
+# Only `run`, `resume`, `pause` and `logs` load the agents and the orchestrator (importing
 # them costs more than everything else a command does), and only once the call is valid.
 
 MessageEnvOption = Annotated[
@@ -50,21 +49,42 @@ IdleTimeoutOption = Annotated[
 PermissionOption = Annotated[
     str | None,
     typer.Option(
-        help="Claude Code permission mode. Default: bypassPermissions, except for a real model "
-        "on the local provider (unsandboxed, as you on this host), which must name one."
+        help="What the agent may do: read-only, edit or full (see the README for each agent's flags). "
+        "Default: full, except for a real model on the local provider (unsandboxed, as you on this "
+        "host), which must name one."
     ),
+]
+AgentOption = Annotated[
+    str | None,
+    typer.Option(help="The agent (see `nodeprov agents`); default: the one the model routes to."),
+]
+OutputSchemaOption = Annotated[
+    typer.FileText | None,
+    typer.Option(help="A JSON schema file the agent's result must match; the result is then parsed."),
 ]
 
 
 def _agent_options(
-    model: str, env: list[str] | None, permission_mode: str | None, max_turns: int | None
+    model: str,
+    env: list[str] | None,
+    permission: str | None,
+    given: list[str] | None,
+    *,
+    max_turns: int | None = None,
+    output_schema: typer.FileText | None = None,
 ) -> dict[str, Any]:
-    return {
-        "env": parse_env(env),
-        "permission_mode": permission_mode,
-        "max_turns": max_turns,
-        "model": None if model == SCRIPTED else model,
-    }
+    options: dict[str, Any] = {**parse_settings(given, "--option"), "env": parse_env(env)}
+    options["model"] = None if model == SCRIPTED else model  # over a resumed run's own
+    if permission is not None:
+        options["permission"] = permission
+    if max_turns is not None:
+        options["max_turns"] = max_turns
+    if output_schema is not None:
+        try:
+            options["output_schema"] = json.load(output_schema)
+        except ValueError as error:
+            raise ConfigError(f"--output-schema: not JSON: {error}") from None
+    return options
 
 
 @app.command()
@@ -75,9 +95,19 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     model: Annotated[
         str, typer.Option(help="'scripted' for the built-in offline model, else a real model's name.")
     ] = SCRIPTED,
+    agent: AgentOption = None,
+    option: AgentOptionsOption = None,
     env: MessageEnvOption = None,
-    permission_mode: PermissionOption = None,
-    max_turns: Annotated[int | None, typer.Option(help="Stop after this many turns.")] = None,
+    permission: PermissionOption = None,
+    max_turns: Annotated[int | None, typer.Option(help="Stop after this many turns (claude).")] = None,
+    output_schema: OutputSchemaOption = None,
+    ship_cli: Annotated[
+        bool | None,
+        typer.Option(
+            help="Make this machine's agent CLI available on the node (mounted read-only, or used in "
+            "place). Default: on for the local provider."
+        ),
+    ] = None,
     workspace: Annotated[
         str, typer.Option(help="Workspace whose agent session this run continues.")
     ] = "default",
@@ -89,39 +119,41 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Run Claude Code on PROMPT on a new node; events live. Ctrl-C pauses (kind human);
-    SIGTERM and SIGHUP pause too (kind system); a second signal aborts at once.
+    """Run a coding agent (Claude Code, Codex) on PROMPT on a new node; events live. Ctrl-C
+    pauses (kind human); SIGTERM and SIGHUP pause too (kind system); a second signal aborts
+    at once.
 
     Exits 0 when the agent succeeds, 1 on an error, 3 when the run was paused.
     """
     with errors():
         settings = parse_settings(setting)
         make_provider(provider, settings)  # a bad setting or a missing image: before a run is recorded
-        if permission_mode is None:
+        if permission is None:
             if provider == "local" and model != SCRIPTED:
                 raise ConfigError(
                     "a real model on the local provider runs unsandboxed, as you, on this host: "
-                    "choose --permission-mode (default, acceptEdits, plan or bypassPermissions)"
+                    "choose --permission (read-only, edit or full)"
                 )
-            permission_mode = "bypassPermissions"
+            permission = "full"
+        from ..registry import get_agent, route_model
         from .drive import RunRequest, drive_run  # see the imports
 
+        options = _agent_options(
+            model, env, permission, option, max_turns=max_turns, output_schema=output_schema
+        )
+        options["ship_cli"] = provider == "local" if ship_cli is None else ship_cli
+        chosen = route_model(None if model == SCRIPTED else model, agent)
+        get_agent(chosen, options)  # bad options: before a run is recorded
         request = RunRequest(
-            prompt,
-            model,
-            _agent_options(model, env, permission_mode, max_turns),
-            keep_node,
-            store,
-            json_output,
-            timeout,
-            idle_timeout,
+            prompt, model, chosen, options, keep_node, store, json_output, timeout, idle_timeout
         )
 
-        async def start(orchestrator: Orchestrator, options: ClaudeAgentOptions) -> Run:
+        async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:
             return await orchestrator.start(
                 prompt,
                 provider=provider,
                 provider_settings=settings,
+                agent=chosen,
                 options=options,
                 workspace=workspace,
                 deadline=timeout,
@@ -148,9 +180,10 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
     model: Annotated[
         str | None, typer.Option(help="'scripted' or a model name; default: the run's own model.")
     ] = None,
+    option: AgentOptionsOption = None,
     env: MessageEnvOption = None,
-    permission_mode: Annotated[
-        str | None, typer.Option(help="Claude Code permission mode; default: the run's own.")
+    permission: Annotated[
+        str | None, typer.Option(help="read-only, edit or full; default: the run's own.")
     ] = None,
     keep_node: Annotated[bool, typer.Option(help="When paused again, keep the node.")] = False,
     timeout: TimeoutOption = None,
@@ -158,29 +191,20 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Resume a paused (or failed) run with a message, on its kept node or a fresh one.
-    Model, permission mode and turn limit are the run's own unless given."""
+    """Resume a paused (or failed) run with a message, on its kept node or a fresh one, with
+    the run's own agent. Its options (model, permission...) are the run's own unless given."""
     with errors():
         settings = parse_settings(setting)
         record = anyio.run(_load_run, store, run_id)
-        stored = json.loads(record.agent_options)
-        model = model or stored.get("model") or SCRIPTED
+        model = model or json.loads(record.agent_options).get("model") or SCRIPTED
         from .drive import RunRequest, drive_run  # see the imports
 
+        options = _agent_options(model, env, permission, option)
         request = RunRequest(
-            message,
-            model,
-            _agent_options(
-                model, env, permission_mode or stored.get("permission_mode"), stored.get("max_turns")
-            ),
-            keep_node,
-            store,
-            json_output,
-            timeout,
-            idle_timeout,
+            message, model, record.agent, options, keep_node, store, json_output, timeout, idle_timeout
         )
 
-        async def start(orchestrator: Orchestrator, options: ClaudeAgentOptions) -> Run:
+        async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:
             return await orchestrator.resume_run(
                 run_id,
                 message=message,
@@ -295,12 +319,13 @@ def runs(store: StoreOption = None, json_output: JsonOption = False) -> None:
             emit(_run_json(record))
         return
     print_table(
-        ["run", "state", "outcome", "provider", "node", "workspace", "started", "task"],
+        ["run", "state", "outcome", "agent", "provider", "node", "workspace", "started", "task"],
         [
             [
                 record.id,
                 record.state,
                 record.outcome or "",
+                record.agent,
                 record.node_provider,
                 record.node_id or "",
                 record.workspace_id,

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import claude_agent_sdk.types as sdk_types
-from claude_agent_sdk import Message
+from ..agents.messages import Message, json_value, message_from_json, message_to_json
 
 __all__ = [
     "AgentMessage",
@@ -41,7 +40,7 @@ class RunEvent:
         """A JSON-safe dict, e.g. for server-sent events: ``{"type": kind, ...fields}``."""
         return {
             "type": self.kind,
-            **{f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)},
+            **{f.name: json_value(getattr(self, f.name)) for f in dataclasses.fields(self)},
         }
 
 
@@ -54,6 +53,7 @@ class RunStarted(RunEvent):
     prompt: str
     provider: str
     resumed_from: str | None = None
+    agent: str = "claude"
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,20 @@ class NodeReady(RunEvent):
 
 @dataclass(frozen=True)
 class AgentMessage(RunEvent):
-    """One message of the agent, as the SDK parsed it."""
+    """One message of the agent, in the one model of every agent (its own message in
+    ``message.raw``)."""
 
     kind: ClassVar[str] = "agent.message"
     message: Message
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.kind,
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "at": self.at,
+            "message": message_to_json(self.message),
+        }
 
 
 @dataclass(frozen=True)
@@ -104,8 +114,7 @@ _EVENTS: dict[str, type[RunEvent]] = {
 
 
 def event_from_json(body: Mapping[str, Any]) -> RunEvent:
-    """The event whose :meth:`RunEvent.to_json` is ``body``. SDK messages are rebuilt as the
-    SDK's own types.
+    """The event whose :meth:`RunEvent.to_json` is ``body``.
 
     Raises:
         ValueError: ``body`` is not an event of a known type.
@@ -114,46 +123,7 @@ def event_from_json(body: Mapping[str, Any]) -> RunEvent:
     if cls is None:
         raise ValueError(f"not a run event: {body.get('type')!r}")
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{name: _revive(value) for name, value in body.items() if name in names})
-
-
-_FIELDS: dict[type, tuple[str, ...] | None] = {}  # a type's dataclass fields, None if it is none
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or type(value) in (str, int, float, bool):
-        return value
-    if type(value) is list:
-        return [_jsonable(v) for v in value]
-    if type(value) is dict:
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    cls = type(value)
-    names = _FIELDS.get(cls, ())
-    if names == ():
-        is_dataclass = dataclasses.is_dataclass(cls)
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls)) if is_dataclass else None
-    if names is not None:
-        return {"kind": cls.__name__, **{name: _jsonable(getattr(value, name)) for name in names}}
-    return _jsonable_other(value)
-
-
-def _jsonable_other(value: Any) -> Any:
-    """Mappings, sequences and scalars of types other than the built-in ones."""
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value if isinstance(value, (str, int, float, bool)) else repr(value)
-
-
-def _revive(value: Any) -> Any:
-    """Undo :func:`_jsonable` for the SDK's message and block dataclasses."""
-    if isinstance(value, list):
-        return [_revive(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    cls = getattr(sdk_types, str(value.get("kind")), None)
-    if isinstance(cls, type) and dataclasses.is_dataclass(cls):
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: _revive(v) for k, v in value.items() if k in names})
-    return {k: _revive(v) for k, v in value.items()}
+    fields = {name: value for name, value in body.items() if name in names}
+    if cls is AgentMessage:
+        fields["message"] = message_from_json(body.get("message") or {})
+    return cls(**fields)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
-import posixpath
 import secrets
 import socket
 from collections import deque
@@ -14,32 +12,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, cast
 
 import anyio
 from anyio.abc import TaskGroup
-from claude_agent_sdk import (
-    AssistantMessage,
-    ClaudeAgentOptions,
-    ClaudeSDKClient,
-    Message,
-    ResultMessage,
-    SessionKey,
-    SystemMessage,
-    ToolUseBlock,
-    UserMessage,
-)
 
-# Pinned with the SDK: the CLI's own naming of project directories and transcript files.
-from claude_agent_sdk._internal.session_store import file_path_to_session_key
-from claude_agent_sdk._internal.sessions import _sanitize_path
-
-from ..claude import NodeTransport
+from ..agents import Agent, AgentOptions, AgentSession, Message, Notice, Result, StateKey, ToolResult, ToolUse
 from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeConfig, NodeHandle, NodeProvider, owner_alive
-from ..registry import get_provider
+from ..registry import get_agent, get_provider, route_model
 from ..store import EventRecord, RunRecord, SnapshotRecord, Store, dumps, new_id, now
-from ..store.transcripts import entries_to_jsonl
 from .events import (
     AgentMessage,
     NodeReady,
@@ -48,7 +30,6 @@ from .events import (
     RunFinished,
     RunPaused,
     RunStarted,
-    _jsonable,
     event_from_json,
 )
 from .state import LIVE_STATES, TRANSITIONS, RunState
@@ -59,13 +40,10 @@ PauseKind = Literal["human", "external", "system"]
 _PAUSE_KINDS = ("human", "external", "system")
 _RESUMABLE = (RunState.PAUSED, RunState.FAILED)
 _LEASE_PREFIX = "lease:"
-# Agent options that are kept with a run (for display and for resuming without options).
-_STORED_OPTIONS = ("model", "permission_mode", "max_turns", "allowed_tools", "disallowed_tools", "cwd")
 _INTERRUPT_TIMEOUT = 10.0  # the polite interrupt; the abort after it is certain
 _CLEANUP_TIMEOUT = 180.0  # a run's own teardown outside a shutdown: destroy plus store writes
 _SUBSCRIBER_BUFFER = 1024  # events a subscriber may lag before it reads from the store instead
 _FLUSH_GATHER = 0.02  # how long the writer lets events and transcript frames gather
-_TRANSCRIPT_SAVE_TIMEOUT = 30.0  # reading the agent's transcript off a node that is released
 
 
 @dataclass
@@ -112,7 +90,8 @@ class Run:
         self._subscribers: list[_Subscriber] = []
         self._finished = anyio.Event()
         self._moving = anyio.Lock()
-        self._client: ClaudeSDKClient | None = None
+        self._session: AgentSession | None = None
+        self._agent: Agent[Any] | None = None
         self._node: NodeHandle | None = None
         self._abort: anyio.CancelScope | None = None
         self._pause: _Pause | None = None
@@ -180,7 +159,7 @@ class Run:
     async def pause(
         self, kind: PauseKind = "human", reason: str = "", *, keep_node: bool = False
     ) -> SnapshotRecord:
-        """Stop the agent (the SDK's interrupt, then abort) and save a snapshot.
+        """Stop the agent (its interrupt, then abort) and save a snapshot.
 
         Works while the run starts (provisioning is interrupted; the snapshot keeps the
         session being resumed) or runs. ``kind`` (human, external, system) is diagnostics
@@ -204,10 +183,10 @@ class Run:
             then=lambda: self._paused_by(pause),
         ):
             raise RunStateError(f"run {self.id} is {self.state}: it cannot be paused")
-        client = self._client
-        if client is not None:
+        session = self._session
+        if session is not None:
             with anyio.move_on_after(_INTERRUPT_TIMEOUT), suppress(Exception):
-                await client.interrupt()  # a dying agent may refuse: the abort is what counts
+                await session.interrupt()  # a dying agent may refuse: the abort is what counts
         if self._abort is not None:
             self._abort.cancel()
         await self._finished.wait()
@@ -226,7 +205,8 @@ class _Plan:
     prompt: str
     provider: str
     provider_settings: dict[str, Any]
-    options: ClaudeAgentOptions
+    agent: Agent[Any]
+    workspace: str
     node_config: NodeConfig
     resume: SnapshotRecord | None = None
     deadline: float | None = None
@@ -295,7 +275,7 @@ class Orchestrator:
         self._providers: dict[str, NodeProvider[Any]] = {}
         self._tg: TaskGroup | None = None
         self._pending_events: list[RunEvent] = []
-        self._pending_frames: list[tuple[SessionKey, list[Any]]] = []
+        self._pending_frames: list[tuple[StateKey, list[Any]]] = []
         self._events_waiting = anyio.Event()
         self._flush_lock = anyio.Lock()
         self._shutdown_at: float | None = None
@@ -383,7 +363,8 @@ class Orchestrator:
         *,
         provider: str,
         provider_settings: Mapping[str, Any] | None = None,
-        options: ClaudeAgentOptions | None = None,
+        agent: str | None = None,
+        options: AgentOptions | Mapping[str, Any] | None = None,
         workspace: str = "default",
         node_config: NodeConfig | None = None,
         deadline: float | None = None,
@@ -391,22 +372,37 @@ class Orchestrator:
     ) -> Run:
         """Start a run of ``prompt`` on a new node of ``provider``; returns at once.
 
+        ``agent`` names the agent (see :func:`~nodeprov.registry.route_model`: by default
+        the one the options' model routes to); ``options`` are its options (its options
+        model, or a mapping of them). The workspace's session follows the agent: a run of
+        another agent than the workspace's last one archives that session.
+
         ``deadline`` bounds the whole run in seconds (provisioning included);
         ``idle_timeout`` bounds the time the agent may go without progress (a message other
-        than the CLI's API-retry notices). Either ends the run as failed, with the cause:
-        the model API's last error when it kept failing.
+        than the agent's model-API retry notices). Either ends the run as failed, with the
+        cause: the model API's last error when it kept failing.
 
         Raises:
-            ProviderNotFoundError, ConfigError: the provider or its settings are wrong.
+            ProviderNotFoundError, ConfigError: the provider, the agent, or their settings
+                or options are wrong.
             StoreError: the store failed.
         """
         settings = dict(provider_settings or {})
         checked = self._provider(provider, settings).settings  # fail now, not in the background
-        options = options or ClaudeAgentOptions()
-        session = await self.store.active_session(workspace, "claude")
+        model = options.model if isinstance(options, AgentOptions) else (options or {}).get("model")
+        chosen = get_agent(route_model(model, agent), options)
+        session = await self.store.active_session(workspace, chosen.name)
         run_id = new_id("run")
         plan = _Plan(
-            prompt, provider, settings, options, node_config or NodeConfig(), None, deadline, idle_timeout
+            prompt,
+            provider,
+            settings,
+            chosen,
+            workspace,
+            node_config or NodeConfig(),
+            None,
+            deadline,
+            idle_timeout,
         )
         self._launching.add(run_id)
         try:
@@ -419,7 +415,8 @@ class Orchestrator:
                     node_provider=provider,
                     node_settings=dumps(checked.storable()),
                     node_secret_fields=dumps(checked.secrets_set()),
-                    agent_options=dumps(_stored_options(options)),
+                    agent=chosen.name,
+                    agent_options=dumps(chosen.options.storable()),
                     state=RunState.STARTING,
                     outcome=None,
                     error=None,
@@ -441,26 +438,28 @@ class Orchestrator:
         token: str,
         *,
         message: str = "continue",
-        options: ClaudeAgentOptions | None = None,
+        options: AgentOptions | Mapping[str, Any] | None = None,
         provider_settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         idle_timeout: float | None = None,
     ) -> Run:
         """Resume a paused (or failed) run from its snapshot token; the token is used up.
 
-        On a kept node the agent resumes there; otherwise a fresh node is provisioned and
-        the agent's transcript restored onto it first. ``options`` carry what was not
-        stored (credentials in ``env``); without them the stored options are used.
-        ``provider_settings`` are laid over the stored ones: the run's secret settings
-        (never stored) must be given again. A run paused before its agent ever started is
-        started again with its own prompt.
+        The run's own agent resumes its session: on a kept node there; otherwise a fresh
+        node is provisioned and the agent's session state restored onto it first.
+        ``options`` are laid over the run's stored ones, and carry what was never stored
+        (``env``, with credentials). ``provider_settings`` are laid over the stored ones:
+        the run's secret settings (never stored) must be given again. A run paused before
+        its agent ever started is started again with its own prompt.
 
         Raises:
             TokenError: the token is unknown or used already.
-            ConfigError: a secret provider setting the run was started with is missing
-                (checked before the token is used).
-            RunStateError: the run is not paused or failed, or another control plane
-                resumed it first.
+            ConfigError: a secret provider setting the run was started with is missing, or
+                the options are invalid for the run's agent (checked before the token is
+                used).
+            RunStateError: the run is not paused or failed, its workspace's session was
+                archived (the workspace switched to another agent since), or another
+                control plane resumed it first.
         """
         given = dict(provider_settings or {})
         peeked = await self.store.peek_snapshot(token)
@@ -476,6 +475,9 @@ class Orchestrator:
                     f"run {peeked.run_id} was started with secret provider settings that are never "
                     f"stored; give them again: {', '.join(missing)}"
                 )
+            if current is not None:
+                _resumed_agent(current, options)
+                await self._check_session(current)
         snapshot = await self.store.claim_snapshot(token)
         self._launching.add(snapshot.run_id)
         try:
@@ -485,11 +487,21 @@ class Orchestrator:
         finally:
             self._launching.discard(snapshot.run_id)
 
+    async def _check_session(self, record: RunRecord) -> None:
+        """Refuse to resume a session its workspace archived (it switched agents since)."""
+        for session in await self.store.sessions(record.workspace_id):
+            if session.id == record.session_id and session.state != "active":
+                raise RunStateError(
+                    f"run {record.id} belongs to {record.agent} session {session.id} of workspace "
+                    f"{record.workspace_id}, archived when the workspace switched to another agent: "
+                    "it cannot be resumed"
+                )
+
     async def _claim_and_launch(
         self,
         snapshot: SnapshotRecord,
         message: str,
-        options: ClaudeAgentOptions | None,
+        options: AgentOptions | Mapping[str, Any] | None,
         given_settings: dict[str, Any],
         *,
         deadline: float | None,
@@ -498,6 +510,7 @@ class Orchestrator:
         record = await self.store.run(snapshot.run_id)
         if record is None:
             raise RunStateError(f"run {snapshot.run_id} is gone")
+        agent = _resumed_agent(record, options)
         if not await self.store.update_run(
             record.id,
             expect_states=_RESUMABLE,
@@ -508,7 +521,6 @@ class Orchestrator:
             pause_request=None,
         ):
             raise RunStateError(f"run {record.id} was resumed by another control plane")
-        options = options or ClaudeAgentOptions(**json.loads(record.agent_options))
         settings = {**json.loads(record.node_settings), **given_settings}
         if snapshot.agent_session_id is None:  # the agent never started: start it afresh
             message = record.prompt if message == "continue" else f"{record.prompt}\n\n{message}"
@@ -516,7 +528,8 @@ class Orchestrator:
             message,
             record.node_provider,
             settings,
-            options,
+            agent,
+            record.workspace_id,
             NodeConfig(),
             snapshot,
             deadline,
@@ -529,7 +542,7 @@ class Orchestrator:
         run_id: str,
         *,
         message: str = "continue",
-        options: ClaudeAgentOptions | None = None,
+        options: AgentOptions | Mapping[str, Any] | None = None,
         provider_settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         idle_timeout: float | None = None,
@@ -562,11 +575,18 @@ class Orchestrator:
         if self._tg is None:
             raise ConfigError("use the Orchestrator as an async context manager")
         run = Run(self, run_id, RunState.STARTING, await self.store.last_event_seq(run_id) + 1)
+        run._agent = plan.agent
         if plan.resume is not None:  # a pause before the agent starts must keep the session
             run.agent_session_id = plan.resume.agent_session_id
         self._runs[run_id] = run
         resumed = f"{plan.resume.pause_kind} pause at {plan.resume.created_at}" if plan.resume else None
-        run._emit(RunStarted, prompt=plan.prompt, provider=plan.provider, resumed_from=resumed)
+        run._emit(
+            RunStarted,
+            prompt=plan.prompt,
+            provider=plan.provider,
+            agent=plan.agent.name,
+            resumed_from=resumed,
+        )
         self._tg.start_soon(self._drive, run, plan)
         return run
 
@@ -636,7 +656,7 @@ class Orchestrator:
                     await self._fail(run, "the control plane stopped before the run could pause")
             await self._close(run)
 
-    async def _steps(self, run: Run, plan: _Plan) -> ResultMessage | None:
+    async def _steps(self, run: Run, plan: _Plan) -> Result | None:
         """Get a node and run the agent, unless a pause or a deadline cuts in."""
         with anyio.CancelScope() as scope:
             run._abort = scope
@@ -703,7 +723,15 @@ class Orchestrator:
                 run._node = node
                 await self._record_node(run, node)
                 return True, False
-        config = plan.node_config.model_copy(update={"session_id": run.id, "owner": self.owner})
+        tools = dict(plan.node_config.tools)
+        if plan.agent.options.ship_cli:
+            cli = plan.agent.local_cli()
+            if cli is None:
+                raise ConfigError(f"ship_cli: the {plan.agent.name} agent's CLI is not found on this machine")
+            tools[plan.agent.cli_name] = cli
+        config = plan.node_config.model_copy(
+            update={"session_id": run.id, "owner": self.owner, "tools": tools}
+        )
         await self.store.node_intent(config.node_id, plan.provider, run.id)
         try:
             node = await provider.provision(config)
@@ -714,96 +742,47 @@ class Orchestrator:
         run._node = node
         await self._record_node(run, node)
         if snapshot is not None and snapshot.agent_session_id and snapshot.project_key:
-            return False, await self._restore_transcript(node, plan, snapshot)
+            archive = _Archive(self)
+            return False, await plan.agent.import_state(
+                node, snapshot.agent_session_id, snapshot.project_key, archive
+            )
         return False, False
 
     async def _record_node(self, run: Run, node: NodeHandle) -> None:
         await self.store.set_node_state(node.node_id, "live")
         await self.store.update_run(run.id, node_id=node.node_id)
 
-    def _agent_options(self, plan: _Plan, node: NodeHandle) -> ClaudeAgentOptions:
-        env = {**plan.options.env, "CLAUDE_CONFIG_DIR": _config_dir(node)}  # where the mirror keys come from
-        # The store makes the CLI mirror its transcript; the frames come to _Mirror.
-        changes: dict[str, Any] = {"env": env, "session_store": self.store.transcripts}
-        if plan.resume is not None and plan.resume.agent_session_id:
-            changes["resume"] = plan.resume.agent_session_id
-        return dataclasses.replace(plan.options, **changes)
-
-    async def _restore_transcript(self, node: NodeHandle, plan: _Plan, snapshot: SnapshotRecord) -> bool:
-        """Write the agent's mirrored transcript where the CLI on ``node`` will look for it."""
-        assert snapshot.agent_session_id
-        assert snapshot.project_key
-        key = {"project_key": snapshot.project_key, "session_id": snapshot.agent_session_id}
-        entries = await self.store.transcripts.load(key)  # type: ignore[arg-type]
-        if not entries:
-            return False
-        directory = f"{_config_dir(node)}/projects/{_project_key(plan, node)}"
-        files = {f"{directory}/{snapshot.agent_session_id}.jsonl": entries}
-        for subpath in await self.store.transcripts.list_subkeys(key):  # type: ignore[arg-type]
-            sub = await self.store.transcripts.load({**key, "subpath": subpath})  # type: ignore[typeddict-item]
-            files[f"{directory}/{snapshot.agent_session_id}/{subpath}.jsonl"] = sub or []
-        for path, content in files.items():
-            await node.write_file(path, entries_to_jsonl(content))
-        return True
-
-    async def _save_transcript(self, run: Run) -> None:
-        """Before the run's node goes, store what its agent's transcript file holds beyond
-        the mirrored copy: the CLI mirrors in batches of its own, and an agent stopped by a
-        pause may not have sent its last frames, or any. When the copy is the file's
-        beginning, the rest is appended; otherwise (a lost batch) a longer file replaces it.
-        Bounded; a node that cannot be read leaves the mirrored copy as it is."""
-        node, session = run._node, run.agent_session_id
+    async def _save_state(self, run: Run) -> None:
+        """Before the run's node goes: archive the agent's session state the node holds
+        beyond the archived copy (see :meth:`Agent.export_state`)."""
+        node, session, agent = run._node, run.agent_session_id, run._agent
         await self._flush_events()  # the frames received, so that the comparison sees them
         record = await self.store.run(run.id)
-        if node is None or session is None or record is None or not record.project_key:
+        if node is None or session is None or agent is None or record is None or not record.project_key:
             return
-        key: SessionKey = {"project_key": record.project_key, "session_id": session}
-        path = f"{_config_dir(node)}/projects/{record.project_key}/{session}.jsonl"
-        data = bytearray()
-        try:
-            with anyio.fail_after(_TRANSCRIPT_SAVE_TIMEOUT):
-                async with node.read_file(path) as chunks:
-                    async for chunk in chunks:
-                        data += chunk
-        except (NodeprovError, TimeoutError) as error:
-            logger.warning("run %s: transcript not read from node %s: %s", run.id, node.node_id, error)
-            return
-        entries = []
-        for line in data.splitlines():
-            with suppress(ValueError):  # a line cut by the agent's end
-                entries.append(json.loads(line))
-        held = await self.store.transcripts.load(key) or []
-        if len(entries) <= len(held):
-            return  # the copy holds as much: never replaced by less
-        if entries[: len(held)] != held:
-            await self.store.transcripts.delete(key)
-            held = []
-        await self.store.transcripts.append(key, entries[len(held) :])
+        await agent.export_state(node, session, record.project_key, _Archive(self))
 
-    async def _agent(self, run: Run, plan: _Plan, node: NodeHandle) -> ResultMessage | None:
-        options = self._agent_options(plan, node)
-        await self.store.update_run(run.id, project_key=_project_key(plan, node))
-        result: ResultMessage | None = None
-        mirror = _Mirror(self, f"{_config_dir(node)}/projects")
-        async with ClaudeSDKClient(
-            options=options, transport=NodeTransport.for_node(node, options, transcripts=mirror)
-        ) as client:
-            run._client = client
+    async def _agent(self, run: Run, plan: _Plan, node: NodeHandle) -> Result | None:
+        agent = plan.agent
+        await self.store.update_run(run.id, project_key=agent.state_key(node, plan.workspace))
+        result: Result | None = None
+        resume = plan.resume.agent_session_id if plan.resume is not None else None
+        archive = _Archive(self)
+        async with agent.session(node, workspace=plan.workspace, resume=resume, archive=archive) as session:
+            run._session = session
             try:
-                await client.query(plan.prompt)
-                async for message in _progress_bounded(client.receive_response(), plan.idle_timeout, run):
+                async for message in _progress_bounded(session.turn(plan.prompt), plan.idle_timeout, run):
                     run._emit(AgentMessage, message=message)
-                    session_id = _session_id(message)
-                    if session_id and session_id != run.agent_session_id:
-                        run.agent_session_id = session_id
-                        await self.store.update_run(run.id, agent_session_id=session_id)
+                    if session.session_id and session.session_id != run.agent_session_id:
+                        run.agent_session_id = session.session_id
+                        await self.store.update_run(run.id, agent_session_id=session.session_id)
                         record = await self.store.run(run.id)
                         if record is not None:  # the workspace's session follows its agent's
-                            await self.store.set_provider_session_id(record.session_id, session_id)
-                    if isinstance(message, ResultMessage):
+                            await self.store.set_provider_session_id(record.session_id, session.session_id)
+                    if isinstance(message, Result):
                         result = message
             finally:
-                run._client = None
+                run._session = None
         return result
 
     async def _settle_pause(self, run: Run) -> None:
@@ -817,7 +796,7 @@ class Orchestrator:
         snapshot = pause.saved
         keep = snapshot.node_kept
         if not keep:
-            await self._save_transcript(run)
+            await self._save_state(run)
         await self._release(run, keep=keep)
         if await self._move(run, RunState.PAUSED, pause_request=None):
             pause.snapshot = snapshot
@@ -841,7 +820,7 @@ class Orchestrator:
             try:
                 if run.agent_session_id and run.state.live:
                     await self._snapshot(run, "system", error, keep_node=False)
-                    await self._save_transcript(run)
+                    await self._save_state(run)
                 await self._release(run)
                 await self._move(run, RunState.FAILED, error=error[:2000])
             except Exception:
@@ -889,7 +868,7 @@ class Orchestrator:
         self._pending_events.append(event)
         self._events_waiting.set()
 
-    def _queue_frames(self, key: SessionKey, entries: list[Any]) -> None:
+    def _queue_frames(self, key: StateKey, entries: list[Any]) -> None:
         pending = self._pending_frames
         if pending and pending[-1][0] == key:
             pending[-1][1].extend(entries)
@@ -1152,21 +1131,17 @@ def _stored_event(record: EventRecord) -> RunEvent | None:
         return None
 
 
-class _Mirror:
-    """A run's transcript frames, off its NodeTransport, into the orchestrator's writer."""
+class _Archive:
+    """The store's archive of agents' session state (a
+    :class:`~nodeprov.agents.SessionArchive`): entries added go out with the orchestrator's
+    batched event writes."""
 
-    def __init__(self, orchestrator: Orchestrator, projects_dir: str) -> None:
+    def __init__(self, orchestrator: Orchestrator) -> None:
         self._orchestrator = orchestrator
-        self._projects_dir = projects_dir
-        self._keys: dict[str, SessionKey | None] = {}  # a session writes a handful of files
+        self._transcripts = orchestrator.store.transcripts
 
-    def add(self, file_path: str, entries: list[dict[str, Any]]) -> None:
-        if file_path not in self._keys:
-            self._keys[file_path] = file_path_to_session_key(file_path, self._projects_dir)
-        key = self._keys[file_path]
-        if key is None:
-            logger.warning("dropping a transcript frame of %s: not under %s", file_path, self._projects_dir)
-        elif entries:
+    def add(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
+        if entries:
             self._orchestrator._queue_frames(key, entries)
 
     async def flush(self) -> None:
@@ -1180,7 +1155,7 @@ class _Mirror:
             try:
                 await self._orchestrator._flush_events()
             except Exception as error:  # noqa: BLE001 - the writer tries again
-                logger.warning("could not store transcript frames yet: %s", error)
+                logger.warning("could not store agent session state yet: %s", error)
                 self._orchestrator._events_waiting.set()
             finally:
                 done.set()
@@ -1189,6 +1164,16 @@ class _Mirror:
         assert tg is not None
         tg.start_soon(write)
         await done.wait()
+
+    async def load(self, key: StateKey) -> list[dict[str, Any]] | None:
+        return cast(list[dict[str, Any]] | None, await self._transcripts.load(key))
+
+    async def subpaths(self, key: StateKey) -> list[str]:
+        return await self._transcripts.list_subkeys(key)
+
+    async def replace(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
+        await self._transcripts.delete(key)
+        await self._transcripts.append(key, cast(Any, entries))
 
 
 class _Progress:
@@ -1201,21 +1186,14 @@ class _Progress:
         self.failure = ""
 
     def saw(self, message: Message) -> bool:
-        """Note ``message``; return whether it is progress (API-retry notices are not)."""
-        if isinstance(message, SystemMessage) and message.subtype == "api_retry":
-            status, error = message.data.get("error_status"), message.data.get("error")
-            said = "" if error in (None, "", "unknown") else f": {error}"
+        """Note ``message``; return whether it is progress (model-API retry notices are not)."""
+        if isinstance(message, Notice) and message.retry:
             self.retries += 1
-            self.failure = (
-                f"HTTP {status}{said}"
-                if status
-                else (said[2:] or "no response (connection refused, reset or timed out)")
-            )
+            self.failure = message.text
             return False
-        if isinstance(message, AssistantMessage):
-            tools = [block.name for block in message.content if isinstance(block, ToolUseBlock)]
-            self.tool = tools[-1] if tools else None
-        elif isinstance(message, UserMessage):
+        if isinstance(message, ToolUse):
+            self.tool = message.name
+        elif isinstance(message, ToolResult | Result):
             self.tool = None
         return True
 
@@ -1256,13 +1234,11 @@ async def _progress_bounded(
         yield message
 
 
-def _result_error(result: ResultMessage | None, run: Run) -> str:
+def _result_error(result: Result | None, run: Run) -> str:
     """Why the agent's result is a failure, in the agent's own words where it gave them."""
     if result is None:
         return "the agent ended without a result" + run._progress.cause()
-    errors = getattr(result, "errors", None) or []
-    said = result.result or "; ".join(str(e) for e in errors)
-    return (said or f"the agent ended with {result.subtype}") + run._progress.cause()
+    return (result.text or "the agent ended with an error") + run._progress.cause()
 
 
 def _describe(error: BaseException) -> str:
@@ -1297,29 +1273,17 @@ def _snapshot_of(
         reason=reason[:2000],
         created_at=now(),
         used_at=None,
+        agent=record.agent,
     )
 
 
-def _config_dir(node: NodeHandle) -> str:
-    """The agent's CLAUDE_CONFIG_DIR on ``node``: transcripts are mirrored from, and restored
-    to, its ``projects`` directory."""
-    return f"{node.base_env.get('HOME', '/root')}/.claude"
+def _resumed_agent(record: RunRecord, options: AgentOptions | Mapping[str, Any] | None) -> Agent[Any]:
+    """The run's own agent, with ``options`` laid over its stored ones.
 
-
-def _project_key(plan: _Plan, node: NodeHandle) -> str:
-    """The directory name the CLI gives the agent's working directory (its session key)."""
-    cwd = str(plan.options.cwd) if plan.options.cwd else node.workdir
-    return str(_sanitize_path(posixpath.normpath(posixpath.join(node.workdir, cwd))))
-
-
-def _session_id(message: Message) -> str | None:
-    if isinstance(message, SystemMessage) and message.subtype == "init":
-        value = message.data.get("session_id")
-        return str(value) if value else None
-    value = getattr(message, "session_id", None)
-    return str(value) if value else None
-
-
-def _stored_options(options: ClaudeAgentOptions) -> dict[str, Any]:
-    """What of the agent options is kept: never ``env`` (credentials) or callbacks."""
-    return {name: _jsonable(getattr(options, name)) for name in _STORED_OPTIONS if getattr(options, name)}
+    Raises:
+        ConfigError: the options are invalid for that agent.
+    """
+    given = (
+        options.model_dump(exclude_unset=True) if isinstance(options, AgentOptions) else dict(options or {})
+    )
+    return get_agent(record.agent, {**json.loads(record.agent_options), **(given or {})})

@@ -78,7 +78,7 @@ def new_id(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class SessionRecord:
-    """A workspace's agent session: ``provider`` is the agent (``claude``), and
+    """A workspace's agent session: ``provider`` is the agent (``claude``, ``codex``), and
     ``provider_session_id`` the agent's own session id once known."""
 
     id: str
@@ -99,6 +99,9 @@ class RunRecord:
     drives it (``lease:ID`` for an orchestrator). ``node_settings`` holds the provider
     settings less their secrets (:meth:`~nodeprov.ProviderSettings.storable`);
     ``node_secret_fields`` the names of the secret ones it was given (JSON list).
+    ``agent`` is the agent that runs it, ``agent_options`` its options less their secrets
+    (:meth:`~nodeprov.agents.AgentOptions.storable`), ``project_key`` where its session
+    state is archived.
     """
 
     id: str
@@ -119,11 +122,13 @@ class RunRecord:
     created_at: str
     updated_at: str
     node_secret_fields: str = "[]"  # noqa: S105 - names of secrets, never values
+    agent: str = "claude"
 
 
 @dataclass(frozen=True)
 class SnapshotRecord:
-    """What resuming a paused (or failed) run needs. ``token`` is single use."""
+    """What resuming a paused (or failed) run needs: the agent and its session id, and the
+    key its session state is archived under (``project_key``). ``token`` is single use."""
 
     token: str
     run_id: str
@@ -137,6 +142,7 @@ class SnapshotRecord:
     reason: str
     created_at: str
     used_at: str | None
+    agent: str = "claude"
 
 
 @dataclass(frozen=True)

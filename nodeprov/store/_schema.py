@@ -112,6 +112,11 @@ MIGRATIONS: list[list[str]] = [
         # secret settings a run was started with, asked for again on resume.
         "ALTER TABLE runs ADD COLUMN node_secret_fields TEXT NOT NULL DEFAULT '[]'",
     ],
+    [
+        # The agent that runs a run (nodeprov.agents), and the one a snapshot resumes.
+        "ALTER TABLE runs ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude'",
+        "ALTER TABLE snapshots ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude'",
+    ],
 ]
 
 

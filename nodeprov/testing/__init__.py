@@ -2,8 +2,11 @@
 
 - :class:`ScriptedModel`: a scripted Anthropic Messages API server on 127.0.0.1 that the
   real Claude Code CLI talks to; turns are :class:`Text`, :class:`ToolUse`, :class:`Stall`.
+- :class:`ScriptedResponses`: a scripted OpenAI Responses API server on 127.0.0.1 that the
+  real Codex CLI talks to; turns are :class:`ResponsesText`, :class:`ExecCommand`,
+  :class:`ResponsesStall`, :class:`ResponsesHttpError`.
 - The pytest plugin (:mod:`nodeprov.testing.pytest_plugin`, loaded automatically) provides
-  the ``scripted_model`` and ``local_node`` fixtures.
+  the ``scripted_model``, ``scripted_responses`` and ``local_node`` fixtures.
 - :mod:`nodeprov.testing.conformance`: the suite every provider must pass.
 - :func:`fake_agent_command`: a fake Claude Code CLI that plays a script of steps
   (:mod:`nodeprov.testing.fake_agent`), for fast tests of what drives agents.
@@ -11,5 +14,29 @@
 
 from .fake_agent import fake_agent_command
 from .scripted_model import RecordedRequest, ScriptedModel, Stall, Text, ToolUse, Turn
+from .scripted_responses import (
+    ExecCommand,
+    ResponsesHttpError,
+    ResponsesRequest,
+    ResponsesStall,
+    ResponsesText,
+    ResponsesTurn,
+    ScriptedResponses,
+)
 
-__all__ = ["RecordedRequest", "ScriptedModel", "Stall", "Text", "ToolUse", "Turn", "fake_agent_command"]
+__all__ = [
+    "ExecCommand",
+    "RecordedRequest",
+    "ResponsesHttpError",
+    "ResponsesRequest",
+    "ResponsesStall",
+    "ResponsesText",
+    "ResponsesTurn",
+    "ScriptedModel",
+    "ScriptedResponses",
+    "Stall",
+    "Text",
+    "ToolUse",
+    "Turn",
+    "fake_agent_command",
+]

@@ -30,7 +30,9 @@ __all__ = ["PUBLIC_MODULES", "watch_public_api"]
 PUBLIC_MODULES = (
     "nodeprov.node",
     "nodeprov.spawn",
-    "nodeprov.claude",
+    "nodeprov.agents.claude.bridge",
+    "nodeprov.agents.claude.agent",
+    "nodeprov.agents.codex",
     "nodeprov.store",
     "nodeprov.store.transcripts",
     "nodeprov.runs.orchestrator",

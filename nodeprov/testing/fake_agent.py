@@ -1,7 +1,7 @@
 """A fake Claude Code CLI, for fast tests of what drives agents (runs, pauses, the bridge).
 
 It speaks the CLI's stream-json protocol as the SDK's ``query()`` and ``ClaudeSDKClient``
-expect it (through :class:`nodeprov.claude.NodeTransport` or the SDK's own transport): it
+expect it (through :class:`nodeprov.agents.claude.NodeTransport` or the SDK's own transport): it
 answers the ``initialize`` and ``interrupt`` control requests (and any other with an empty
 success), and for each user message emits a ``system`` ``init`` message, the scripted steps
 and a ``result``, between ``session_state_changed`` running/idle notices, shaped like the

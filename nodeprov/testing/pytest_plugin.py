@@ -5,6 +5,8 @@ Fixtures:
 - ``scripted_model``: a running :class:`~nodeprov.testing.ScriptedModel` with an empty
   script; call ``scripted_model.extend([...])`` and pass ``scripted_model.agent_env()`` as
   the agent's environment.
+- ``scripted_responses``: a running :class:`~nodeprov.testing.ScriptedResponses` (the
+  Responses API the Codex CLI talks to) with an empty script; ``extend`` it likewise.
 - ``local_node``: a node of the local provider under the test's ``tmp_path``, destroyed
   after the test (async: mark the test ``@pytest.mark.anyio``).
 
@@ -24,8 +26,9 @@ import pytest
 from nodeprov.node import NodeHandle
 from nodeprov.registry import get_provider
 from nodeprov.testing.scripted_model import ScriptedModel
+from nodeprov.testing.scripted_responses import ScriptedResponses
 
-__all__ = ["local_node", "require_engine", "scripted_model"]
+__all__ = ["local_node", "require_engine", "scripted_model", "scripted_responses"]
 
 
 def require_engine(what: str, available: bool, how: str = "") -> None:
@@ -42,6 +45,13 @@ def require_engine(what: str, available: bool, how: str = "") -> None:
 def scripted_model() -> Iterator[ScriptedModel]:
     """A scripted Messages API on 127.0.0.1, stopped after the test."""
     with ScriptedModel() as model:
+        yield model
+
+
+@pytest.fixture
+def scripted_responses() -> Iterator[ScriptedResponses]:
+    """A scripted Responses API on 127.0.0.1, stopped after the test."""
+    with ScriptedResponses() as model:
         yield model
 
 

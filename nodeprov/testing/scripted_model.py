@@ -11,17 +11,12 @@ Point the CLI at it with :meth:`ScriptedModel.agent_env`.
 
 from __future__ import annotations
 
-import itertools
 import json
-import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
+from dataclasses import dataclass
+from typing import Any
 
-import anyio
-import anyio.to_thread
+from ._scripted import ScriptedServer, ScriptHandler, ScriptState
 
 __all__ = ["RecordedRequest", "ScriptedModel", "Stall", "Text", "ToolUse", "Turn"]
 
@@ -91,17 +86,7 @@ def _strings(value: Any) -> Iterator[str]:
                 yield from _strings(value[key])
 
 
-@dataclass
-class _State:
-    script: list[Turn]
-    fallback: Turn
-    requests: list[RecordedRequest] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    closing: threading.Event = field(default_factory=threading.Event)
-    ids: Iterator[int] = field(default_factory=itertools.count)
-
-
-class ScriptedModel:
+class ScriptedModel(ScriptedServer[Turn, RecordedRequest]):
     """A scripted Messages API on ``127.0.0.1:<free port>``.
 
     Use as a context manager, sync or async::
@@ -113,33 +98,7 @@ class ScriptedModel:
     """
 
     def __init__(self, script: Sequence[Turn] = (), *, fallback: Turn = Text("ok")) -> None:
-        self._state = _State(script=list(script), fallback=fallback)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:41234``; only while the server runs."""
-        if self._server is None:
-            raise RuntimeError("the scripted model is not running")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received so far, oldest first."""
-        with self._state.lock:
-            return list(self._state.requests)
-
-    @property
-    def agent_requests(self) -> list[RecordedRequest]:
-        """The requests that consumed (or would have consumed) a scripted turn."""
-        return [r for r in self.requests if r.is_agent_turn]
-
-    def extend(self, turns: Sequence[Turn]) -> None:
-        """Append turns to the script (e.g. before resuming a session)."""
-        with self._state.lock:
-            self._state.script.extend(turns)
+        super().__init__(ScriptState(list(script), fallback), _Handler, "scripted-model")
 
     def agent_env(self) -> dict[str, str]:
         """Environment that points the Claude Code CLI at this server, offline.
@@ -156,87 +115,22 @@ class ScriptedModel:
             "IS_SANDBOX": "1",
         }
 
-    def start(self) -> None:
-        """Bind a free port on 127.0.0.1 and serve in a daemon thread."""
-        if self._server is not None:
-            return
-        state = self._state
 
-        class Handler(_Handler):
-            shared = state
+class _Handler(ScriptHandler):
+    shared: ScriptState[Turn, RecordedRequest]
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": _POLL_INTERVAL},
-            name="scripted-model",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop serving and release every stalled response; idempotent."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        self._state.closing.set()
-        server.shutdown()
-        server.server_close()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        self.start()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.stop)
-
-
-# How often the server looks at its shutdown flag: stop() waits up to this long (the
-# default, 0.5 s, was most of a short `nodeprov run`'s shutdown).
-_POLL_INTERVAL = 0.02
-
-
-class _Handler(BaseHTTPRequestHandler):
-    shared: _State
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass  # tests read ScriptedModel.requests instead of a log
-
-    def do_HEAD(self) -> None:
-        self._send_json(200, {})
-
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's handler name
         self._send_json(200, {"data": [], "has_more": False})
 
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's handler name
         try:
-            body = json.loads(raw) if raw else {}
+            body = self._body()
         except ValueError:
             self._send_json(400, _error("invalid_request_error", "body is not JSON"))
             return
         path = self.path.split("?", 1)[0]
         is_agent = path == "/v1/messages" and bool(body.get("tools"))
-        state = self.shared
-        with state.lock:
-            state.requests.append(RecordedRequest("POST", self.path, body, is_agent))
-            turn: Turn = (state.script.pop(0) if state.script else state.fallback) if is_agent else Text("ok")
-            number = next(state.ids)
+        turn, number = self.shared.take(RecordedRequest("POST", self.path, body, is_agent), Text("ok"))
         if path == "/v1/messages/count_tokens":
             self._send_json(200, {"input_tokens": 1})
         elif path != "/v1/messages":
@@ -246,21 +140,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(200, _message(turn, str(body.get("model", "scripted")), number))
 
-    def _send_json(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def _stream(self, turn: Turn, model: str, number: int) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
+        self._start_events()
         try:
             for event in _events(turn, model, number):
                 self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import functools
 import os
+import posixpath
 import re
 from collections.abc import Callable, Mapping
 from contextlib import suppress
@@ -17,7 +18,6 @@ from anyio.abc import SocketStream
 from docker.types import Mount
 from pydantic import BaseModel, ConfigDict, Field
 
-from nodeprov.claude_cli import bundled_cli_path
 from nodeprov.errors import (
     CommandNotFoundError,
     ConfigError,
@@ -43,7 +43,8 @@ from nodeprov_docker.exec import STDERR, STDOUT, DockerProcess, ExecOutput
 
 T = TypeVar("T")
 
-SDK_CLAUDE_MOUNT = "/opt/nodeprov/claude"
+TOOLS_DIR = "/opt/nodeprov/tools"
+"""Where the executables of NodeConfig.tools are mounted, read-only, one per name."""
 _SENTINEL = b"\x1enodeprov "
 _READY = _SENTINEL + b"ready "
 # Decodes the arguments the engine could not carry (see _encode), tells a missing command
@@ -116,12 +117,6 @@ class DockerSettings(ProviderSettings):
         description="Environment of every process on the node; a secret: given to each exec, never "
         "part of the container's configuration, so the engine does not show it and it is not stored.",
     )
-    claude_cli: str = Field(default="claude", description="Claude Code CLI inside the container.")
-    mount_sdk_claude: bool = Field(
-        default=False,
-        description=f"Bind-mount the Claude Code CLI bundled in the claude-agent-sdk wheel, read-only, "
-        f"at {SDK_CLAUDE_MOUNT} and use it (the engine must run on this machine).",
-    )
     ready_timeout: float = Field(default=60.0, gt=0, description="Seconds a node may take to be ready.")
     eof_grace: float = Field(default=5.0, ge=0, description="Seconds after stdin EOF before SIGTERM.")
     term_grace: float = Field(default=5.0, ge=0, description="Seconds after SIGTERM before SIGKILL.")
@@ -192,6 +187,7 @@ class DockerNode(NodeHandle):
         labels: dict[str, str],
         workdir: str,
         container_env: dict[str, str],
+        tool_paths: dict[str, str],
     ) -> None:
         settings = provider.settings
         super().__init__(
@@ -200,7 +196,7 @@ class DockerNode(NodeHandle):
             labels=labels,
             workdir=workdir,
             base_env={**container_env, **settings.env},
-            tool_paths={"claude": SDK_CLAUDE_MOUNT if settings.mount_sdk_claude else settings.claude_cli},
+            tool_paths=tool_paths,
         )
         self.container_id = container_id
         self._exec_env = settings.env
@@ -398,7 +394,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
                         network_mode=settings.network_mode,
                         nano_cpus=int(settings.cpus * 1e9) if settings.cpus else None,
                         mem_limit=settings.memory,
-                        mounts=self._mounts(),
+                        mounts=self._mounts(config.tools),
                     ),
                 )
                 # Attached before start, as `docker run` does: output is never missed.
@@ -421,6 +417,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 labels=labels,
                 workdir=config.workdir or settings.workdir,
                 container_env=_exec_env(inspected, home),
+                tool_paths={name: f"{TOOLS_DIR}/{name}" for name in config.tools},
             )
         return node
 
@@ -443,13 +440,14 @@ class DockerProvider(NodeProvider[DockerSettings]):
             raise ProvisionError(f"image {image!r} could not be pulled: {error}") from None
         self._image_seen = True
 
-    def _mounts(self) -> list[Mount]:
+    def _mounts(self, tools: Mapping[str, str]) -> list[Mount]:
+        """The settings' mounts, and each tool bind-mounted read-only (the engine must run on
+        this machine to see it)."""
         mounts = [Mount(m.target, m.source, type=m.type, read_only=m.read_only) for m in self.settings.mounts]
-        if self.settings.mount_sdk_claude:
-            cli = bundled_cli_path()
-            if cli is None:
-                raise ConfigError("mount_sdk_claude: the installed claude-agent-sdk bundles no CLI")
-            mounts.append(Mount(SDK_CLAUDE_MOUNT, cli, type="bind", read_only=True))
+        for name, path in tools.items():
+            if not os.path.isfile(path):
+                raise ConfigError(f"tool {name!r}: {path} is not a file on this machine")
+            mounts.append(Mount(f"{TOOLS_DIR}/{name}", path, type="bind", read_only=True))
         return mounts
 
     async def _ready(self, output: ExecOutput, node_id: str) -> str:
@@ -507,6 +505,11 @@ class DockerProvider(NodeProvider[DockerSettings]):
             labels=labels,
             workdir=workdir,
             container_env=_exec_env(container, home),
+            tool_paths={
+                posixpath.basename(m["Destination"]): m["Destination"]
+                for m in container.get("Mounts") or ()
+                if posixpath.dirname(m["Destination"]) == TOOLS_DIR
+            },
         )
 
     async def probe(self) -> None:

@@ -20,7 +20,6 @@ import anyio.to_thread
 from anyio.abc import Process
 from pydantic import BaseModel, Field, ValidationError
 
-from nodeprov.claude_cli import bundled_cli_path
 from nodeprov.errors import (
     CommandNotFoundError,
     ConfigError,
@@ -35,7 +34,6 @@ from nodeprov.node import (
     NodeInfo,
     NodeProvider,
     ProviderSettings,
-    Requirement,
     Rollback,
     process_start_time,
 )
@@ -87,11 +85,6 @@ class LocalSettings(ProviderSettings):
         default_factory=list,
         description="Names of control-plane environment variables to pass to every process "
         "on the node. Nothing is inherited unless named here.",
-    )
-    claude_cli: str | None = Field(
-        default=None,
-        description="Claude Code CLI for agents on this node; default: the binary bundled "
-        "in the claude-agent-sdk wheel, else 'claude' on PATH.",
     )
     eof_grace: float = Field(
         default=5.0,
@@ -254,6 +247,7 @@ class _Record(BaseModel):
     workdir: str
     owns_workdir: bool
     env: dict[str, str]
+    tools: dict[str, str] = {}
 
 
 class LocalNode(NodeHandle):
@@ -268,7 +262,7 @@ class LocalNode(NodeHandle):
             labels=record.labels,
             workdir=record.workdir,
             base_env={"PATH": settings.path, "HOME": str(home), **inherited, **record.env},
-            tool_paths={"claude": settings.claude_cli or bundled_cli_path() or "claude"},
+            tool_paths=record.tools,  # used in place: the node is on this machine
             file_roots=(str(directory), record.workdir),
         )
         self.directory = directory
@@ -555,15 +549,6 @@ class LocalProvider(NodeProvider[LocalSettings]):
         """``settings.root``, absolute."""
         return Path(os.path.abspath(self.settings.root))
 
-    @classmethod
-    def requirements(cls) -> list[Requirement]:
-        cli = bundled_cli_path() or shutil.which("claude")
-        return [
-            Requirement(
-                "claude CLI", cli is not None, cli or "not found: install claude-agent-sdk or Claude Code"
-            )
-        ]
-
     async def _provision(self, config: NodeConfig) -> NodeHandle:
         await anyio.to_thread.run_sync(_make_root, self.root)
         directory = anyio.Path(self.root) / config.node_id
@@ -589,6 +574,7 @@ class LocalProvider(NodeProvider[LocalSettings]):
                 workdir=str(workdir),
                 owns_workdir=owns,
                 env=config.env,
+                tools=config.tools,
             )
             await (directory / RECORD_FILE).write_text(record.model_dump_json())
             return LocalNode(record=record, settings=self.settings, directory=Path(directory))

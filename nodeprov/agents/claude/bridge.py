@@ -57,12 +57,11 @@ from claude_agent_sdk._internal._task_compat import TaskHandle, spawn_detached
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
 from claude_agent_sdk.types import _configure_can_use_tool
 
-from .claude_cli import bundled_cli_path
-from .errors import AgentError, AgentExitError, AgentOutputError, ConfigError, NodeprovError
-from .node import NodeHandle
-from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy, guard_stdin
+from ...errors import AgentError, AgentExitError, AgentOutputError, ConfigError, NodeprovError
+from ...node import NodeHandle
+from ...spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy, guard_stdin
 
-__all__ = ["NodeTransport", "TranscriptSink", "agent_command", "agent_environment", "bundled_cli_path"]
+__all__ = ["NodeTransport", "TranscriptSink", "agent_command", "agent_environment"]
 
 
 class TranscriptSink(Protocol):
@@ -79,7 +78,7 @@ class TranscriptSink(Protocol):
         Errors propagate to the reader of the messages."""
 
 
-logger = logging.getLogger("nodeprov.claude")
+logger = logging.getLogger("nodeprov.agents.claude")
 
 DEFAULT_MAX_LINE = 1024 * 1024  # the SDK's default max_buffer_size
 _STDERR_TAIL_LINES = 20

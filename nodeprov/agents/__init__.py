@@ -1,0 +1,306 @@
+"""Agents: the coding agents a run drives on a node, behind one contract.
+
+An :class:`Agent` turns "run this coding agent with these options" into a process on a
+node (through the node's spawn function, so over the platform's own exec channel) and a
+stream of :mod:`messages <nodeprov.agents.messages>` in one model. The orchestrator, the
+events and the CLI know agents only through this contract; agents register under the
+``nodeprov.agents`` entry-point group (see :mod:`nodeprov.registry`)::
+
+    [project.entry-points."nodeprov.agents"]
+    claude = "nodeprov.agents.claude:ClaudeAgent"
+
+Two ship with nodeprov: ``claude`` (the Claude Code CLI through the Claude Agent SDK) and
+``codex`` (the OpenAI Codex CLI, ``codex exec --json``).
+
+Pausing is not an agent's business: the workflow pauses every agent the same way (it
+interrupts the turn, then aborts the session, and keeps the agent's session id); resuming
+starts a new session with ``resume`` set to that id, after :meth:`Agent.import_state`
+wrote the agent's session state onto a fresh node when the old node is gone.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ClassVar, Generic, Literal, NotRequired, Protocol, Self, TypedDict, TypeVar
+
+from pydantic import Field, ValidationError
+
+from ..errors import ConfigError
+from ..node import NodeHandle
+from ..settings import Settings, secret_field
+from .messages import AgentText, ErrorMessage, Message, Notice, Result, Thinking, ToolResult, ToolUse
+
+__all__ = [
+    "Agent",
+    "AgentOptions",
+    "AgentSession",
+    "AgentText",
+    "Capabilities",
+    "ErrorMessage",
+    "Message",
+    "ModelInfo",
+    "Notice",
+    "Permission",
+    "Result",
+    "SessionArchive",
+    "StateKey",
+    "Thinking",
+    "ToolResult",
+    "ToolUse",
+]
+
+Permission = Literal["read-only", "edit", "full"]
+"""What the agent may do on its node, for every agent alike (the README's table gives each
+agent's flags): ``read-only`` reads and plans, ``edit`` edits files in its working
+directory, ``full`` does anything, commands included, without asking. Nobody answers
+prompts on a node: what an agent would ask for is refused."""
+
+
+class AgentOptions(Settings):
+    """Base of every agent's options: frozen, unknown fields rejected. What a run keeps is
+    :meth:`storable`: never ``env`` or any other field declared with
+    :func:`~nodeprov.secret_field`."""
+
+    model: str | None = Field(default=None, description="Model id; default: the agent's own default.")
+    permission: Permission = Field(default="edit", description="What the agent may do (see Permission).")
+    env: dict[str, str] = secret_field(
+        default_factory=dict,
+        description="Environment of the agent process, over the node's base environment (API keys "
+        "go here); a secret: never stored, logged or put in a process's arguments.",
+    )
+    cwd: str | None = Field(
+        default=None, description="Working directory on the node, relative to its workdir; default: workdir."
+    )
+    output_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="A JSON schema the turn's result must match; the result then carries the parsed "
+        "value (Result.structured), or fails when the agent's output does not match.",
+    )
+    cli_path: str | None = Field(
+        default=None,
+        description="The agent's CLI on the node; default: the node's tool_paths entry for the agent's "
+        "CLI, else its name on the node's PATH.",
+    )
+    no_output_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds the agent may wait on its model without saying anything (its model-API "
+        "retry notices do not count; time a tool of the agent's runs does not count) before the turn "
+        "ends with DeadlineError. None: no limit.",
+    )
+    ship_cli: bool = Field(
+        default=False,
+        description="Make this machine's CLI of the agent (Agent.local_cli) available on the run's node "
+        "(NodeConfig.tools: mounted read-only or used in place), for a node image without it.",
+    )
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model an agent knows, for a user interface to offer."""
+
+    id: str
+    name: str
+    context_window: int
+    tools: bool = True
+    vision: bool = False
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an agent can do. Pausing is not here: every agent pauses the same way."""
+
+    streaming: bool
+    """Messages arrive as the agent works, not only at the end of a turn."""
+    structured_output: bool
+    """It honours :attr:`AgentOptions.output_schema`."""
+
+
+class StateKey(TypedDict):
+    """Where a piece of an agent's session state is archived: the agent's ``project_key``
+    (Claude: its project directory; Codex: ``codex``), its session id, and a ``subpath``
+    for each further file of the session. The Claude Agent SDK's ``SessionKey`` shape."""
+
+    project_key: str
+    session_id: str
+    subpath: NotRequired[str]
+
+
+class SessionArchive(Protocol):
+    """Where an agent keeps its session state off the node (the store, for a run), so that
+    the session can resume on another node. Entries are JSON objects, one per line of the
+    agent's state files, in order."""
+
+    def add(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
+        """Queue ``entries`` to be appended under ``key``; must not block."""
+
+    async def flush(self) -> None:
+        """Make every queued entry durable.
+
+        Raises:
+            StoreError: the archive could not be written.
+        """
+
+    async def load(self, key: StateKey) -> list[dict[str, Any]] | None:
+        """The entries under ``key``, None if there are none."""
+
+    async def subpaths(self, key: StateKey) -> list[str]:
+        """The ``subpath`` values stored beside ``key``'s main entry, sorted."""
+
+    async def replace(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
+        """Make ``entries`` all that ``key`` holds (durable when this returns)."""
+
+
+class AgentSession(ABC):
+    """One conversation of an agent on a node: use it as an async context manager, run
+    turns with :meth:`turn`, one at a time.
+
+    ``session_id`` is the agent's own id of the conversation (Claude: its session id;
+    Codex: its thread id), set as soon as the agent says it; give it as ``resume`` to
+    :meth:`Agent.session` to continue the conversation later.
+    """
+
+    session_id: str | None = None
+
+    @abstractmethod
+    def turn(self, prompt: str) -> AsyncIterator[Message]:
+        """Send ``prompt`` and yield the agent's messages until the turn's :class:`Result`
+        (the last message). A turn the agent ends without a result, or with output that
+        is not its protocol, raises.
+
+        Raises:
+            ConfigError: the options are inconsistent.
+            SpawnError, CommandNotFoundError: the agent could not be started on the node.
+            AgentOutputError: the agent's output is malformed.
+            AgentExitError: the agent exited without a result, or stopped answering.
+            DeadlineError: the agent said nothing at all for longer than its options allow.
+            NodeGoneError: the node went away.
+        """
+
+    @abstractmethod
+    async def interrupt(self) -> None:
+        """Ask the agent to end the current turn early (politely: the turn then ends with a
+        result). Does nothing between turns. May not be honoured: abort with :meth:`aclose`.
+
+        Raises:
+            AgentError: the agent could not be asked.
+        """
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Abort: stop the agent's processes (their whole process group) and release what
+        the session holds. Idempotent, shielded from cancellation, bounded by the node's
+        stop policy plus a few seconds. Never raises."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+OptionsT = TypeVar("OptionsT", bound=AgentOptions)
+
+
+class Agent(ABC, Generic[OptionsT]):
+    """A coding agent with its options; subclasses set the class attributes and implement
+    :meth:`session`, :meth:`state_key`, :meth:`import_state` and :meth:`export_state`.
+
+    Class attributes: ``name`` (its registered name), ``options_model``, ``cli_name`` (its
+    CLI's name: the default command on a node, and its key in a node's ``tool_paths``),
+    ``capabilities``, ``models`` (the models it knows), and ``model_patterns`` (regular
+    expressions, matched in full, of the model names routed to it; see
+    :func:`nodeprov.registry.route_model`).
+    """
+
+    name: ClassVar[str]
+    options_model: ClassVar[type[AgentOptions]]
+    cli_name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+    models: ClassVar[tuple[ModelInfo, ...]] = ()
+    model_patterns: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, options: OptionsT) -> None:
+        self.options = options
+
+    @classmethod
+    def from_options(cls, options: AgentOptions | Mapping[str, Any] | None = None) -> Self:
+        """The agent with ``options`` validated by its options model (a mapping, or an
+        options object of the base or this agent's model).
+
+        Raises:
+            ConfigError: an option is unknown or invalid.
+        """
+        if isinstance(options, cls.options_model):
+            return cls(options)  # type: ignore[arg-type]
+        values = options.model_dump(exclude_unset=True) if isinstance(options, AgentOptions) else options
+        try:
+            return cls(cls.options_model(**dict(values or {})))  # type: ignore[arg-type]
+        except ValidationError as error:
+            raise ConfigError(f"invalid options for agent {cls.name}: {error}") from None
+
+    @classmethod
+    def local_cli(cls) -> str | None:
+        """The agent's CLI on this machine (the control plane), if found: for a node that
+        shares this machine's files, and for ``nodeprov agents``."""
+        return None
+
+    def cli_on(self, node: NodeHandle) -> str:
+        """The agent's CLI on ``node``: ``options.cli_path``, else the node's ``tool_paths``
+        entry, else :attr:`cli_name` on the node's PATH."""
+        return self.options.cli_path or node.tool_paths.get(self.cli_name, self.cli_name)
+
+    @abstractmethod
+    def session(
+        self,
+        node: NodeHandle,
+        *,
+        workspace: str = "default",
+        resume: str | None = None,
+        archive: SessionArchive | None = None,
+    ) -> AgentSession:
+        """A session of the agent on ``node`` for ``workspace`` (nothing starts until its
+        first turn); ``resume`` continues the conversation of that session id, whose state
+        must be on the node (it ran there, or :meth:`import_state` wrote it). With
+        ``archive`` the session keeps its state there as it goes. An agent that keeps state
+        in a home of its own keeps one per workspace, so that sessions of two workspaces on
+        one node do not see each other.
+
+        Raises:
+            ConfigError: the options cannot be used on this node.
+        """
+
+    @abstractmethod
+    def state_key(self, node: NodeHandle, workspace: str = "default") -> str:
+        """The ``project_key`` under which the session state of ``workspace``'s sessions on
+        ``node`` is archived; the run keeps it for :meth:`import_state`."""
+
+    @abstractmethod
+    async def import_state(
+        self, node: NodeHandle, session_id: str, project_key: str, archive: SessionArchive
+    ) -> bool:
+        """Write session ``session_id``'s state, archived under ``project_key`` (perhaps
+        from another node), onto ``node`` where a resumed session looks for it. Returns
+        whether there was any.
+
+        Raises:
+            NodeFileError, NodeGoneError: the node could not be written.
+            StoreError: the archive could not be read.
+        """
+
+    @abstractmethod
+    async def export_state(
+        self, node: NodeHandle, session_id: str, project_key: str, archive: SessionArchive
+    ) -> None:
+        """Before ``node`` goes: archive what its copy of the session's state holds beyond
+        the archived one (never replacing a longer copy with a shorter one). Bounded; a
+        node that cannot be read leaves the archive as it is.
+
+        Raises:
+            StoreError: the archive could not be written.
+        """

@@ -1,0 +1,76 @@
+"""Session state files between a node and an archive, for the agents."""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import suppress
+from typing import Any
+
+import anyio
+
+from ..errors import NodeprovError
+from ..node import NodeHandle
+from ..store.transcripts import entries_to_jsonl
+from . import SessionArchive, StateKey
+
+__all__ = ["archive_file", "read_jsonl", "read_lines", "write_jsonl"]
+
+logger = logging.getLogger("nodeprov.agents")
+
+READ_TIMEOUT = 30.0  # reading a state file off a node, perhaps one being released
+
+
+async def _read(node: NodeHandle, path: str) -> bytes | None:
+    data = bytearray()
+    try:
+        with anyio.fail_after(READ_TIMEOUT):
+            async with node.read_file(path) as chunks:
+                async for chunk in chunks:
+                    data += chunk
+    except (NodeprovError, TimeoutError) as error:
+        logger.warning("%s not read from node %s: %s", path, node.node_id, error)
+        return None
+    return bytes(data)
+
+
+async def read_lines(node: NodeHandle, path: str) -> list[str]:
+    """The non-blank lines of text file ``path`` on ``node``; none if it cannot be read."""
+    data = await _read(node, path)
+    return [line for line in (data or b"").decode("utf-8", "replace").splitlines() if line.strip()]
+
+
+async def read_jsonl(node: NodeHandle, path: str) -> list[dict[str, Any]] | None:
+    """The JSON lines of ``path`` on ``node`` (a line cut short by the agent's end is
+    dropped); None, logged, when it cannot be read within :data:`READ_TIMEOUT`."""
+    data = await _read(node, path)
+    if data is None:
+        return None
+    entries = []
+    for line in data.splitlines():
+        with suppress(ValueError):
+            entries.append(json.loads(line))
+    return entries
+
+
+async def write_jsonl(node: NodeHandle, path: str, entries: list[Any]) -> None:
+    """Write ``entries`` as JSON lines to ``path`` on ``node`` (0600)."""
+    await node.write_file(path, entries_to_jsonl(entries))
+
+
+async def archive_file(node: NodeHandle, path: str, key: StateKey, archive: SessionArchive) -> None:
+    """Archive what ``path`` on ``node`` holds beyond the copy under ``key``: the rest is
+    appended when the copy is the file's beginning, else a longer file replaces the copy;
+    a shorter one never does. A file that cannot be read leaves the copy as it is."""
+    await archive.flush()
+    entries = await read_jsonl(node, path)
+    if entries is None:
+        return
+    held = await archive.load(key) or []
+    if len(entries) <= len(held):
+        return
+    if entries[: len(held)] != held:
+        await archive.replace(key, entries)
+        return
+    archive.add(key, entries[len(held) :])
+    await archive.flush()

@@ -1,0 +1,22 @@
+"""The ``claude`` agent: the Claude Code CLI on any node, through the Claude Agent SDK.
+
+:class:`ClaudeAgent` is the agent (registered as ``claude``); :class:`NodeTransport` is the
+bridge under it, a ``claude_agent_sdk.Transport`` usable on its own with the SDK's
+``query`` and ``ClaudeSDKClient``.
+"""
+
+from .agent import ClaudeAgent, ClaudeOptions, ClaudeSession, convert
+from .bridge import NodeTransport, TranscriptSink, agent_command, agent_environment
+from .cli import bundled_cli_path
+
+__all__ = [
+    "ClaudeAgent",
+    "ClaudeOptions",
+    "ClaudeSession",
+    "NodeTransport",
+    "TranscriptSink",
+    "agent_command",
+    "agent_environment",
+    "bundled_cli_path",
+    "convert",
+]

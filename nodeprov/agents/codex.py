@@ -1,0 +1,501 @@
+"""The ``codex`` agent: the OpenAI Codex CLI on a node, ``codex exec --json``.
+
+Each turn is one ``codex exec`` process, started through the node's spawn function with its
+stdin closed at once; ``codex exec resume THREAD_ID`` continues a thread. Its JSONL events
+become the one message model:
+
+=====================================  ==============================================
+Codex event                            message
+=====================================  ==============================================
+``thread.started``                     :class:`Notice` with ``session_id`` (thread id)
+``turn.started``                       :class:`Notice`
+item ``agent_message`` (completed)     :class:`AgentText`
+item ``reasoning`` (completed)         :class:`Thinking`
+item ``command_execution``             :class:`ToolUse` ``command_execution``
+                                       (``{"command": ...}``) at start, then
+                                       :class:`ToolResult` (its output; an error when
+                                       the exit code is not 0)
+item ``file_change``                   :class:`ToolUse` ``file_change`` (``changes``) and
+                                       :class:`ToolResult`
+item ``mcp_tool_call``                 :class:`ToolUse` ``mcp:SERVER/TOOL`` and
+                                       :class:`ToolResult`
+item ``web_search``                    :class:`ToolUse` ``web_search`` (``query``) and
+                                       :class:`ToolResult`
+item ``todo_list`` (any update)        :class:`Notice` ``todo_list`` (the list as text)
+item ``error``                         :class:`ErrorMessage`
+``turn.completed``                     :class:`Result` (``usage``; ``text``: the last
+                                       agent message)
+``turn.failed``                        :class:`Result` with ``is_error``
+``error`` ``Reconnecting...``          :class:`Notice` with ``retry`` (not progress)
+``error`` (other)                      :class:`ErrorMessage`
+=====================================  ==============================================
+
+Each workspace has its own ``CODEX_HOME`` on the node (``$HOME/.nodeprov/codex/KEY``): the
+process gets exactly the options' ``env`` and that ``CODEX_HOME`` over the node's base
+environment, and sees no other workspace's sessions or credentials. The session state is
+the thread's rollout file under ``CODEX_HOME/sessions``, archived after every turn and
+before the node goes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import re
+import secrets
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import AgentExitError, AgentOutputError, DeadlineError, NodeprovError
+from ..node import NodeHandle
+from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy, guard_stdin
+from . import (
+    Agent,
+    AgentOptions,
+    AgentSession,
+    AgentText,
+    Capabilities,
+    ErrorMessage,
+    Message,
+    ModelInfo,
+    Notice,
+    Result,
+    SessionArchive,
+    StateKey,
+    Thinking,
+    ToolResult,
+    ToolUse,
+)
+from ._files import archive_file, read_lines, write_jsonl
+from .structured import check_structured
+
+__all__ = ["CodexAgent", "CodexOptions", "CodexSession", "ModelProvider"]
+
+logger = logging.getLogger("nodeprov.agents.codex")
+
+_SANDBOX: dict[str, list[str]] = {
+    "read-only": ["--sandbox", "read-only"],
+    "edit": ["--sandbox", "workspace-write"],
+    "full": ["--dangerously-bypass-approvals-and-sandbox"],
+}
+# Lookups of other hosts (plugins, analytics) are off: a node may have no way out but the model's.
+_QUIET = ["--skip-git-repo-check", "--disable", "plugins", "-c", "analytics.enabled=false"]
+_PROJECT_PREFIX = "codex-"
+_STDERR_TAIL_LINES = 20
+_EXIT_TIMEOUT = 10.0  # for the process to exit once its turn is over
+_MAX_LINE = 16 * 1024 * 1024
+_PREPARE = 'home=$1 err=$2; shift 2; mkdir -p "$home/nodeprov" && chmod 700 "$home" && exec "$@" 2>"$err"'
+"""Run as ``sh -c _PREPARE nodeprov-codex HOME STDERR_FILE CODEX ARGS...``."""
+
+
+class ModelProvider(BaseModel):
+    """An OpenAI-compatible endpoint for Codex (its ``model_providers`` table)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="custom", description="Display name of the provider.")
+    base_url: str = Field(description="Base URL of the API, e.g. http://127.0.0.1:8000/v1.")
+    wire_api: Literal["responses", "chat"] = Field(default="responses", description="Which API it speaks.")
+    env_key: str | None = Field(
+        default=None, description="Name of the variable (in the options' env) that holds its API key."
+    )
+    model_catalog_url: str | None = Field(
+        default=None,
+        description="Where Codex reads the provider's model catalog (Codex's own format); without it, "
+        "a model Codex does not know gets a 'model metadata not found' error item.",
+    )
+
+
+class CodexOptions(AgentOptions):
+    """Options of the ``codex`` agent (the OpenAI Codex CLI)."""
+
+    model_provider: ModelProvider | None = Field(
+        default=None, description="An OpenAI-compatible endpoint to use instead of OpenAI's own."
+    )
+    no_output_timeout: float | None = Field(
+        default=30.0,
+        gt=0,
+        description="As for every agent, but 30 s by default: the Codex CLI retries for ever when its "
+        "endpoint is down.",
+    )
+
+
+class CodexAgent(Agent[CodexOptions]):
+    """The OpenAI Codex CLI (``codex exec --json``); see :mod:`nodeprov.agents.codex`."""
+
+    name: ClassVar[str] = "codex"
+    options_model: ClassVar[type[AgentOptions]] = CodexOptions
+    cli_name: ClassVar[str] = "codex"
+    capabilities: ClassVar[Capabilities] = Capabilities(streaming=True, structured_output=True)
+    models: ClassVar[tuple[ModelInfo, ...]] = (
+        ModelInfo("gpt-5-codex", "GPT-5 Codex", 400_000, vision=True),
+        ModelInfo("gpt-5", "GPT-5", 400_000, vision=True),
+        ModelInfo("o4-mini", "o4-mini", 200_000, vision=True),
+    )
+    model_patterns: ClassVar[tuple[str, ...]] = (r"gpt-.*", r"o[1-4](-.*)?", r"codex-.*")
+
+    @classmethod
+    def local_cli(cls) -> str | None:
+        """``NODEPROV_CODEX_CLI``, else ``codex`` on PATH; an npm install's JavaScript launcher
+        is followed to the native binary it runs (which needs no node.js on a node)."""
+        found = os.environ.get("NODEPROV_CODEX_CLI") or shutil.which("codex")
+        if found is None:
+            return None
+        path = Path(found).resolve()
+        if path.suffix == ".js":  # @openai/codex/bin/codex.js: the binary is in a platform package
+            natives = sorted(path.parent.parent.parent.glob("codex-linux-*/vendor/*/bin/codex"))
+            natives += sorted(
+                path.parent.parent.glob("node_modules/@openai/codex-linux-*/vendor/*/bin/codex")
+            )
+            return str(natives[0]) if natives else None
+        return str(path)
+
+    def session(
+        self,
+        node: NodeHandle,
+        *,
+        workspace: str = "default",
+        resume: str | None = None,
+        archive: SessionArchive | None = None,
+    ) -> CodexSession:
+        return CodexSession(self, node, self.state_key(node, workspace), resume, archive)
+
+    def state_key(self, node: NodeHandle, workspace: str = "default") -> str:
+        """``codex-`` and the workspace's name (letters, digits, ``.``, ``_``, ``-``) and a
+        hash of it: the name of the workspace's ``CODEX_HOME`` on every node."""
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", workspace)[:40]
+        return f"{_PROJECT_PREFIX}{safe}-{hashlib.sha256(workspace.encode()).hexdigest()[:12]}"
+
+    def command(
+        self, node: NodeHandle, prompt: str, *, resume: str | None, schema_file: str | None
+    ) -> list[str]:
+        """The argument vector of one turn: ``codex exec`` (or ``codex exec resume ID``)."""
+        options = self.options
+        argv = [self.cli_on(node), "exec", "--json", *_QUIET, *_SANDBOX[options.permission]]
+        argv += ["--cd", node.node_path(options.cwd or node.workdir)]
+        if options.model:
+            argv += ["--model", options.model]
+        if (provider := options.model_provider) is not None:
+            table = {"name": provider.name, "base_url": provider.base_url, "wire_api": provider.wire_api}
+            if provider.env_key:
+                table["env_key"] = provider.env_key
+            if provider.model_catalog_url:
+                table["model_catalog_url"] = provider.model_catalog_url
+                argv += ["-c", "features.api_key_model_discovery=true"]
+            fields = ", ".join(f"{key} = {json.dumps(value)}" for key, value in table.items())
+            argv += ["-c", "model_provider=nodeprov", "-c", f"model_providers.nodeprov={{ {fields} }}"]
+        if schema_file is not None:
+            argv += ["--output-schema", schema_file]
+        if resume is not None:
+            argv += ["resume", resume]
+        return [*argv, "--", prompt]  # after "--": a prompt is never read as an option or command
+
+    async def import_state(
+        self, node: NodeHandle, session_id: str, project_key: str, archive: SessionArchive
+    ) -> bool:
+        key: StateKey = {"project_key": project_key, "session_id": session_id}
+        subpaths = [s for s in await archive.subpaths(key) if s.startswith("sessions/")]
+        for subpath in subpaths:
+            entries = await archive.load({**key, "subpath": subpath}) or []
+            await write_jsonl(node, f"{_home(node, project_key)}/{subpath}.jsonl", entries)
+        return bool(subpaths)
+
+    async def export_state(
+        self, node: NodeHandle, session_id: str, project_key: str, archive: SessionArchive
+    ) -> None:
+        home = _home(node, project_key)
+        for path in await _rollouts(node, home, session_id):
+            subpath = posixpath.relpath(path, home).removesuffix(".jsonl")
+            await archive_file(
+                node,
+                path,
+                {"project_key": project_key, "session_id": session_id, "subpath": subpath},
+                archive,
+            )
+
+
+class CodexSession(AgentSession):
+    """Codex turns on a node: one ``codex exec`` process per turn."""
+
+    def __init__(
+        self,
+        agent: CodexAgent,
+        node: NodeHandle,
+        project_key: str,
+        resume: str | None,
+        archive: SessionArchive | None,
+    ) -> None:
+        self.session_id = resume
+        self._agent = agent
+        self._node = node
+        self._project_key = project_key
+        self._archive = archive
+        self._process: SpawnedProcess | None = None
+        self._interrupted = False
+        self._failure = ""  # the last reconnect notice of the turn
+        self._stderr_file = ""
+
+    async def turn(self, prompt: str) -> AsyncIterator[Message]:
+        node, options = self._node, self._agent.options
+        home = _home(node, self._project_key)
+        schema_file = None
+        if options.output_schema is not None:
+            schema_file = f"{home}/nodeprov/schema-{secrets.token_hex(8)}.json"
+            await node.write_file(schema_file, json.dumps(options.output_schema).encode())
+        self._stderr_file = f"{home}/nodeprov/stderr-{secrets.token_hex(8)}.log"
+        argv = self._agent.command(node, prompt, resume=self.session_id, schema_file=schema_file)
+        # The workspace's home is made private; stderr goes to a file there, which no full
+        # pipe can stall and which is read back only when the turn fails.
+        prepared = ["-c", _PREPARE, "nodeprov-codex", home, self._stderr_file, *argv]
+        policy = StopPolicy()
+        marker = f"nodeprov-end-input-{secrets.token_hex(16)}"
+        # Guarded: stdin is closed at once, and the CLI stops itself if the control plane goes.
+        spawn = guard_stdin(
+            SpawnOptions("/bin/sh", prepared, env={**options.env, "CODEX_HOME": home}),
+            marker=marker,
+            grace=policy.eof_grace + policy.term_grace,
+            term_grace=policy.term_grace,
+        )
+        self._interrupted = False
+        async with await node.spawn(spawn) as process:
+            self._process = process
+            try:
+                await process.stdin.send(f"{marker}\n".encode())
+                await process.stderr.aclose()
+                result: Result | None = None
+                async for message in self._messages(process, options.no_output_timeout or float("inf")):
+                    if isinstance(message, Result):
+                        result = message
+                        break
+                    yield message
+                if result is None:
+                    result = await self._ending(process)
+                elif options.output_schema is not None:
+                    result = check_structured(result, options.output_schema)
+                await self._archive_state()
+                yield result
+            finally:
+                self._process = None
+
+    async def _messages(self, process: SpawnedProcess, quiet_limit: float) -> AsyncIterator[Message]:
+        """The turn's messages, until its result; bounded while Codex waits on its model."""
+        converter = _Converter()
+        pending = b""
+        stream = process.stdout
+        quiet_since = anyio.current_time()
+        while True:
+            with anyio.move_on_after(max(0.0, quiet_since + quiet_limit - anyio.current_time())) as waiting:
+                try:
+                    chunk = await stream.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    chunk = b""
+            if waiting.cancelled_caught:
+                if converter.running_tools:
+                    quiet_since = anyio.current_time()  # a command of the agent's is running
+                    continue
+                raise DeadlineError(
+                    f"codex said nothing for {quiet_limit:g} s while waiting for its model"
+                    + (f" ({converter.failure})" if converter.failure else "")
+                )
+            if not chunk:
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            if len(pending) > _MAX_LINE:
+                raise AgentOutputError(f"codex output line of more than {_MAX_LINE} bytes")
+            for line in lines:
+                for message in converter.convert(_parse(line)):
+                    if not (isinstance(message, Notice) and message.retry):
+                        quiet_since = anyio.current_time()
+                    if isinstance(message, Notice) and message.session_id:
+                        self.session_id = message.session_id
+                    yield message
+        if pending.strip():
+            for message in converter.convert(_parse(pending)):
+                yield message
+        self._failure = converter.failure
+
+    async def _ending(self, process: SpawnedProcess) -> Result:
+        """A turn that ended without ``turn.completed`` or ``turn.failed``."""
+        with anyio.move_on_after(_EXIT_TIMEOUT):
+            await process.wait()
+        if self._interrupted:
+            return Result(True, "interrupted", session_id=self.session_id)
+        said = self._failure
+        lines = await read_lines(self._node, self._stderr_file) if self._stderr_file else []
+        raise AgentExitError(
+            f"codex ended without finishing its turn (exit status {process.returncode})"
+            + (f": {said}" if said else ""),
+            exit_code=process.returncode,
+            stderr_tail="\n".join(line[:2000] for line in lines[-_STDERR_TAIL_LINES:]),
+        )
+
+    async def _archive_state(self) -> None:
+        if self._archive is not None and self.session_id is not None:
+            with anyio.CancelScope(shield=True):
+                await self._agent.export_state(self._node, self.session_id, self._project_key, self._archive)
+
+    async def interrupt(self) -> None:
+        """Codex takes no interrupt over ``exec``: the turn's process group is stopped, and
+        the turn ends with an ``interrupted`` error result."""
+        process = self._process
+        if process is not None:
+            self._interrupted = True
+            await process.terminate()
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            process, self._process = self._process, None
+            if process is not None:
+                with suppress(NodeprovError):
+                    await process.aclose()
+
+
+def _home(node: NodeHandle, project_key: str) -> str:
+    return f"{node.base_env.get('HOME', '/root')}/.nodeprov/codex/{project_key}"
+
+
+async def _rollouts(node: NodeHandle, home: str, thread_id: str) -> list[str]:
+    """The rollout files of ``thread_id`` under ``home``'s ``sessions``."""
+    find = SpawnOptions("find", [f"{home}/sessions", "-type", "f", "-name", f"rollout-*-{thread_id}.jsonl"])
+    try:
+        with anyio.fail_after(30):
+            async with await node.spawn(find) as finder:
+                await finder.stdin.aclose()
+                said = b"".join([chunk async for chunk in finder.stdout])
+                await finder.wait()
+    except (NodeprovError, TimeoutError) as error:
+        logger.warning("rollout of thread %s not found on node %s: %s", thread_id, node.node_id, error)
+        return []
+    return sorted(line for line in said.decode(errors="replace").splitlines() if line.startswith("/"))
+
+
+_decoder = json.JSONDecoder()
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    """One JSONL event; blank and non-JSON lines (log noise) are None."""
+    text = line.strip()
+    if not text.startswith(b"{"):
+        if text:
+            logger.debug("skipping a non-JSON line of codex output: %.200r", text)
+        return None
+    try:
+        event = json.loads(text)
+    except ValueError as error:
+        raise AgentOutputError(f"codex output is not valid JSON ({error}): {text[:200]!r}") from None
+    if not isinstance(event, dict):
+        raise AgentOutputError(f"codex output is not an event: {text[:200]!r}")
+    return event
+
+
+class _Converter:
+    """Codex JSONL events to messages (the table in the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.started: set[str] = set()  # items whose ToolUse was said
+        self.running_tools: set[str] = set()
+        self.last_text = ""
+        self.thread_id: str | None = None
+        self.failure = ""  # the last reconnect notice: why the model is not answering
+
+    def convert(self, event: dict[str, Any] | None) -> list[Message]:  # noqa: PLR0911 - one per kind
+        if event is None:
+            return []
+        kind = event.get("type")
+        if kind == "thread.started":
+            self.thread_id = str(event.get("thread_id") or "") or None
+            return [Notice("thread.started", session_id=self.thread_id, raw=event)]
+        if kind in ("item.started", "item.updated", "item.completed"):
+            item = event.get("item")
+            if not isinstance(item, dict):
+                raise AgentOutputError(f"codex {kind} event without an item: {str(event)[:200]}")
+            return self._item(kind, item, event)
+        if kind == "turn.completed":
+            usage = event.get("usage")
+            return [Result(False, self.last_text, session_id=self.thread_id, usage=usage, raw=event)]
+        if kind == "turn.failed":
+            error = event.get("error") or {}
+            said = error.get("message") if isinstance(error, dict) else str(error)
+            return [Result(True, str(said or "the turn failed"), session_id=self.thread_id, raw=event)]
+        if kind == "error":
+            said = str(event.get("message") or "")
+            if said.startswith("Reconnecting"):
+                self.failure = said
+                return [Notice("error", said, retry=True, raw=event)]
+            return [ErrorMessage(said, raw=event)]
+        return [Notice(str(kind), raw=event)]
+
+    def _item(self, kind: str, item: dict[str, Any], event: dict[str, Any]) -> list[Message]:  # noqa: PLR0911
+        item_id, item_type = str(item.get("id") or ""), item.get("type")
+        done = kind == "item.completed"
+        if item_type == "agent_message":
+            if not done:
+                return []
+            self.last_text = str(item.get("text") or "")
+            return [AgentText(self.last_text, raw=event)]
+        if item_type == "reasoning":
+            return [Thinking(str(item.get("text") or ""), raw=event)] if done else []
+        if item_type == "todo_list":
+            lines = [
+                f"[{'x' if i.get('completed') else ' '}] {i.get('text')}" for i in item.get("items") or []
+            ]
+            return [Notice("todo_list", "\n".join(lines), raw=event)]
+        if item_type == "error":
+            return [ErrorMessage(str(item.get("message") or ""), raw=event)] if done else []
+        tool = _tool(item)
+        if tool is None:
+            return [Notice(f"item.{item_type}", raw=event)] if done else []
+        messages: list[Message] = []
+        if item_id not in self.started:
+            self.started.add(item_id)
+            messages.append(ToolUse(item_id, tool[0], tool[1], raw=event))
+        if done:
+            self.running_tools.discard(item_id)
+            output, failed = _tool_output(item)
+            messages.append(ToolResult(item_id, output, failed, raw=event))
+        elif item_type == "command_execution":
+            self.running_tools.add(item_id)
+        return messages
+
+
+def _tool(item: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """A tool item's name and input, else None."""
+    item_type = item.get("type")
+    if item_type == "command_execution":
+        return "command_execution", {"command": item.get("command")}
+    if item_type == "file_change":
+        return "file_change", {"changes": item.get("changes") or []}
+    if item_type == "mcp_tool_call":
+        arguments = item.get("arguments")
+        return f"mcp:{item.get('server')}/{item.get('tool')}", arguments if isinstance(
+            arguments, dict
+        ) else {}
+    if item_type == "web_search":
+        return "web_search", {"query": item.get("query")}
+    return None
+
+
+def _tool_output(item: dict[str, Any]) -> tuple[str, bool]:
+    failed = item.get("status") == "failed"
+    item_type = item.get("type")
+    if item_type == "command_execution":
+        code = item.get("exit_code")
+        return str(item.get("aggregated_output") or ""), failed or (code is not None and code != 0)
+    if item_type == "file_change":
+        changes = item.get("changes") or []
+        return "\n".join(f"{c.get('kind')} {c.get('path')}" for c in changes if isinstance(c, dict)), failed
+    if item_type == "mcp_tool_call":
+        error = item.get("error")
+        if error:
+            return str(error.get("message") if isinstance(error, dict) else error), True
+        return json.dumps(item.get("result")), failed
+    return "", failed

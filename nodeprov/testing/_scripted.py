@@ -1,0 +1,168 @@
+"""What the scripted model servers share: a script of turns played to agent requests, every
+request recorded, an HTTP server on 127.0.0.1 in a daemon thread, sync and async context
+management. :class:`~nodeprov.testing.ScriptedModel` (Messages API) and
+:class:`~nodeprov.testing.ScriptedResponses` (Responses API) add their protocol."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Generic, Protocol, Self, TypeVar
+
+import anyio
+import anyio.to_thread
+
+# How often a server looks at its shutdown flag: stop() waits up to this long (the
+# default, 0.5 s, was most of a short `nodeprov run`'s shutdown).
+_POLL_INTERVAL = 0.02
+
+
+class _Recorded(Protocol):
+    @property
+    def is_agent_turn(self) -> bool: ...
+
+
+TurnT = TypeVar("TurnT")
+RecordT = TypeVar("RecordT", bound=_Recorded)
+
+
+@dataclass
+class ScriptState(Generic[TurnT, RecordT]):
+    """The script and the record, shared by the server's request threads under ``lock``."""
+
+    script: list[TurnT]
+    fallback: TurnT
+    requests: list[RecordT] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closing: threading.Event = field(default_factory=threading.Event)
+    ids: Iterator[int] = field(default_factory=itertools.count)
+
+    def take(self, record: RecordT, otherwise: TurnT) -> tuple[TurnT, int]:
+        """Record a request; return its turn (the script's next for an agent request, else
+        ``otherwise``) and a number unique on this server."""
+        with self.lock:
+            self.requests.append(record)
+            if record.is_agent_turn:
+                turn = self.script.pop(0) if self.script else self.fallback
+            else:
+                turn = otherwise
+            return turn, next(self.ids)
+
+
+class ScriptHandler(BaseHTTPRequestHandler):
+    """Base of the servers' request handlers: quiet, HTTP/1.1, JSON and event-stream replies."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass  # tests read the server's requests instead of a log
+
+    def do_HEAD(self) -> None:
+        self._send_json(200, {})
+
+    def _body(self) -> Any:
+        """The request's JSON body (``{}`` when empty); ``ValueError`` if it is not JSON."""
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        return json.loads(raw) if raw else {}
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _start_events(self) -> None:
+        """Begin a server-sent event stream that ends with the connection."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+
+class ScriptedServer(Generic[TurnT, RecordT]):
+    """A scripted API on ``127.0.0.1:<free port>``, answering with ``handler`` (whose
+    ``shared`` is ``state``) in a thread called ``name``. Once the script is used up every
+    further agent request gets the fallback turn."""
+
+    def __init__(self, state: ScriptState[TurnT, RecordT], handler: type[ScriptHandler], name: str) -> None:
+        self._state = state
+        self._handler = handler
+        self._name = name
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:41234``; only while the server runs."""
+        if self._server is None:
+            raise RuntimeError(f"the {self._name} server is not running")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def requests(self) -> list[RecordT]:
+        """Every request received so far, oldest first."""
+        with self._state.lock:
+            return list(self._state.requests)
+
+    @property
+    def agent_requests(self) -> list[RecordT]:
+        """The requests that consumed (or would have consumed) a scripted turn."""
+        return [r for r in self.requests if r.is_agent_turn]
+
+    def extend(self, turns: Sequence[TurnT]) -> None:
+        """Append turns to the script (e.g. before resuming a session)."""
+        with self._state.lock:
+            self._state.script.extend(turns)
+
+    def start(self) -> None:
+        """Bind a free port on 127.0.0.1 and serve in a daemon thread."""
+        if self._server is not None:
+            return
+        self._state.closing.clear()
+        handler = type("Handler", (self._handler,), {"shared": self._state})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": _POLL_INTERVAL},
+            name=self._name,
+            daemon=True,
+        ).start()
+
+    def stop(self) -> None:
+        """Stop serving and release every stalled response; idempotent."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._state.closing.set()
+        server.shutdown()
+        server.server_close()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.stop)

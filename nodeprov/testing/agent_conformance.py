@@ -1,0 +1,201 @@
+"""The conformance suite every agent must pass, against its real CLI and a scripted model.
+
+An :class:`AgentHarness` says how to drive one agent: its options pointing at a running
+scripted model, and how to script that model's turns (text, a shell command, a stall).
+Each ``check_*`` coroutine is one requirement, run on a node::
+
+    @pytest.mark.parametrize("check", AGENT_CHECKS)
+    async def test_conformance(check, harness, node, tmp_path):
+        await check(harness, node, tmp_path)
+"""
+
+from __future__ import annotations
+
+import posixpath
+import socket
+import textwrap
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from ..agents import AgentSession, AgentText, Message, Result, ToolResult, ToolUse
+from ..errors import AgentError, DeadlineError
+from ..node import NodeHandle
+from ..registry import get_agent
+from .conformance import host_processes_matching, unique_marker, wait_until
+
+__all__ = ["AGENT_CHECKS", "AgentHarness", "run_turn"]
+
+TURN_TIMEOUT = 120.0
+
+
+@dataclass
+class AgentHarness:
+    """One agent against its scripted model.
+
+    ``options``: the agent's options, talking to the model, allowed to run commands.
+    ``script(turns)``: append turns to the model's script. ``text(t)``, ``shell(cmd)`` and
+    ``stall()`` make turns; ``requests()`` gives the text of each agent request the model
+    received, oldest first; ``down(port)`` gives options whose endpoint is that closed port.
+    """
+
+    agent: str
+    options: dict[str, Any]
+    script: Callable[[Sequence[Any]], None]
+    text: Callable[[str], Any]
+    shell: Callable[[str], Any]
+    stall: Callable[[], Any]
+    requests: Callable[[], list[str]]
+    down: Callable[[int], dict[str, Any]]
+
+
+async def run_turn(session: AgentSession, prompt: str) -> list[Message]:
+    """Every message of one turn, bounded in time."""
+    with anyio.fail_after(TURN_TIMEOUT):
+        return [message async for message in session.turn(prompt)]
+
+
+def _result(messages: list[Message]) -> Result:
+    assert messages, "the turn said nothing"
+    result = messages[-1]
+    assert isinstance(result, Result), messages
+    return result
+
+
+async def check_text_turn(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
+    """A turn of text: the agent's words, then a successful result; its session id is known."""
+    harness.script([harness.text("hello from the scripted model")])
+    async with get_agent(harness.agent, harness.options).session(node) as session:
+        messages = await run_turn(session, "say hello")
+    result = _result(messages)
+    assert not result.is_error, result
+    assert "hello from the scripted model" in [m.text for m in messages if isinstance(m, AgentText)]
+    assert session.session_id
+    assert all(m.raw is not None for m in messages)  # the agent's own message is kept
+
+
+async def check_tool_turn(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
+    """A command the model asks for really runs on the node: it writes a file there."""
+    name = f"made-{unique_marker().replace('.', '')}.txt"
+    harness.script([harness.shell(f"echo made on the node > {name}"), harness.text("done")])
+    async with get_agent(harness.agent, harness.options).session(node) as session:
+        messages = await run_turn(session, "make the file")
+    assert not _result(messages).is_error
+    assert any(isinstance(m, ToolUse) for m in messages), messages
+    assert any(isinstance(m, ToolResult) and not m.is_error for m in messages), messages
+    async with node.read_file(posixpath.join(node.workdir, name)) as chunks:
+        assert b"".join([chunk async for chunk in chunks]) == b"made on the node\n"
+
+
+async def check_resume(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
+    """A session resumed by its id carries the earlier conversation to the model."""
+    harness.script([harness.text("noted"), harness.text("quince")])
+    agent = get_agent(harness.agent, harness.options)
+    async with agent.session(node) as first:
+        assert not _result(await run_turn(first, "remember: the word is quince")).is_error
+    assert first.session_id
+    async with agent.session(node, resume=first.session_id) as again:
+        messages = await run_turn(again, "what was the word?")
+    assert not _result(messages).is_error
+    assert again.session_id == first.session_id
+    last = harness.requests()[-1]
+    assert "remember: the word is quince" in last, last
+    assert "what was the word?" in last
+
+
+def _long_command(harness: AgentHarness, node: NodeHandle) -> tuple[str, AgentSession]:
+    """A session whose model asks for a ``sleep`` findable by its marker."""
+    marker = unique_marker()
+    harness.script([harness.shell(f"sh -c 'sleep {marker}'"), harness.text("unreachable")])
+    return marker, get_agent(harness.agent, harness.options).session(node)
+
+
+async def check_interrupt_leaves_no_process(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
+    """An interrupt mid-turn ends the turn with a result; closing leaves no process."""
+    marker, session = _long_command(harness, node)
+    messages: list[Message] = []
+
+    async def turn() -> None:
+        messages.extend(await run_turn(session, "run the long command"))
+
+    async with session, anyio.create_task_group() as tg:
+        tg.start_soon(turn)
+        assert await wait_until(_running(marker), 60), "the command never started"
+        await session.interrupt()
+    assert isinstance(messages[-1], Result), messages
+    assert await wait_until(_gone(marker), 30), "a process of the turn outlived it"
+
+
+async def check_abort_leaves_no_process(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
+    """Aborting mid-turn (closing the session, as a cancelled run does) leaves no process."""
+    marker, session = _long_command(harness, node)
+    async with anyio.create_task_group() as tg:
+
+        async def turn() -> None:
+            async with session:
+                await run_turn(session, "run the long command")
+
+        tg.start_soon(turn)
+        assert await wait_until(_running(marker), 60), "the command never started"
+        tg.cancel_scope.cancel()
+    assert await wait_until(_gone(marker), 30), "a process of the turn outlived the abort"
+
+
+async def check_endpoint_down(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
+    """A model endpoint that is down ends the turn with a clear error within the no-output
+    limit (the CLIs retry for a long time, or for ever, on their own)."""
+    with socket.socket() as probe:  # a port nothing listens on: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = {**harness.down(port), "no_output_timeout": 5}
+    started = anyio.current_time()
+    async with get_agent(harness.agent, options).session(node) as session:
+        with pytest.raises(DeadlineError, match="said nothing for 5 s"):
+            await run_turn(session, "anyone there?")
+    assert anyio.current_time() - started < 5 + 30
+
+
+async def check_malformed_output(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
+    """An agent CLI whose output is not its protocol ends the turn with a clear error."""
+    cli = tmp_path / f"garbled-{harness.agent}"
+    cli.write_text(
+        textwrap.dedent("""\
+            #!/bin/sh
+            echo '{"type": "thread.started", "thread_id": '
+            sleep 1
+        """)
+    )
+    cli.chmod(0o755)
+    options = {**harness.options, "cli_path": str(cli), "ship_cli": False}
+    async with get_agent(harness.agent, options).session(node) as session:
+        with pytest.raises(AgentError, match="JSON"):
+            await run_turn(session, "hello?")
+
+
+def _running(marker: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return bool(host_processes_matching(marker))
+
+    return check
+
+
+def _gone(marker: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return not host_processes_matching(marker)
+
+    return check
+
+
+AGENT_CHECKS = (
+    check_text_turn,
+    check_tool_turn,
+    check_resume,
+    check_interrupt_leaves_no_process,
+    check_abort_leaves_no_process,
+    check_endpoint_down,
+    check_malformed_output,
+)
