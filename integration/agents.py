@@ -11,7 +11,7 @@ from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, Message, Resu
 
 from nodeprov import NodeHandle
 from nodeprov.agents.claude import NodeTransport, bundled_cli_path
-from nodeprov.testing import ScriptedModel
+from nodeprov.testing import ScriptedModel, ScriptedResponses
 from nodeprov.testing.conformance import host_processes_matching, wait_until
 from nodeprov.testing.pytest_plugin import require_engine
 
@@ -43,6 +43,20 @@ def run_options(model: ScriptedModel, **fields: Any) -> dict[str, Any]:
     """Orchestrator options for a claude agent that talks to ``model``, may run tools without
     asking, and whose CLI is this machine's (the SDK's bundled one), shipped to the node."""
     return {"env": model.agent_env(), "permission": "full", "ship_cli": True, **fields}
+
+
+def codex_run_options(responses: ScriptedResponses, **fields: Any) -> dict[str, Any]:
+    """Orchestrator options for a codex agent that talks to ``responses`` (its model known
+    from the server's catalog), may run commands without asking, and whose CLI is this
+    machine's, shipped to the node."""
+    return {
+        "env": responses.agent_env(),
+        "model_provider": responses.codex_config(),
+        "model": responses.model,
+        "permission": "full",
+        "ship_cli": True,
+        **fields,
+    }
 
 
 def agent_options(model: ScriptedModel, **fields: Any) -> ClaudeAgentOptions:

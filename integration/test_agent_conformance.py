@@ -3,6 +3,7 @@ real Claude Code CLI and the real Codex CLI, each against its scripted model."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from nodeprov.testing import (
 )
 from nodeprov.testing.agent_conformance import AGENT_CHECKS, AgentHarness
 
-from .agents import require_claude_cli, require_codex_cli, run_options
+from .agents import codex_run_options, require_claude_cli, require_codex_cli, run_options
 
 pytestmark = pytest.mark.anyio
 
@@ -35,6 +36,7 @@ def claude_harness(model: ScriptedModel) -> AgentHarness:
         text=Text,
         shell=lambda command: ToolUse("Bash", {"command": command}),
         stall=Stall,
+        structured=lambda value: ToolUse("StructuredOutput", value),
         requests=lambda: [request.text() for request in model.agent_requests],
         down=lambda port: run_options(
             model, env={**model.agent_env(), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}"}
@@ -42,29 +44,19 @@ def claude_harness(model: ScriptedModel) -> AgentHarness:
     )
 
 
-def codex_options(responses: ScriptedResponses, **changes: Any) -> dict[str, Any]:
-    return {
-        "env": responses.agent_env(),
-        "model_provider": responses.codex_config(),
-        "model": responses.model,
-        "permission": "full",
-        "ship_cli": True,
-        **changes,
-    }
-
-
 def codex_harness(responses: ScriptedResponses) -> AgentHarness:
     def down(port: int) -> dict[str, Any]:
         provider = {**responses.codex_config(), "base_url": f"http://127.0.0.1:{port}/v1"}
-        return codex_options(responses, model_provider=provider)
+        return codex_run_options(responses, model_provider=provider)
 
     return AgentHarness(
         agent="codex",
-        options=codex_options(responses),
+        options=codex_run_options(responses),
         script=responses.extend,
         text=ResponsesText,
         shell=lambda command: ExecCommand(["sh", "-c", command]),
         stall=ResponsesStall,
+        structured=lambda value: ResponsesText(json.dumps(value)),
         requests=lambda: [request.text() for request in responses.agent_requests],
         down=down,
     )

@@ -118,7 +118,9 @@ async def test_a_killed_control_plane_in_another_pid_namespace_is_reaped_by_a_su
                 reconcile_times.append(time.monotonic() - killed)
                 assert host_processes_matching(marker) == []  # no orphan
                 for run_id in kept:  # no false deletion
-                    assert (await store.run(run_id)).state == RunState.RUNNING  # type: ignore[union-attr]
+                    record = await store.run(run_id)
+                    assert record is not None
+                    assert record.state == RunState.RUNNING, record.error
                 assert len(list(survivor_root.iterdir())) == len(kept)
                 sleeps = [p for p in host_processes_matching(survivor_marker) if ": sleep " in p]
                 assert len(sleeps) == len(kept)  # the survivor's agents' tools still run

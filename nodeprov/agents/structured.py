@@ -36,7 +36,9 @@ def check_structured(result: Result, schema: Mapping[str, Any], value: Any = _MI
             value = parse_structured(result.text)
         except ValueError as error:
             return dataclasses.replace(
-                result, is_error=True, text=f"the agent's result is not JSON ({error}): {result.text[:200]!r}"
+                result,
+                is_error=True,
+                text=f"the agent's result is not JSON for the output schema ({error}): {result.text[:200]!r}",
             )
     try:
         jsonschema.validate(value, schema)

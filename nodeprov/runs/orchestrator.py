@@ -20,7 +20,7 @@ from anyio.abc import TaskGroup
 from ..agents import Agent, AgentOptions, AgentSession, Message, Notice, Result, StateKey, ToolResult, ToolUse
 from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeConfig, NodeHandle, NodeProvider, owner_alive
-from ..registry import get_agent, get_provider, route_model
+from ..registry import get_agent, get_provider, provider_class, route_model
 from ..store import EventRecord, RunRecord, SnapshotRecord, Store, dumps, new_id, now
 from .events import (
     AgentMessage,
@@ -388,9 +388,9 @@ class Orchestrator:
             StoreError: the store failed.
         """
         settings = dict(provider_settings or {})
-        checked = self._provider(provider, settings).settings  # fail now, not in the background
+        checked = (await self._provider(provider, settings)).settings  # fail now, not in the background
         model = options.model if isinstance(options, AgentOptions) else (options or {}).get("model")
-        chosen = get_agent(route_model(model, agent), options)
+        chosen = await _agent_of(lambda: get_agent(route_model(model, agent), options))
         session = await self.store.active_session(workspace, chosen.name)
         run_id = new_id("run")
         plan = _Plan(
@@ -476,7 +476,7 @@ class Orchestrator:
                     f"stored; give them again: {', '.join(missing)}"
                 )
             if current is not None:
-                _resumed_agent(current, options)
+                await _agent_of(lambda: _resumed_agent(current, options))
                 await self._check_session(current)
         snapshot = await self.store.claim_snapshot(token)
         self._launching.add(snapshot.run_id)
@@ -510,7 +510,7 @@ class Orchestrator:
         record = await self.store.run(snapshot.run_id)
         if record is None:
             raise RunStateError(f"run {snapshot.run_id} is gone")
-        agent = _resumed_agent(record, options)
+        agent = await _agent_of(lambda: _resumed_agent(record, options))
         if not await self.store.update_run(
             record.id,
             expect_states=_RESUMABLE,
@@ -590,10 +590,11 @@ class Orchestrator:
         self._tg.start_soon(self._drive, run, plan)
         return run
 
-    def _provider(self, name: str, settings: dict[str, Any]) -> NodeProvider[Any]:
+    async def _provider(self, name: str, settings: dict[str, Any]) -> NodeProvider[Any]:
         """The provider ``name`` with ``settings``, made once per orchestrator."""
         key = f"{name}\0{dumps(settings)}"
         if key not in self._providers:
+            await anyio.to_thread.run_sync(provider_class, name)  # see _agent_of
             self._providers[key] = get_provider(name, **settings)
         return self._providers[key]
 
@@ -663,7 +664,7 @@ class Orchestrator:
             if plan.deadline is not None:
                 scope.deadline = anyio.current_time() + plan.deadline
             try:
-                provider = self._provider(plan.provider, plan.provider_settings)
+                provider = await self._provider(plan.provider, plan.provider_settings)
                 reused, restored = await self._node_for(run, plan, provider)
                 assert run._node is not None
                 run._emit(NodeReady, node_id=run._node.node_id, reused=reused, transcript_restored=restored)
@@ -742,7 +743,7 @@ class Orchestrator:
         run._node = node
         await self._record_node(run, node)
         if snapshot is not None and snapshot.agent_session_id and snapshot.project_key:
-            archive = _Archive(self)
+            archive = await _Archive.of(self)
             return False, await plan.agent.import_state(
                 node, snapshot.agent_session_id, snapshot.project_key, archive
             )
@@ -760,14 +761,14 @@ class Orchestrator:
         record = await self.store.run(run.id)
         if node is None or session is None or agent is None or record is None or not record.project_key:
             return
-        await agent.export_state(node, session, record.project_key, _Archive(self))
+        await agent.export_state(node, session, record.project_key, await _Archive.of(self))
 
     async def _agent(self, run: Run, plan: _Plan, node: NodeHandle) -> Result | None:
         agent = plan.agent
         await self.store.update_run(run.id, project_key=agent.state_key(node, plan.workspace))
         result: Result | None = None
         resume = plan.resume.agent_session_id if plan.resume is not None else None
-        archive = _Archive(self)
+        archive = await _Archive.of(self)
         async with agent.session(node, workspace=plan.workspace, resume=resume, archive=archive) as session:
             run._session = session
             try:
@@ -1085,7 +1086,7 @@ class Orchestrator:
         if not node_ids:
             return
         try:
-            provider = self._provider(record.node_provider, json.loads(record.node_settings))
+            provider = await self._provider(record.node_provider, json.loads(record.node_settings))
         except NodeprovError as error:
             report.failed.extend((node_id, str(error)) for node_id in node_ids)
             return
@@ -1139,6 +1140,12 @@ class _Archive:
     def __init__(self, orchestrator: Orchestrator) -> None:
         self._orchestrator = orchestrator
         self._transcripts = orchestrator.store.transcripts
+
+    @classmethod
+    async def of(cls, orchestrator: Orchestrator) -> _Archive:
+        # The store's transcripts import the Claude SDK on first use: off the loop (see _agent_of).
+        await anyio.to_thread.run_sync(lambda: orchestrator.store.transcripts)
+        return cls(orchestrator)
 
     def add(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
         if entries:
@@ -1275,6 +1282,13 @@ def _snapshot_of(
         used_at=None,
         agent=record.agent,
     )
+
+
+async def _agent_of(make: Callable[[], Agent[Any]]) -> Agent[Any]:
+    """``make()`` in a worker thread: the first use of an agent (or provider) imports its
+    module, which for Claude's SDK takes most of a second, a stall of the event loop that
+    would starve the lease's heartbeat and every run's relay."""
+    return await anyio.to_thread.run_sync(make)
 
 
 def _resumed_agent(record: RunRecord, options: AgentOptions | Mapping[str, Any] | None) -> Agent[Any]:

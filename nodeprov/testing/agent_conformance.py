@@ -39,8 +39,10 @@ class AgentHarness:
 
     ``options``: the agent's options, talking to the model, allowed to run commands.
     ``script(turns)``: append turns to the model's script. ``text(t)``, ``shell(cmd)`` and
-    ``stall()`` make turns; ``requests()`` gives the text of each agent request the model
-    received, oldest first; ``down(port)`` gives options whose endpoint is that closed port.
+    ``stall()`` make turns, and ``structured(value)`` a turn whose answer is that JSON value
+    (as the agent gives an answer under an output schema); ``requests()`` gives the text of
+    each agent request the model received, oldest first; ``down(port)`` gives options whose
+    endpoint is that closed port.
     """
 
     agent: str
@@ -49,6 +51,7 @@ class AgentHarness:
     text: Callable[[str], Any]
     shell: Callable[[str], Any]
     stall: Callable[[], Any]
+    structured: Callable[[Any], Any]
     requests: Callable[[], list[str]]
     down: Callable[[int], dict[str, Any]]
 
@@ -176,6 +179,31 @@ async def check_malformed_output(harness: AgentHarness, node: NodeHandle, tmp_pa
             await run_turn(session, "hello?")
 
 
+_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+
+
+async def check_structured_output(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
+    """Under an output schema a matching answer is the result's ``structured`` value, and one
+    that does not match ends the turn with an error result that says so (the Claude CLI
+    refuses it and the model, asked again, answers in plain text here)."""
+    agent = get_agent(harness.agent, {**harness.options, "output_schema": _SCHEMA})
+    harness.script([harness.structured({"answer": "42"})])
+    async with agent.session(node) as session:
+        result = _result(await run_turn(session, "answer in JSON"))
+    assert not result.is_error, result
+    assert result.structured == {"answer": "42"}
+    harness.script([harness.structured({"answer": 42})])
+    async with agent.session(node) as session:
+        result = _result(await run_turn(session, "answer in JSON"))
+    assert result.is_error, result
+    assert "output schema" in result.text, result
+
+
 def _running(marker: str) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return bool(host_processes_matching(marker))
@@ -198,4 +226,5 @@ AGENT_CHECKS = (
     check_abort_leaves_no_process,
     check_endpoint_down,
     check_malformed_output,
+    check_structured_output,
 )

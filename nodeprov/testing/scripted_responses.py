@@ -103,7 +103,8 @@ _SHELL_TOOLS = ("exec_command", "shell_command", "shell")
 
 @dataclass(frozen=True)
 class ResponsesRequest:
-    """One request the server received: method, path, headers and decoded JSON body."""
+    """One request the server received: method, path, headers (names lower-cased) and decoded
+    JSON body."""
 
     method: str
     path: str
