@@ -7,6 +7,8 @@ nodeprov's speed ratio against it (see bench/common.py).
   against the SDK's own subprocess transport.
 - docker: cold provision + first byte, 20 concurrent provisions, exec pipe throughput, and
   write_file/read_file throughput, each against docker-py's low-level client in-process.
+- codex: a turn of Codex JSONL events through the Codex agent (spawn, guard, conversion to
+  the one message model) against a plain child process and ``json.loads``.
 - cli: ``nodeprov run`` against the raw Claude Code CLI on the same scripted model;
   ``nodeprov --help`` against the interpreter's own start-up.
 
@@ -19,10 +21,15 @@ import argparse
 
 import anyio
 
-from . import cli_bench, docker_bench, foundation
+from . import cli_bench, codex_bench, docker_bench, foundation
 from .common import print_rows
 
-SUITES = {"foundation": foundation.run, "docker": docker_bench.run, "cli": cli_bench.run}
+SUITES = {
+    "foundation": foundation.run,
+    "docker": docker_bench.run,
+    "codex": codex_bench.run,
+    "cli": cli_bench.run,
+}
 
 
 async def main(args: argparse.Namespace) -> None:

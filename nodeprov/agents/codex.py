@@ -272,11 +272,14 @@ class CodexSession(AgentSession):
                 await process.stdin.send(f"{marker}\n".encode())
                 await process.stderr.aclose()
                 result: Result | None = None
-                async for message in self._messages(process, options.no_output_timeout or float("inf")):
-                    if isinstance(message, Result):
-                        result = message
+                async for batch in self._messages(process, options.no_output_timeout or float("inf")):
+                    for message in batch:
+                        if isinstance(message, Result):
+                            result = message
+                            break
+                        yield message
+                    if result is not None:
                         break
-                    yield message
                 if result is None:
                     result = await self._ending(process)
                 elif options.output_schema is not None:
@@ -286,8 +289,10 @@ class CodexSession(AgentSession):
             finally:
                 self._process = None
 
-    async def _messages(self, process: SpawnedProcess, quiet_limit: float) -> AsyncIterator[Message]:
-        """The turn's messages, until its result; bounded while Codex waits on its model."""
+    async def _messages(self, process: SpawnedProcess, quiet_limit: float) -> AsyncIterator[list[Message]]:
+        """The turn's messages, those of each read together (a generator step per message
+        would cost more than the conversion), until its result; bounded while Codex waits
+        on its model."""
         converter = _Converter()
         pending = b""
         stream = process.stdout
@@ -311,16 +316,16 @@ class CodexSession(AgentSession):
             *lines, pending = (pending + chunk).split(b"\n")
             if len(pending) > _MAX_LINE:
                 raise AgentOutputError(f"codex output line of more than {_MAX_LINE} bytes")
-            for line in lines:
-                for message in converter.convert(_parse(line)):
-                    if not (isinstance(message, Notice) and message.retry):
-                        quiet_since = anyio.current_time()
-                    if isinstance(message, Notice) and message.session_id:
-                        self.session_id = message.session_id
-                    yield message
+            batch = [message for line in lines for message in converter.convert(_parse(line))]
+            if any(not (isinstance(m, Notice) and m.retry) for m in batch):
+                quiet_since = anyio.current_time()
+            if converter.thread_id:
+                self.session_id = converter.thread_id
+            if batch:
+                yield batch
         if pending.strip():
-            for message in converter.convert(_parse(pending)):
-                yield message
+            yield converter.convert(_parse(pending))
+        self.session_id = converter.thread_id or self.session_id
         self._failure = converter.failure
 
     async def _ending(self, process: SpawnedProcess) -> Result:
@@ -389,8 +394,8 @@ def _parse(line: bytes) -> dict[str, Any] | None:
             logger.debug("skipping a non-JSON line of codex output: %.200r", text)
         return None
     try:
-        event = json.loads(text)
-    except ValueError as error:
+        event = _decoder.decode(text.decode())
+    except ValueError as error:  # UnicodeDecodeError included
         raise AgentOutputError(f"codex output is not valid JSON ({error}): {text[:200]!r}") from None
     if not isinstance(event, dict):
         raise AgentOutputError(f"codex output is not an event: {text[:200]!r}")
