@@ -1,5 +1,6 @@
-"""The agent conformance suite (nodeprov.testing.agent_conformance) on a local node, for the
-real Claude Code CLI and the real Codex CLI, each against its scripted model."""
+"""The agent conformance suite (nodeprov.testing.agent_conformance) on a local node and on a
+Docker node, for the real Claude Code CLI and the real Codex CLI, each against its scripted
+model."""
 
 from __future__ import annotations
 
@@ -74,11 +75,19 @@ def harness(request: pytest.FixtureRequest) -> Iterator[AgentHarness]:
             yield codex_harness(responses)
 
 
-@pytest.fixture
-async def node(tmp_path: Path, harness: AgentHarness) -> AsyncIterator[NodeHandle]:
+@pytest.fixture(params=["local", "docker"])
+async def node(
+    request: pytest.FixtureRequest, tmp_path: Path, harness: AgentHarness
+) -> AsyncIterator[NodeHandle]:
+    """A node with this machine's CLI of the agent. On Docker nothing reaps a process the
+    agent leaves behind (the local provider's supervisor would)."""
     cli = agent_class(harness.agent).local_cli()
     assert cli is not None
-    provider = get_provider("local", root=tmp_path / "nodes")
+    if request.param == "local":
+        provider = get_provider("local", root=tmp_path / "nodes")
+    else:
+        image = request.getfixturevalue("base_image")
+        provider = get_provider("docker", image=image, network_mode="host", pull="never")
     async with await provider.provision(NodeConfig(tools={harness.agent: cli})) as made:
         yield made
 

@@ -121,7 +121,7 @@ class Capabilities:
 
 class StateKey(TypedDict):
     """Where a piece of an agent's session state is archived: the agent's ``project_key``
-    (Claude: its project directory; Codex: ``codex``), its session id, and a ``subpath``
+    (Claude: its project directory; Codex: its workspace's home), its session id, and a ``subpath``
     for each further file of the session. The Claude Agent SDK's ``SessionKey`` shape."""
 
     project_key: str

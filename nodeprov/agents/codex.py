@@ -93,8 +93,26 @@ _PROJECT_PREFIX = "codex-"
 _STDERR_TAIL_LINES = 20
 _EXIT_TIMEOUT = 10.0  # for the process to exit once its turn is over
 _MAX_LINE = 16 * 1024 * 1024
-_PREPARE = 'home=$1 err=$2; shift 2; mkdir -p "$home/nodeprov" && chmod 700 "$home" && exec "$@" 2>"$err"'
-"""Run as ``sh -c _PREPARE nodeprov-codex HOME STDERR_FILE CODEX ARGS...``."""
+_WRAPPER = """\
+home=$1 err=$2; shift 2
+mkdir -p "$home/nodeprov" && chmod 700 "$home" || exit 1
+(trap '' TERM; exec "$@" 2>"$err") &
+child=$!
+trap 'kill -INT "$child" 2>/dev/null' TERM INT HUP
+while :; do
+  wait "$child"; status=$?
+  kill -0 "$child" 2>/dev/null || break
+done
+[ "$status" != 0 ] || rm -f "$err"
+exit "$status"
+"""
+"""Run as ``sh -c _WRAPPER nodeprov-codex HOME STDERR_FILE CODEX ARGS...``: makes the
+workspace's home private and runs Codex with its stderr in a file (kept only when Codex
+fails). Codex starts each
+command in a session of its own, out of reach of a signal to the turn's process group,
+and on SIGTERM dies leaving them running; on SIGINT it stops them and exits. So Codex
+ignores SIGTERM, and the wrapper (the group's leader) turns a stop signal into that
+SIGINT. Codex's stdin is /dev/null (that of a background job), as it should be."""
 
 
 class ModelProvider(BaseModel):
@@ -249,13 +267,14 @@ class CodexSession(AgentSession):
         home = _home(node, self._project_key)
         schema_file = None
         if options.output_schema is not None:
-            schema_file = f"{home}/nodeprov/schema-{secrets.token_hex(8)}.json"
-            await node.write_file(schema_file, json.dumps(options.output_schema).encode())
+            schema = json.dumps(options.output_schema, sort_keys=True).encode()
+            schema_file = f"{home}/nodeprov/schema-{hashlib.sha256(schema).hexdigest()[:16]}.json"
+            await node.write_file(schema_file, schema)
         self._stderr_file = f"{home}/nodeprov/stderr-{secrets.token_hex(8)}.log"
         argv = self._agent.command(node, prompt, resume=self.session_id, schema_file=schema_file)
         # The workspace's home is made private; stderr goes to a file there, which no full
         # pipe can stall and which is read back only when the turn fails.
-        prepared = ["-c", _PREPARE, "nodeprov-codex", home, self._stderr_file, *argv]
+        prepared = ["-c", _WRAPPER, "nodeprov-codex", home, self._stderr_file, *argv]
         policy = StopPolicy()
         marker = f"nodeprov-end-input-{secrets.token_hex(16)}"
         # Guarded: stdin is closed at once, and the CLI stops itself if the control plane goes.
@@ -349,7 +368,8 @@ class CodexSession(AgentSession):
                 await self._agent.export_state(self._node, self.session_id, self._project_key, self._archive)
 
     async def interrupt(self) -> None:
-        """Codex takes no interrupt over ``exec``: the turn's process group is stopped, and
+        """Codex takes no interrupt over ``exec``: the turn's process group is sent SIGTERM,
+        which the wrapper turns into the SIGINT on which Codex stops its commands and exits;
         the turn ends with an ``interrupted`` error result."""
         process = self._process
         if process is not None:

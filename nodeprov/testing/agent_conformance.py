@@ -164,16 +164,14 @@ async def check_endpoint_down(harness: AgentHarness, node: NodeHandle, tmp_path:
 
 async def check_malformed_output(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
     """An agent CLI whose output is not its protocol ends the turn with a clear error."""
-    cli = tmp_path / f"garbled-{harness.agent}"
-    cli.write_text(
-        textwrap.dedent("""\
-            #!/bin/sh
-            echo '{"type": "thread.started", "thread_id": '
-            sleep 1
-        """)
-    )
-    cli.chmod(0o755)
-    options = {**harness.options, "cli_path": str(cli), "ship_cli": False}
+    cli = posixpath.join(node.workdir, f"garbled-{harness.agent}")
+    script = textwrap.dedent("""\
+        #!/bin/sh
+        echo '{"type": "thread.started", "thread_id": '
+        sleep 1
+    """)
+    await node.write_file(cli, script.encode(), mode=0o755)
+    options = {**harness.options, "cli_path": cli, "ship_cli": False}
     async with get_agent(harness.agent, options).session(node) as session:
         with pytest.raises(AgentError, match="JSON"):
             await run_turn(session, "hello?")
