@@ -75,6 +75,19 @@ def test_a_codex_model_runs_codex(gpt5: ScriptedResponses, tmp_path: Path) -> No
     assert [(r["agent"], r["outcome"]) for r in listed] == [("codex", "ok")]
 
 
+def test_the_scripted_demo_runs_codex(tmp_path: Path) -> None:
+    """``--agent codex`` with the built-in scripted model: Codex runs the demo's command on
+    the node, offline, and says what it did."""
+    require_codex_cli()
+    done = nodeprov(
+        tmp_path, "run", "--agent", "codex", "-s", f"root={tmp_path / 'nodes'}", "hello; $(rm -rf ~)"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "→ command_execution" in done.stdout
+    assert "saved your prompt to prompt.txt: hello; $(rm -rf ~)" in done.stdout
+    assert "result: ok" in done.stdout
+
+
 def test_output_schema_prints_the_value(gpt5: ScriptedResponses, tmp_path: Path) -> None:
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps({"type": "object", "required": ["answer"]}))
