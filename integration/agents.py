@@ -11,12 +11,31 @@ from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, Message, Resu
 
 from nodeprov import NodeHandle
 from nodeprov.agents.claude import NodeTransport, bundled_cli_path
+from nodeprov.runs import Run
 from nodeprov.testing import ScriptedModel, ScriptedResponses
 from nodeprov.testing.conformance import host_processes_matching, wait_until
 from nodeprov.testing.pytest_plugin import require_engine
 
 TURN_TIMEOUT = 180
 _REPO = Path(__file__).resolve().parent.parent
+
+
+def local(tmp_path: Path) -> dict[str, Any]:
+    """``Orchestrator.start`` arguments for a local node under ``tmp_path``."""
+    return {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+
+
+def on_docker(image: str) -> dict[str, Any]:
+    """``Orchestrator.start`` arguments for a Docker node of ``image`` on the host's network
+    (where the scripted models listen)."""
+    settings = {"image": image, "network_mode": "host", "pull": "never"}
+    return {"provider": "docker", "provider_settings": settings}
+
+
+async def collect(run: Run) -> list[Any]:
+    """Every event of ``run``'s drive, bounded in time."""
+    with anyio.fail_after(TURN_TIMEOUT):
+        return [event async for event in run.events()]
 
 
 def require_claude_cli() -> None:

@@ -53,6 +53,13 @@ def base_image(docker_client: docker.DockerClient) -> str:
 
 
 @pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    """A store in an SQLite file of this test's own."""
+    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as opened:
+        yield opened
+
+
+@pytest.fixture
 async def postgres_url() -> AsyncIterator[str]:
     """A store URL on the test PostgreSQL server, in a schema of this test's own."""
     try:

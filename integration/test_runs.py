@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run, RunFinished, RunPaused, RunStarted
+from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, RunFinished, RunPaused, RunStarted
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker
 
-from .agents import TURN_TIMEOUT, require_claude_cli, run_options, until_tool_runs
+from .agents import TURN_TIMEOUT, collect, local, require_claude_cli, run_options, until_tool_runs
 
 pytestmark = pytest.mark.anyio
 
@@ -23,21 +22,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(autouse=True)
 def _claude_cli() -> None:
     require_claude_cli()
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
-        yield store
-
-
-def local(tmp_path: Path) -> dict[str, Any]:
-    return {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
-
-
-async def collect(run: Run) -> list[Any]:
-    with anyio.fail_after(TURN_TIMEOUT):
-        return [event async for event in run.events()]
 
 
 async def test_a_run_relays_every_message_and_destroys_its_node(

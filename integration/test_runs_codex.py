@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import docker
 import pytest
 
@@ -29,7 +27,15 @@ from nodeprov.testing import (
 from nodeprov.testing.agent_conformance import run_turn
 from nodeprov.testing.conformance import host_processes_matching, unique_marker
 
-from .agents import TURN_TIMEOUT, codex_run_options, require_claude_cli, require_codex_cli, run_options
+from .agents import (
+    codex_run_options,
+    collect,
+    local,
+    on_docker,
+    require_claude_cli,
+    require_codex_cli,
+    run_options,
+)
 from .agents import until_tool_runs as until_command_runs
 from .containers import node_containers
 
@@ -39,28 +45,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(autouse=True)
 def _codex_cli() -> None:
     require_codex_cli()
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
-        yield store
-
-
-def local(tmp_path: Path) -> dict[str, Any]:
-    return {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
-
-
-def on_docker(image: str) -> dict[str, Any]:
-    return {
-        "provider": "docker",
-        "provider_settings": {"image": image, "network_mode": "host", "pull": "never"},
-    }
-
-
-async def collect(run: Run) -> list[Any]:
-    with anyio.fail_after(TURN_TIMEOUT):
-        return [event async for event in run.events()]
 
 
 def messages_of(events: list[Any]) -> list[Any]:

@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import anyio
 import docker
@@ -20,22 +17,15 @@ from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 
-from .agents import require_claude_cli, run_options, until_tool_runs
+from .agents import on_docker, require_claude_cli, run_options, until_tool_runs
 from .containers import node_containers
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
+@pytest.fixture(autouse=True)
+def _claude_cli() -> None:
     require_claude_cli()
-    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
-        yield store
-
-
-def on_docker(image: str) -> dict[str, Any]:
-    settings = {"image": image, "network_mode": "host", "pull": "never"}
-    return {"provider": "docker", "provider_settings": settings}
 
 
 def containers_of_run(client: docker.DockerClient, node_ids: list[str]) -> list[str]:
