@@ -31,8 +31,11 @@ def make_turn(directory: Path, count: int, size: int) -> tuple[str, int]:
     number of events."""
     data = directory / f"turn-{count}-{size}.jsonl"
     text = ("lorem ipsum é ✓ " * (size // 16 + 1))[:size]
-    events: list[dict[str, object]] = [{"type": "thread.started", "thread_id": "0199a213-81c0-7800-8aa1-bbab2a035a53"}]
-    events.append({"type": "turn.started"})
+    thread = "0199a213-81c0-7800-8aa1-bbab2a035a53"
+    events: list[dict[str, object]] = [
+        {"type": "thread.started", "thread_id": thread},
+        {"type": "turn.started"},
+    ]
     for i in range(count):
         if i % 3 == 0:
             item = {"id": f"item_{i}", "type": "command_execution", "command": "bash -lc ls"}
