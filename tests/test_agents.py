@@ -5,6 +5,8 @@ structured output, options that never keep a secret, and Codex's argument vector
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +150,13 @@ async def test_codex_argv_keeps_a_hostile_prompt_a_prompt(tmp_path: Path) -> Non
         'model_providers.nodeprov={ name = "custom", base_url = "http://127.0.0.1:1/v1", wire_api = "responses", env_key = "K" }'
         in argv
     )
+
+
+def test_the_codex_agent_does_not_load_the_claude_sdk() -> None:
+    """Agents are independent: Codex runs on a control plane without the Claude SDK loaded
+    (whose import alone takes most of a second)."""
+    probe = "import sys, nodeprov.agents.codex; print('claude_agent_sdk' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "False"

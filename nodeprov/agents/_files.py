@@ -11,7 +11,6 @@ import anyio
 
 from ..errors import NodeprovError
 from ..node import NodeHandle
-from ..store.transcripts import entries_to_jsonl
 from . import SessionArchive, StateKey
 
 __all__ = ["archive_file", "read_jsonl", "read_lines", "write_jsonl"]
@@ -19,6 +18,17 @@ __all__ = ["archive_file", "read_jsonl", "read_lines", "write_jsonl"]
 logger = logging.getLogger("nodeprov.agents")
 
 READ_TIMEOUT = 30.0  # reading a state file off a node, perhaps one being released
+
+
+def entries_to_jsonl(entries: list[Any]) -> bytes:
+    """A state file's bytes from its entries, ``type`` first as the CLIs write it."""
+    lines = (
+        json.dumps(
+            {"type": e["type"], **e} if isinstance(e, dict) and "type" in e else e, separators=(",", ":")
+        )
+        for e in entries
+    )
+    return ("\n".join(lines) + "\n").encode()
 
 
 async def _read(node: NodeHandle, path: str) -> bytes | None:

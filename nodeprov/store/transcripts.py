@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, cast
+from typing import cast
 
 from claude_agent_sdk import SessionKey, SessionStore
 
@@ -25,7 +25,7 @@ from claude_agent_sdk.types import (
 
 from ._db import Database, Statements
 
-__all__ = ["TranscriptStore", "entries_to_jsonl"]
+__all__ = ["TranscriptStore"]
 
 
 def _subpath(key: SessionKey | SessionListSubkeysKey) -> str:
@@ -127,14 +127,3 @@ class TranscriptStore(SessionStore):
 def _uuid(entry: SessionStoreEntry) -> str | None:
     uuid = entry.get("uuid")
     return uuid if isinstance(uuid, str) else None
-
-
-def entries_to_jsonl(entries: list[Any]) -> bytes:
-    """A transcript file's bytes from its entries, ``type`` first as the CLI writes it."""
-    lines = (
-        json.dumps(
-            {"type": e["type"], **e} if isinstance(e, dict) and "type" in e else e, separators=(",", ":")
-        )
-        for e in entries
-    )
-    return ("\n".join(lines) + "\n").encode()
