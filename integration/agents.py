@@ -16,6 +16,8 @@ from nodeprov.testing import ScriptedModel, ScriptedResponses
 from nodeprov.testing.conformance import host_processes_matching, wait_until
 from nodeprov.testing.pytest_plugin import require_engine
 
+from .sshd import UNPRIVILEGED, Sshd
+
 TURN_TIMEOUT = 180
 _REPO = Path(__file__).resolve().parent.parent
 
@@ -30,6 +32,11 @@ def on_docker(image: str) -> dict[str, Any]:
     (where the scripted models listen)."""
     settings = {"image": image, "network_mode": "host", "pull": "never"}
     return {"provider": "docker", "provider_settings": settings}
+
+
+def on_ssh(sshd: Sshd, user: str = UNPRIVILEGED) -> dict[str, Any]:
+    """``Orchestrator.start`` arguments for a node on the test sshd, logged in as ``user``."""
+    return {"provider": "ssh", "provider_settings": sshd.settings(user, root=".nodeprov/runs")}
 
 
 async def collect(run: Run) -> list[Any]:

@@ -16,6 +16,8 @@ from nodeprov.store import Store
 from nodeprov.testing.exception_check import exception_check_fixture
 from nodeprov.testing.pytest_plugin import require_engine
 
+from .sshd import Sshd, running_sshd
+
 IMAGES = Path(__file__).parent / "images"
 POSTGRES = os.environ.get(
     "NODEPROV_TEST_POSTGRES_URL", "postgresql://nodeprov:nodeprov@127.0.0.1:5432/nodeprov_test"
@@ -50,6 +52,13 @@ def base_image(docker_client: docker.DockerClient) -> str:
     if done.returncode != 0:
         require_engine("the test base image", False, done.stderr.strip()[-2000:])
     return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator[Sshd]:
+    """A real OpenSSH sshd on 127.0.0.1, logins as root and as an unprivileged user."""
+    with running_sshd() as server:
+        yield server
 
 
 @pytest.fixture

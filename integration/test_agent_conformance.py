@@ -1,6 +1,6 @@
-"""The agent conformance suite (nodeprov.testing.agent_conformance) on a local node and on a
-Docker node, for the real Claude Code CLI and the real Codex CLI, each against its scripted
-model."""
+"""The agent conformance suite (nodeprov.testing.agent_conformance) on a local node, a
+Docker node and an SSH node (an unprivileged login to a real sshd), for the real Claude
+Code CLI and the real Codex CLI, each against its scripted model."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from nodeprov.testing import (
 from nodeprov.testing.agent_conformance import AGENT_CHECKS, AgentHarness
 
 from .agents import codex_run_options, require_claude_cli, require_codex_cli, run_options
+from .sshd import UNPRIVILEGED
 
 pytestmark = pytest.mark.anyio
 
@@ -75,7 +76,7 @@ def harness(request: pytest.FixtureRequest) -> Iterator[AgentHarness]:
             yield codex_harness(responses)
 
 
-@pytest.fixture(params=["local", "docker"])
+@pytest.fixture(params=["local", "docker", "ssh"])
 async def node(
     request: pytest.FixtureRequest, tmp_path: Path, harness: AgentHarness
 ) -> AsyncIterator[NodeHandle]:
@@ -85,10 +86,13 @@ async def node(
     assert cli is not None
     if request.param == "local":
         provider = get_provider("local", root=tmp_path / "nodes")
+    elif request.param == "ssh":
+        sshd = request.getfixturevalue("sshd")
+        provider = get_provider("ssh", **sshd.settings(UNPRIVILEGED, root=".nodeprov/agents"))
     else:
         image = request.getfixturevalue("base_image")
         provider = get_provider("docker", image=image, network_mode="host", pull="never")
-    async with await provider.provision(NodeConfig(tools={harness.agent: cli})) as made:
+    async with provider, await provider.provision(NodeConfig(tools={harness.agent: cli})) as made:
         yield made
 
 

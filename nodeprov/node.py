@@ -665,6 +665,19 @@ class NodeProvider(ABC, Generic[SettingsT]):
             ProviderError: the platform could not be reached or refused.
         """
 
+    async def aclose(self) -> None:
+        """Release what the provider holds (connections to a platform); nodes stay. A
+        provider used again afterwards connects again. Idempotent; never raises.
+        ``async with provider:`` calls it on exit."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
     async def provision(self, config: NodeConfig | None = None) -> NodeHandle:
         """Create a node and wait until processes can be spawned on it.
 

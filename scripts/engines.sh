@@ -3,7 +3,9 @@
 #   - a Docker engine (Debian's docker.io; dockerd started in the background),
 #   - debootstrap, and the offline-built test base image (integration/images/build-base.sh),
 #   - a PostgreSQL server (Debian's postgresql) with the role and database the tests use
-#     (postgresql://nodeprov:nodeprov@127.0.0.1:5432/nodeprov_test).
+#     (postgresql://nodeprov:nodeprov@127.0.0.1:5432/nodeprov_test),
+#   - OpenSSH's sshd (Debian's openssh-server; not started: each test starts its own, with
+#     its own configuration and keys, on 127.0.0.1).
 # Idempotent: what is already there is left alone. Needs root for the installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +44,9 @@ if ! engine_up; then
     done
     engine_up || { echo "engines: dockerd did not start; see /var/log/nodeprov-dockerd.log" >&2; exit 1; }
 fi
+
+[ -x /usr/sbin/sshd ] || install openssh-server || exit 0
+systemctl disable --now ssh >/dev/null 2>&1 || true  # the package's own daemon is not wanted
 
 command -v debootstrap >/dev/null || install debootstrap || exit 0
 echo "engines: test image $(integration/images/build-base.sh)" >&2

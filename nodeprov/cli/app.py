@@ -126,10 +126,31 @@ def parse_env(items: list[str] | None) -> dict[str, str]:
     return env
 
 
+def provider_settings(name: str, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` over the settings of provider ``name`` found in this environment: a variable
+    ``NODEPROV_<NAME>_<FIELD>`` (``NODEPROV_SSH_HOST``, ``NODEPROV_SSH_KEY_FILES``), its value
+    as JSON when it parses. Secrets (an ``env`` setting) are best given this way: not in argv.
+
+    Raises:
+        ProviderNotFoundError, ConfigError: as :func:`~nodeprov.registry.provider_class`.
+    """
+    prefix = f"NODEPROV_{name.upper().replace('-', '_')}_"
+    found: dict[str, Any] = {}
+    for field in provider_class(name).settings_model.model_fields:
+        raw = os.environ.get(prefix + field.upper())
+        if raw is not None:
+            try:
+                found[field] = json.loads(raw)
+            except ValueError:
+                found[field] = raw
+    return found | given
+
+
 def make_provider(name: str, settings: dict[str, Any]) -> NodeProvider[Any]:
-    """The provider ``name`` with validated ``settings``; one that declares an image needs one
-    (checked here, before anything is recorded or made)."""
-    provider = provider_class(name).from_settings(**settings)
+    """The provider ``name`` with validated ``settings`` (over those of the environment, see
+    :func:`provider_settings`); one that declares an image needs one (checked here, before
+    anything is recorded or made)."""
+    provider = provider_class(name).from_settings(**provider_settings(name, settings))
     if "image" in type(provider.settings).model_fields and getattr(provider.settings, "image", None) is None:
         raise ConfigError(f"the {name} provider needs an image (setting 'image')")
     return provider

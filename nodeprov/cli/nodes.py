@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
+import logging
 import os
 import posixpath
 import re
@@ -45,9 +46,11 @@ from .app import (
     parse_env,
     parse_pair,
     parse_settings,
+    provider_settings,
 )
 from .render import emit, err, out, print_table
 
+logger = logging.getLogger("nodeprov.cli")
 _CHUNK = 65536
 _PROBE_TIMEOUT = 10.0
 _NODE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -55,16 +58,23 @@ _NODE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 @app.command()
 def providers(
+    provider: ProviderOption = None,
+    setting: SettingOption = None,
     json_output: Annotated[bool, typer.Option("--json", help="One JSON object per provider.")] = False,
 ) -> None:
-    """List installed providers and whether each is ready (tools, credentials, platform)."""
+    """List installed providers and whether each is ready (tools, credentials, platform),
+    probed with its settings from the environment (NODEPROV_<PROVIDER>_<SETTING>) and -s."""
+    with errors():
+        if provider is None and setting:
+            raise ConfigError("--setting needs --provider")
+        given = parse_settings(setting)
 
     async def check_all() -> list[dict[str, Any]]:
-        names = provider_names()
+        names = [provider] if provider else provider_names()
         rows: list[dict[str, Any]] = [{} for _ in names]
 
         async def check(index: int, name: str) -> None:
-            rows[index] = await _check(name)
+            rows[index] = await _check(name, given)
 
         async with anyio.create_task_group() as tg:  # each probe may take seconds: all at once
             for index, name in enumerate(names):
@@ -85,9 +95,9 @@ def providers(
     print_table(["provider", "ready", "requirements"], table, ids=("provider",))
 
 
-async def _check(name: str) -> dict[str, Any]:
+async def _check(name: str, given: dict[str, Any]) -> dict[str, Any]:
     """One provider's requirements, then, when they are met, a probe of its platform with
-    its default settings."""
+    its settings (see :func:`provider_settings`)."""
     problem = ""
     try:
         cls = provider_class(name)
@@ -96,8 +106,14 @@ async def _check(name: str) -> dict[str, Any]:
         requirements, problem = [], str(error)
     if not problem and all(r.ok for r in requirements):
         try:
-            with anyio.fail_after(_PROBE_TIMEOUT):
-                await cls.from_settings().probe()
+            made = cls.from_settings(**provider_settings(name, given))
+        except ConfigError as error:
+            made, problem = None, f"not configured: {error}"
+        try:
+            if made is not None:
+                with anyio.fail_after(_PROBE_TIMEOUT):
+                    async with made:
+                        await made.probe()
         except NodeprovError as error:
             problem = f"not ready: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
         except TimeoutError:
@@ -111,10 +127,19 @@ async def _check(name: str) -> dict[str, Any]:
 
 
 def _providers(name: str | None, settings: list[str] | None) -> list[NodeProvider[Any]]:
+    """The named provider, or every installed one that its environment settings configure
+    (one that needs settings, such as ssh's host, is skipped until they are given)."""
     if name is None and settings:
         raise ConfigError("--setting needs --provider")
-    names = [name] if name else provider_names()
-    return [provider_class(n).from_settings(**parse_settings(settings)) for n in names]
+    if name is not None:
+        return [provider_class(name).from_settings(**provider_settings(name, parse_settings(settings)))]
+    made = []
+    for each in provider_names():
+        try:
+            made.append(provider_class(each).from_settings(**provider_settings(each, {})))
+        except ConfigError:
+            logger.info("provider %s is not configured here: skipped", each)
+    return made
 
 
 async def _find(node_id: str, name: str | None, settings: list[str] | None) -> NodeHandle:

@@ -24,6 +24,7 @@ from .app import (
     make_provider,
     parse_env,
     parse_settings,
+    provider_settings,
 )
 from .render import emit, out, print_table, when
 
@@ -126,7 +127,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     Exits 0 when the agent succeeds, 1 on an error, 3 when the run was paused.
     """
     with errors():
-        settings = parse_settings(setting)
+        settings = provider_settings(provider, parse_settings(setting))
         make_provider(provider, settings)  # a bad setting or a missing image: before a run is recorded
         if permission is None:
             if provider == "local" and model != SCRIPTED:
@@ -194,8 +195,8 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
     """Resume a paused (or failed) run with a message, on its kept node or a fresh one, with
     the run's own agent. Its options (model, permission...) are the run's own unless given."""
     with errors():
-        settings = parse_settings(setting)
         record = anyio.run(_load_run, store, run_id)
+        settings = provider_settings(record.node_provider, parse_settings(setting))
         model = model or json.loads(record.agent_options).get("model") or SCRIPTED
         from .drive import RunRequest, drive_run  # see the imports
 

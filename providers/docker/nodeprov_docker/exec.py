@@ -9,12 +9,12 @@ other, so no background task is needed.
 The protocol has no end for one stream while the other goes on: a process that closes its
 stdout and keeps running sends nothing to say so. So when stdout has been quiet for a while,
 the process asks the node whether anything still holds the exec's stdout pipe; when nothing
-does, stdout ends, as a pipe would (once per quiet spell, backing off to every
-``_QUIET_CHECK_MAX`` seconds: one small exec, only while a process is silent).
+does, stdout ends, as a pipe would (see :class:`~nodeprov.spawn.ReleasedStdout`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -22,14 +22,12 @@ from contextlib import suppress
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, SocketStream
 
-from nodeprov.errors import NodeGoneError, NodeprovError
-from nodeprov.spawn import SpawnedProcess, StopPolicy
+from nodeprov.errors import NodeGoneError
+from nodeprov.spawn import ReleasedStdout, SpawnedProcess, StopPolicy
 
 STDOUT, STDERR = 1, 2
 _QUEUE_LIMIT = 8 * 1024 * 1024  # bytes held for a stream nobody is reading, before reading pauses
 _READ_SIZE = 256 * 1024
-_QUIET_CHECK_FIRST, _QUIET_CHECK_MAX = 1.0, 8.0  # seconds of stdout silence before asking
-_QUIET_CONFIRM = 0.25  # a "nothing holds it" is asked again after this much more silence
 
 
 class ExecOutput:
@@ -149,33 +147,6 @@ class _Output(ByteReceiveStream):
         self._demux.discard(self._kind)
 
 
-class _Stdout(_Output):
-    """Stdout, ended when the node says nothing holds its pipe any more (see the module)."""
-
-    def __init__(self, demux: ExecOutput, held: Held) -> None:
-        super().__init__(demux, STDOUT)
-        self._held = held
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        quiet, unheld = _QUIET_CHECK_FIRST, 0
-        while True:
-            with anyio.move_on_after(quiet):
-                return await self._demux.receive(STDOUT, max_bytes)
-            try:
-                held = await self._held()
-            except NodeprovError:
-                held = True  # the container is going: its socket ends, and stdout with it
-            if held:
-                quiet, unheld = min(quiet * 2, _QUIET_CHECK_MAX), 0
-                continue
-            # Twice, with silence between: output written just before the last holder let
-            # go may still be on its way, and a holder may have been forking.
-            unheld += 1
-            if unheld == 2:
-                self._demux.end(STDOUT)
-            quiet = _QUIET_CONFIRM
-
-
 class _Input(ByteSendStream):
     """Closing sends EOF (a half-close): the exec's stdin ends, its output keeps coming."""
 
@@ -223,7 +194,14 @@ class DockerProcess(SpawnedProcess):
         self._socket = socket
         self._demux = output
         self.stdin = _Input(socket)
-        self.stdout = _Stdout(self._demux, stdout_held) if stdout_held else _Output(self._demux, STDOUT)
+        self.stdout: ByteReceiveStream = _Output(self._demux, STDOUT)
+        if stdout_held is not None:
+            self.stdout = ReleasedStdout(
+                functools.partial(self._demux.receive, STDOUT),
+                held=stdout_held,
+                end=functools.partial(self._demux.end, STDOUT),
+                close=self.stdout.aclose,
+            )
         self.stderr = _Output(self._demux, STDERR)
         self._exit_code = exit_code
         self._signal_group = signal_group

@@ -38,7 +38,7 @@ from nodeprov.node import (
     Rollback,
     secret_field,
 )
-from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
+from nodeprov.spawn import HOLDS_PIPE_SCRIPT, SpawnedProcess, SpawnOptions, StopPolicy
 from nodeprov_docker.exec import STDERR, STDOUT, DockerProcess, ExecOutput
 
 T = TypeVar("T")
@@ -67,15 +67,6 @@ else
 fi
 command -v -- "$1" >/dev/null 2>&1 || { printf '\\036nodeprov notfound\\n'; exit 127; }
 printf '\\036nodeprov ok %s %s\\n' "$$" "$(readlink "/proc/$$/fd/1")"
-"""
-# Exits 1 only when no process in the container holds the pipe named by $1 (see
-# DockerProcess); a process whose descriptors cannot be read counts as holding it.
-_HOLDS_PIPE = """\
-for fds in /proc/[0-9]*/fd; do
-  listed=$(ls -l "$fds" 2>/dev/null) || { [ -d "$fds" ] && exit 0; continue; }
-  case $listed in *"-> $1"*) exit 0 ;; esac
-done
-exit 1
 """
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SIGNAL_GROUP = 'kill -s "$1" -- "-$2" 2>/dev/null; exit 0'
@@ -237,7 +228,7 @@ class DockerNode(NodeHandle):
             stop_policy=self._stop_policy,
             exit_code=functools.partial(self._exit_code, api, exec_id),
             signal_group=functools.partial(self._signal_group, api, pid),
-            stdout_held=functools.partial(self._holds_pipe, api, stdout_pipe) if stdout_pipe else None,
+            stdout_held=functools.partial(self._holds_pipe, api, stdout_pipe, pid) if stdout_pipe else None,
         )
 
     def _shell(self, env: Mapping[str, str]) -> list[str]:
@@ -299,8 +290,8 @@ class DockerNode(NodeHandle):
         info = await _ask(api.exec_inspect, exec_id)
         return None if info["Running"] else int(info["ExitCode"])
 
-    async def _holds_pipe(self, api: Any, pipe: str) -> bool:
-        argv = ["/bin/sh", "-c", _HOLDS_PIPE, "nodeprov", pipe]
+    async def _holds_pipe(self, api: Any, pipe: str, pid: int) -> bool:
+        argv = ["/bin/sh", "-c", HOLDS_PIPE_SCRIPT, "nodeprov", pipe, str(pid)]
         exec_id = (
             await self._in_container(
                 api.exec_create, self.container_id, argv, stdout=True, stderr=True, user=self._user

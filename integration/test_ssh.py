@@ -1,0 +1,240 @@
+"""The SSH provider against a real sshd: host keys, secrets, the node's watchdog, a dropped
+connection, and runs that survive sshd's death (killed, or frozen until keepalives give up)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pwd
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from nodeprov import NodeConfig, get_provider
+from nodeprov.errors import ConfigError, NodeGoneError
+from nodeprov.node import NodeProvider
+from nodeprov.runs import NodeReady, Orchestrator
+from nodeprov.spawn import SpawnOptions
+from nodeprov.store import Store
+from nodeprov.testing import ScriptedModel, Text, ToolUse
+from nodeprov.testing.conformance import host_processes_matching, run, unique_marker, wait_until
+from nodeprov_ssh import SshHostKeyError
+
+from .agents import on_ssh, require_claude_cli, run_options, until_tool_runs
+from .sshd import UNPRIVILEGED, Sshd
+
+pytestmark = pytest.mark.anyio
+ROOT = ".nodeprov/ssh-tests"
+
+
+def node_directory(user: str, node_id: str, root: str = ROOT) -> Path:
+    return Path(pwd.getpwnam(user).pw_dir) / root / node_id
+
+
+@pytest.fixture
+async def provider(sshd: Sshd) -> AsyncIterator[NodeProvider[Any]]:
+    async with get_provider("ssh", **sshd.settings(UNPRIVILEGED, root=ROOT)) as made:
+        yield made
+
+
+async def test_a_host_key_that_is_not_the_known_one_is_refused(sshd: Sshd, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    await anyio.run_process(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)])
+    wrong_key = (tmp_path / "other.pub").read_text().strip()
+    wrong_hosts = tmp_path / "known_hosts"
+    wrong_hosts.write_text(f"[127.0.0.1]:{sshd.port} {wrong_key}\n")
+    empty_hosts = tmp_path / "empty_known_hosts"
+    empty_hosts.write_text("")
+    for refused in (
+        {"known_hosts": str(wrong_hosts)},
+        {"known_hosts": str(empty_hosts)},
+        {"host_key": wrong_key},
+    ):
+        async with get_provider("ssh", **sshd.settings(UNPRIVILEGED, root=ROOT, **refused)) as provider:
+            with pytest.raises(SshHostKeyError):
+                await provider.provision()
+    pinned = sshd.settings(
+        UNPRIVILEGED, root=ROOT, host_key=sshd.public_host_key, known_hosts=str(wrong_hosts)
+    )
+    async with get_provider("ssh", **pinned) as provider, await provider.provision() as node:
+        assert (await run(node, "true"))[0] == 0
+
+
+async def test_skipping_the_host_key_check_is_loud(
+    sshd: Sshd, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "empty").write_text("")
+    settings = sshd.settings(
+        UNPRIVILEGED, root=ROOT, known_hosts=str(tmp_path / "empty"), insecure_skip_host_key_check=True
+    )
+    with caplog.at_level(logging.WARNING, logger="nodeprov.ssh"):
+        async with get_provider("ssh", **settings) as provider, await provider.provision() as node:
+            assert (await run(node, "true"))[0] == 0
+    assert any("INSECURE" in record.getMessage() for record in caplog.records)
+
+
+async def test_a_refused_login_is_a_config_error(sshd: Sshd) -> None:
+    async with get_provider("ssh", **sshd.settings("nobody", root=ROOT)) as provider:
+        with pytest.raises(ConfigError, match="login refused"):
+            await provider.provision()
+
+
+async def test_settings_env_is_a_secret_on_the_host(sshd: Sshd) -> None:
+    secret = "sk-ssh-" + os.urandom(8).hex()
+    marker = unique_marker()
+    settings = sshd.settings(UNPRIVILEGED, root=ROOT, env={"API_KEY": secret, "odd-name": secret})
+    async with get_provider("ssh", **settings) as provider, await provider.provision() as node:
+        assert secret not in repr(provider.settings)
+        code, out, _ = await run(node, "env", "-0")
+        assert code == 0
+        seen = dict(item.split("=", 1) for item in out.decode().split("\0") if item)
+        assert seen["API_KEY"] == seen["odd-name"] == secret
+        async with await node.spawn(SpawnOptions("sleep", [marker])) as sleeper:
+            assert await wait_until(lambda: _running(marker), 10)
+            assert not [line for line in host_processes_matching("") if secret in line]
+            assert sleeper.returncode is None
+        files = [p for p in node_directory(UNPRIVILEGED, node.node_id).rglob("*") if p.is_file()]
+        assert files
+        assert not [p for p in files if secret.encode() in p.read_bytes()]
+
+
+async def _running(marker: str) -> bool:
+    return bool(host_processes_matching(marker))
+
+
+async def _gone(marker: str) -> bool:
+    return not host_processes_matching(marker)
+
+
+async def test_the_watchdog_destroys_a_node_whose_lifetime_is_over(provider: NodeProvider[Any]) -> None:
+    marker = unique_marker()
+    node = await provider.provision(NodeConfig(ttl=timedelta(seconds=3)))
+    process = await node.spawn(SpawnOptions("sh", ["-c", f"sleep {marker} & sleep {marker}"]))
+    assert await wait_until(lambda: _running(marker), 10)
+    await process.discard()  # the control plane lets go: only the host is left to act
+    await provider.aclose()
+    directory = node_directory(UNPRIVILEGED, node.node_id)
+    assert directory.exists()
+
+    async def destroyed() -> bool:
+        return not directory.exists() and await _gone(marker)
+
+    assert await wait_until(destroyed, 30), "the node outlived its lifetime"
+    with pytest.raises(NodeGoneError):
+        await provider.attach(node.node_id)
+
+
+def _connection_daemons(sshd: Sshd) -> list[int]:
+    return [pid for pid in sshd.daemons() if pid != (sshd.process.pid if sshd.process else 0)]
+
+
+async def test_a_dropped_connection_is_made_again(sshd: Sshd, provider: NodeProvider[Any]) -> None:
+    marker = unique_marker()
+    async with await provider.provision() as node:
+        process = await node.spawn(SpawnOptions("sleep", [marker]))
+        assert await wait_until(lambda: _running(marker), 10)
+        for pid in _connection_daemons(sshd):  # the connections drop; the listener stays
+            os.kill(pid, 9)
+        with anyio.fail_after(10), pytest.raises(NodeGoneError, match="connection was lost"):
+            await process.wait()
+        await process.aclose()
+        assert (await run(node, "echo", "again")) == (0, b"again\n", b"")
+    # Its stdin closed with the connection, yet sleep reads none: the destroy ended it.
+    assert await wait_until(lambda: _gone(marker), 10)
+
+
+async def _start_on_ssh(
+    orchestrator: Orchestrator, model: ScriptedModel, sshd: Sshd, marker: str
+) -> tuple[Any, str]:
+    model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+    settings = {**on_ssh(sshd), "provider_settings": {**on_ssh(sshd)["provider_settings"], **_FAST_KEEPALIVE}}
+    run_ = await orchestrator.start("remember: the metal is tin", options=run_options(model), **settings)
+    await until_tool_runs(marker)
+    record = await orchestrator.store.run(run_.id)
+    assert record is not None
+    assert record.node_id is not None
+    assert record.project_key is not None
+    assert run_.agent_session_id is not None
+    mirrored = {"project_key": record.project_key, "session_id": run_.agent_session_id}
+
+    async def prompt_mirrored() -> bool:
+        return "metal is tin" in json.dumps(await orchestrator.store.transcripts.load(mirrored))  # type: ignore[arg-type]
+
+    assert await wait_until(prompt_mirrored, 30)
+    return run_, record.node_id
+
+
+_AGENT_CLIS = ".nodeprov/runs/.tools/"  # the agent CLIs shipped to the host
+_CONNECT_TIMEOUT = 3.0
+_FAST_KEEPALIVE = {"keepalive_interval": 1.0, "keepalive_count_max": 2, "connect_timeout": _CONNECT_TIMEOUT}
+_KEEPALIVE_BOUND = 1.0 * (2 + 1)
+
+
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+async def test_sshd_dying_mid_run_fails_the_run_clearly_and_it_resumes(
+    fault: str, sshd: Sshd, store: Store, scripted_model: ScriptedModel
+) -> None:
+    require_claude_cli()
+    marker = unique_marker()
+    async with Orchestrator(store) as orchestrator:
+        run_, node_id = await _start_on_ssh(orchestrator, scripted_model, sshd, marker)
+        started = time.monotonic()
+        try:
+            if fault == "killed":
+                sshd.kill()
+            else:
+                sshd.freeze()
+            with anyio.fail_after(_KEEPALIVE_BOUND + 4 * _CONNECT_TIMEOUT + 30):
+                assert await run_.wait() == "error"
+            took = time.monotonic() - started
+        finally:
+            sshd.freeze(False)
+            if fault == "frozen":
+                sshd.kill()
+            sshd.start()
+        assert "SSH connection was lost" in (run_.error or ""), run_.error
+        # Killed, the connection drops at once. Frozen, keepalives notice it; then the run's
+        # cleanup (its transcript, the agent's stop, the node's destroy) tries the host
+        # again, each attempt bounded by connect_timeout.
+        bound = _KEEPALIVE_BOUND if fault == "killed" else _KEEPALIVE_BOUND + 4 * _CONNECT_TIMEOUT
+        assert took <= bound + 5, took
+        # The agent saw its channel close (stdin EOF): its guard stopped it. (Its tool, in a
+        # process group of its own, lives as long as the node.)
+        assert await wait_until(lambda: _gone(_AGENT_CLIS), 30), "the agent outlived its connection"
+
+        before = len(scripted_model.agent_requests)
+        scripted_model.extend([Text("the metal was tin")])
+        resumed = await orchestrator.resume_run(
+            run_.id, message="which metal?", options=run_options(scripted_model)
+        )
+        assert await resumed.wait() == "ok", resumed.error
+        ready = [e async for e in resumed.events() if isinstance(e, NodeReady)][-1]
+        assert ready.transcript_restored
+        assert ready.node_id != node_id
+        await orchestrator.reconcile()  # a node whose destroy failed goes, and its tool
+        assert not node_directory(UNPRIVILEGED, node_id, ".nodeprov/runs").exists()
+        assert await wait_until(lambda: _gone(marker), 10)
+    seen = scripted_model.agent_requests[before].text()
+    assert "remember: the metal is tin" in seen
+    assert "which metal?" in seen
+    assert not node_directory(UNPRIVILEGED, ready.node_id, ".nodeprov/runs").exists()
+
+
+async def test_an_aborted_run_leaves_no_remote_process(
+    sshd: Sshd, store: Store, scripted_model: ScriptedModel
+) -> None:
+    require_claude_cli()
+    marker = unique_marker()
+    async with Orchestrator(store) as orchestrator:
+        run_, node_id = await _start_on_ssh(orchestrator, scripted_model, sshd, marker)
+        snapshot = await run_.pause(reason="abort")
+        assert snapshot.node_kept is False
+        assert await wait_until(lambda: _gone(marker), 15), "the agent's tool outlived the abort"
+        assert host_processes_matching(_AGENT_CLIS) == []
+    assert not node_directory(UNPRIVILEGED, node_id, ".nodeprov/runs").exists()

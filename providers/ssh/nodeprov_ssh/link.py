@@ -1,0 +1,236 @@
+"""The login settings shared by every provider that reaches its nodes over SSH, and
+:class:`Link`: one connection to a host, shared by the node's spawns and made again when it
+drops. asyncssh's exceptions stop here; callers see nodeprov's."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import asyncssh
+from pydantic import Field
+
+from nodeprov.errors import ConfigError, NodeGoneError, ProviderError
+from nodeprov.node import ProviderSettings, secret_field
+from nodeprov_ssh.process import Session, open_session
+
+logger = logging.getLogger("nodeprov.ssh")
+
+
+class SshHostKeyError(ConfigError):
+    """The host's key is not the one known for it (or none is known): the connection was
+    refused before logging in. Add the key to ``known_hosts`` or pin it with ``host_key``."""
+
+
+class SshLoginSettings(ProviderSettings):
+    """How to log in to a host over SSH: the base of the settings of every provider whose
+    nodes are reached over SSH. Defaults are OpenSSH's (``~/.ssh/config``,
+    ``~/.ssh/known_hosts``, the SSH agent, the default key files)."""
+
+    port: int | None = Field(
+        default=None, ge=1, le=65535, description="Port; default: ~/.ssh/config's, else 22."
+    )
+    user: str | None = Field(
+        default=None, description="User to log in as; default: ~/.ssh/config's, else this machine's user."
+    )
+    key_files: list[str] | None = Field(
+        default=None,
+        description="Private key files to log in with; default: ~/.ssh/config's IdentityFile, "
+        "else OpenSSH's default key files.",
+    )
+    passphrase: str | None = secret_field(default=None, description="Passphrase of the key files.")
+    use_agent: bool = Field(default=True, description="Offer the keys of the SSH agent (SSH_AUTH_SOCK).")
+    config_files: list[str] | None = Field(
+        default=None,
+        description="OpenSSH client configuration files (Host aliases, HostName, User, Port, "
+        "IdentityFile, ProxyJump...); default: ~/.ssh/config when it exists; [] reads none.",
+    )
+    known_hosts: str | None = Field(
+        default=None,
+        description="known_hosts file holding the host's key; default: ~/.ssh/known_hosts. "
+        "A host whose key is not there is refused.",
+    )
+    host_key: str | None = Field(
+        default=None,
+        description="The host's public key, pinned ('ssh-ed25519 AAAA...'); when given, it is "
+        "the only key accepted and known_hosts is not read.",
+    )
+    insecure_skip_host_key_check: bool = Field(
+        default=False,
+        description="Accept any host key. INSECURE: anyone between here and the host can read "
+        "and change everything sent, secrets included; logged as a warning on every connection.",
+    )
+    connect_timeout: float = Field(default=20.0, gt=0, description="Seconds to connect and log in.")
+    keepalive_interval: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds of silence from the host before a keepalive is sent; with "
+        "keepalive_count_max, a dead link is noticed within interval x (count + 1) seconds.",
+    )
+    keepalive_count_max: int = Field(
+        default=3, ge=1, description="Unanswered keepalives after which the connection is dropped."
+    )
+    max_sessions: int = Field(
+        default=10,
+        ge=1,
+        description="Sessions one connection carries at once (the server's MaxSessions, 10 by "
+        "default in OpenSSH); more concurrent processes open more connections.",
+    )
+
+
+# AES-GCM first: OpenSSL runs it in hardware, where asyncssh's ChaCha20-Poly1305 (OpenSSH's
+# first choice) is slower; every cipher OpenSSH offers by default is still accepted.
+_CIPHERS = [
+    "aes256-gcm@openssh.com",
+    "aes128-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes256-ctr",
+    "aes192-ctr",
+    "aes128-ctr",
+]
+
+
+def connect_options(settings: SshLoginSettings) -> dict[str, Any]:
+    """The keyword arguments of :func:`asyncssh.connect` for ``settings``.
+
+    Raises:
+        ConfigError: the pinned host key cannot be read.
+    """
+    options: dict[str, Any] = {
+        "encryption_algs": _CIPHERS,
+        "connect_timeout": settings.connect_timeout,
+        "login_timeout": settings.connect_timeout,
+        "keepalive_interval": settings.keepalive_interval,
+        "keepalive_count_max": settings.keepalive_count_max,
+        # () is asyncssh's "the default file"; None reads none.
+        "config": () if settings.config_files is None else (settings.config_files or None),
+    }
+    if settings.port is not None:
+        options["port"] = settings.port
+    if settings.user is not None:
+        options["username"] = settings.user
+    if settings.key_files is not None:
+        options["client_keys"] = settings.key_files
+    if settings.passphrase is not None:
+        options["passphrase"] = settings.passphrase
+    if not settings.use_agent:
+        options["agent_path"] = None
+    if settings.insecure_skip_host_key_check:
+        options["known_hosts"] = None
+    elif settings.host_key is not None:
+        try:
+            key = asyncssh.import_public_key(settings.host_key)
+        except (asyncssh.KeyImportError, ValueError) as error:
+            raise ConfigError(f"host_key cannot be read: {error}") from None
+        options["known_hosts"] = ([key], [], [])
+    elif settings.known_hosts is not None:
+        options["known_hosts"] = settings.known_hosts
+    return options
+
+
+@contextmanager
+def mapped_errors(host: str) -> Iterator[None]:
+    """asyncssh's and the socket's exceptions, as nodeprov's. A lost connection is
+    :class:`~nodeprov.errors.NodeGoneError`: what ran over it is out of reach."""
+    try:
+        yield
+    except asyncssh.HostKeyNotVerifiable as error:
+        raise SshHostKeyError(
+            f"{host}: host key not verifiable ({error.reason}): no known_hosts entry for it, "
+            "or its key changed"
+        ) from None
+    except asyncssh.PermissionDenied as error:
+        raise ConfigError(f"{host}: login refused ({error.reason})") from None
+    except (asyncssh.ConnectionLost, BrokenPipeError, ConnectionResetError) as error:
+        raise NodeGoneError(f"{host}: the SSH connection was lost ({error})") from None
+    except asyncssh.ChannelOpenError as error:
+        raise ProviderError(f"{host}: the SSH server refused a session ({error.reason})") from None
+    except asyncssh.DisconnectError as error:
+        raise NodeGoneError(f"{host}: the SSH connection was closed ({error.reason})") from None
+    except (asyncssh.Error, asyncssh.KeyImportError) as error:
+        raise ProviderError(f"{host}: SSH failed: {error}") from None
+    except TimeoutError:
+        raise ProviderError(f"{host}: no SSH answer in time") from None
+    except OSError as error:
+        raise ProviderError(f"{host}: cannot reach the SSH server: {error}") from None
+
+
+@dataclass
+class _Connection:
+    connection: asyncssh.SSHClientConnection
+    sessions: int = 0
+    room: int = 0  # sessions it may carry: the server's MaxSessions, as far as we know
+
+
+class Link:
+    """SSH connections to ``host`` with ``settings``: one, made on first use and shared by
+    every caller, and made again when it has dropped. A connection carries at most
+    ``max_sessions`` sessions at once (OpenSSH's MaxSessions, 10 by default); more
+    concurrent sessions open further connections, closed again by :meth:`aclose`."""
+
+    def __init__(self, host: str, settings: SshLoginSettings) -> None:
+        self.host = host
+        self.settings = settings
+        self._options = connect_options(settings)
+        self._connections: list[_Connection] = []
+        self._lock = anyio.Lock()
+
+    async def open(self, command: str) -> Session:
+        """Start ``command`` in a new session.
+
+        Raises:
+            SshHostKeyError: the host key is not the known one.
+            ConfigError: the login was refused, or the settings are unusable.
+            ProviderError: the host could not be reached in ``connect_timeout``, or refused.
+            NodeGoneError: the connection dropped meanwhile.
+        """
+        for _ in range(3):
+            chosen = await self._with_room()
+            try:
+                with mapped_errors(self.host):
+                    try:
+                        session = await open_session(chosen.connection, command)
+                    except asyncssh.ChannelOpenError:
+                        if chosen.sessions == 1:
+                            raise
+                        chosen.sessions -= 1
+                        chosen.room = chosen.sessions  # the server allows fewer: use another
+                        continue
+            except BaseException:
+                chosen.sessions -= 1
+                raise
+            session.on_closed(functools.partial(self._closed, chosen))
+            return session
+        raise ProviderError(f"{self.host}: the SSH server refused a session (too many)")
+
+    def _closed(self, entry: _Connection) -> None:
+        entry.sessions -= 1
+
+    async def _with_room(self) -> _Connection:
+        async with self._lock:
+            self._connections = [c for c in self._connections if not c.connection.is_closed()]
+            for entry in self._connections:
+                if entry.sessions < entry.room:
+                    entry.sessions += 1
+                    return entry
+            if self.settings.insecure_skip_host_key_check:
+                logger.warning("INSECURE: not checking the SSH host key of %s", self.host)
+            with mapped_errors(self.host):
+                # asyncssh's own connect_timeout covers the TCP connect and the login.
+                connection = await asyncssh.connect(self.host, **self._options)
+            entry = _Connection(connection, sessions=1, room=self.settings.max_sessions)
+            self._connections.append(entry)
+            return entry
+
+    async def aclose(self) -> None:
+        """Close the connections (what runs over them loses its channels); idempotent."""
+        connections, self._connections = self._connections, []
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            for entry in connections:
+                entry.connection.close()
+                await entry.connection.wait_closed()

@@ -1,0 +1,348 @@
+"""A node that is a directory on a host reached over SSH: :class:`SshNode`, and the remote
+scripts that make, list, signal and remove nodes. Shared by every provider whose nodes are
+reached over SSH (an SSH host, an EC2 instance)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import posixpath
+from collections.abc import Mapping
+from datetime import timedelta
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel, Field
+
+from nodeprov.errors import CommandNotFoundError, NodeGoneError, ProviderError, SpawnError
+from nodeprov.node import NodeHandle
+from nodeprov.spawn import HOLDS_PIPE_SCRIPT, ReleasedStdout, SpawnedProcess, SpawnOptions, StopPolicy
+from nodeprov_ssh.link import Link
+from nodeprov_ssh.process import STDERR, STDOUT, Session, SshProcess
+from nodeprov_ssh.remote import (
+    REPORT_GONE,
+    REPORT_NO_CWD,
+    REPORT_NO_PERL,
+    REPORT_NOT_FOUND,
+    REPORT_OK,
+    command_line,
+    environment_block,
+    script_line,
+)
+
+logger = logging.getLogger("nodeprov.ssh")
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+RECORD_FILE = "node.json"
+PROCESSES_FILE = "processes"
+TOOLS_DIR = ".tools"
+_SCRIPT_TIMEOUT = 60.0
+_CHUNK = 256 * 1024
+
+# Signals the process group led by PID ($2), if PID is still the process recorded with
+# start time START ($3: a recycled pid is left alone; "-" where the host has no /proc).
+_SIGNAL_GROUP_FUNCTION = """\
+signal_group() {
+  case $2 in ''|*[!0-9]*|0|1) return 0 ;; esac
+  if [ -e "/proc/$2" ] && [ "$3" != - ]; then
+    [ "$(awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$2/stat" 2>/dev/null)" = "$3" ] || return 0
+  fi
+  kill -s "$1" -- "-$2" 2>/dev/null || kill -s "$1" "$2" 2>/dev/null
+  return 0
+}
+"""
+SIGNAL_GROUP = _SIGNAL_GROUP_FUNCTION + 'signal_group "$@"\n'
+
+# $1: the node directory; $2: a pid to spare (the watchdog running this). Ends every
+# process group the node recorded, then removes the directory (a workdir of the user's
+# lies elsewhere and stays).
+DESTROY = (
+    _SIGNAL_GROUP_FUNCTION
+    + """\
+[ -d "$1" ] || exit 0
+if [ -f "$1/processes" ]; then
+  while read -r pid start; do
+    [ "$pid" = "$2" ] || signal_group KILL "$pid" "$start"
+  done <"$1/processes"
+fi
+rm -rf -- "$1"
+"""
+)
+
+# $1: the provider's root (relative to the login's home). Made 0700 if missing; refused
+# unless it is a directory of this user's that nobody else can write to. Prints it, absolute.
+PREPARE_ROOT = """\
+[ -e "$1" ] || mkdir -p -m 700 -- "$1" || exit 1
+[ -L "$1" ] && { echo "$1 is a symbolic link" >&2; exit 3; }
+cd -- "$1" || exit 1
+[ -O . ] || { echo "$1 is not owned by $(id -un)" >&2; exit 3; }
+case $(ls -ld .) in ?????w*|????????w*) echo "$1 is writable by group or others" >&2; exit 3 ;; esac
+pwd -P
+"""
+
+# $1: the node directory; $2: the workdir asked for (empty: the node's own). Prints the workdir.
+CREATE = """\
+umask 077
+mkdir -- "$1" || exit 3
+mkdir -- "$1/home" || exit 1
+if [ -z "$2" ]; then
+  mkdir -- "$1/work" && printf '%s\\n' "$1/work"
+else
+  cd -- "$2" 2>/dev/null && [ -d . ] || { echo "workdir $2 is not a directory" >&2; exit 4; }
+  pwd -P
+fi
+"""
+
+# $1: the node directory; $2: seconds the node may live (empty: for ever); $3: DESTROY.
+# Stdin: the node's record. The watchdog destroys the node when its lifetime is over, even
+# if no control plane is left to do it; it is the first process the node records.
+RECORD = """\
+umask 077
+[ -d "$1" ] || exit 3
+cat >"$1/node.json.partial" && mv -f -- "$1/node.json.partial" "$1/node.json" || exit 1
+[ -n "$2" ] || exit 0
+watch='sleep "$2" && exec /bin/sh -c "$3" nodeprov-destroy "$1" "$$"'
+if command -v setsid >/dev/null 2>&1; then
+  setsid /bin/sh -c "$watch" nodeprov-watchdog "$@" </dev/null >/dev/null 2>&1 &
+else
+  /bin/sh -c "$watch" nodeprov-watchdog "$@" </dev/null >/dev/null 2>&1 &
+fi
+start=$(awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$!/stat" 2>/dev/null)
+printf '%s %s\\n' "$!" "${start:--}" >>"$1/processes"
+"""
+
+# $1: the root. Prints "NAME<TAB>RECORD" for each node directory with a record.
+LIST = """\
+for record in "$1"/*/node.json; do
+  [ -f "$record" ] || continue
+  dir=${record%/node.json}
+  printf '%s\\t' "${dir##*/}"
+  cat -- "$record" && echo
+done
+exit 0
+"""
+
+READ_RECORD = """[ -f "$1/node.json" ] || exit 3; exec cat -- "$1/node.json" """
+
+# $1: where the tool goes. Stdin: its bytes.
+UPLOAD = """\
+[ -x "$1" ] && { cat >/dev/null; exit 0; }
+umask 022
+mkdir -p -- "${1%/*}" && cat >"$1.$$" && chmod 755 "$1.$$" && mv -f -- "$1.$$" "$1" ||
+  { rm -f -- "$1.$$"; exit 1; }
+"""
+
+
+class NodeRecord(BaseModel):
+    """What ``node.json`` keeps on the host, so another control plane can attach to the node."""
+
+    node_id: str
+    labels: dict[str, str]
+    workdir: str
+    env: dict[str, str] = Field(default_factory=dict)
+    tools: dict[str, str] = Field(default_factory=dict)
+
+
+async def run_script(
+    link: Link, script: str, *args: str, stdin: bytes = b"", seconds: float = _SCRIPT_TIMEOUT
+) -> tuple[int, bytes, bytes]:
+    """Run the POSIX sh ``script`` with ``args`` on the host; (exit status, stdout, stderr).
+
+    Raises:
+        NodeGoneError: the connection dropped meanwhile.
+        ProviderError: the host did not answer in ``seconds``, or failed.
+        ConfigError: as :meth:`Link.open`.
+    """
+    try:
+        with anyio.fail_after(seconds):
+            session = await link.open(script_line(script, *args))
+            try:
+                await session.send(stdin)
+                session.write_eof()
+                out, error = await session.collect(STDOUT), await session.collect(STDERR)
+                await session.exited()
+            finally:
+                session.close()
+    except TimeoutError:
+        raise ProviderError(f"{link.host}: no answer in {seconds}s") from None
+    except anyio.BrokenResourceError:
+        raise NodeGoneError(f"{link.host}: the SSH connection was lost") from None
+    if session.exit_status is None:
+        raise NodeGoneError(f"{link.host}: the SSH connection was lost")
+    return session.exit_status, out, error
+
+
+def said(code: int, stderr: bytes) -> str:
+    return stderr.decode(errors="replace").strip()[-500:] or f"exit status {code}"
+
+
+class SshNode(NodeHandle):
+    """A node that is a directory on an SSH host; see :mod:`nodeprov_ssh`.
+
+    Its processes run as the login user, each in a process group of its own, recorded in
+    the node's directory; destroy ends each group and removes the directory.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        link: Link,
+        record: NodeRecord,
+        directory: str,
+        path: str,
+        env: Mapping[str, str],
+        stop_policy: StopPolicy,
+        spawn_timeout: float,
+    ) -> None:
+        super().__init__(
+            node_id=record.node_id,
+            provider=provider,
+            labels=record.labels,
+            workdir=record.workdir,
+            base_env={"PATH": path, "HOME": f"{directory}/home", **record.env, **env},
+            tool_paths=record.tools,
+            file_roots=(directory, record.workdir),
+        )
+        self.directory = directory
+        self.link = link
+        self._stop_policy = stop_policy
+        self._spawn_timeout = spawn_timeout
+
+    async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
+        command = command_line(
+            options.argv, options.cwd or self.workdir, f"{self.directory}/{PROCESSES_FILE}"
+        )
+        environment = environment_block({**self.base_env, **options.env})
+        # Shielded, and bounded instead: a cancellation after the session opened would
+        # orphan the process. The core kills what a cancelled spawn returns.
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.fail_after(self._spawn_timeout):
+                    session = await self.link.open(command)
+                    await session.send(environment)
+                    pid, start, pipe = await self._handshake(session, options)
+            except TimeoutError:
+                raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
+            except anyio.BrokenResourceError:
+                raise NodeGoneError(f"{self.link.host}: the SSH connection was lost") from None
+        stdout = None
+        if pipe:
+            stdout = ReleasedStdout(
+                functools.partial(session.receive, STDOUT),
+                held=functools.partial(self._holds_pipe, pipe, pid),
+                end=functools.partial(session.end, STDOUT),
+                close=functools.partial(_discard, session, STDOUT),
+            )
+        return SshProcess(
+            session,
+            host=self.link.host,
+            pid=pid,
+            stdout=stdout,
+            signal_group=functools.partial(self._signal_group, pid, start),
+            stop_policy=self._stop_policy,
+        )
+
+    async def _handshake(self, session: Session, options: SpawnOptions) -> tuple[int, str, str]:
+        """Read the preamble's report: (pid, start time, stdout pipe); raise if the command
+        could not be started."""
+        first = b""
+        try:
+            while b"\n" not in first and len(first) < 4096:
+                first += await session.receive(STDOUT, 4096)
+        except anyio.EndOfStream:
+            pass
+        line, _, rest = first.partition(b"\n")
+        if line.startswith(REPORT_OK):
+            session.push_back(STDOUT, rest)
+            pid, start, pipe = [*line.removeprefix(REPORT_OK).decode().split(" "), "", ""][:3]
+            return int(pid), start, pipe
+        session.close()
+        where = f"on node {self.node_id}"
+        if line == REPORT_NOT_FOUND:
+            raise CommandNotFoundError(f"no command {options.command!r} {where}")
+        if line == REPORT_NO_CWD:
+            raise SpawnError(f"working directory {options.cwd!r} does not exist {where}")
+        if line == REPORT_GONE:
+            raise NodeGoneError(f"node {self.node_id} is gone from {self.link.host}")
+        if line == REPORT_NO_PERL:
+            raise SpawnError(f"environment names that are not shell names need perl on {self.link.host}")
+        # The login shell could not even run the preamble (no /bin/sh, a nologin shell).
+        error = b""
+        with anyio.move_on_after(2):
+            try:
+                while len(error) < 4096:
+                    error += await session.receive(STDERR, 4096)
+            except anyio.EndOfStream:
+                pass
+        message = (first + error).decode(errors="replace").strip() or "no output"
+        raise SpawnError(f"cannot start {options.command!r} {where}: {message}")
+
+    async def _holds_pipe(self, pipe: str, pid: int) -> bool:
+        code, _, _ = await run_script(self.link, HOLDS_PIPE_SCRIPT, pipe, str(pid))
+        return code != 1  # anything but a clear "no": held
+
+    async def _signal_group(self, pid: int, start: str, signal: str) -> None:
+        try:
+            await run_script(self.link, SIGNAL_GROUP, signal, str(pid), start, seconds=10)
+        except NodeGoneError:
+            logger.warning("node %s: could not signal process %d: the connection is lost", self.node_id, pid)
+
+    async def _destroy(self) -> None:
+        code, _, error = await run_script(self.link, DESTROY, self.directory, "0")
+        if code != 0:
+            raise ProviderError(f"cannot remove node {self.node_id} on {self.link.host}: {said(code, error)}")
+
+
+async def _discard(session: Session, kind: int) -> None:
+    session.discard(kind)
+
+
+@functools.cache
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    """The SHA-256 of a tool file (cached per size and modification time)."""
+    del size, mtime_ns  # the cache key
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+async def upload_tool(link: Link, root: str, name: str, path: str) -> str:
+    """Copy the executable ``path`` of this machine to the host, once per content, under
+    ``root/.tools``; return where it lies there.
+
+    Raises:
+        ConfigError, ProviderError, NodeGoneError: as :func:`run_script`; ProviderError also
+            when the copy fails.
+    """
+    try:
+        info = await anyio.Path(path).stat()
+    except OSError as error:
+        raise ProviderError(f"tool {name!r}: cannot read {path}: {error}") from None
+    digest = await anyio.to_thread.run_sync(_digest, path, info.st_size, info.st_mtime_ns)
+    remote = posixpath.join(root, TOOLS_DIR, f"{digest[:24]}-{name}")
+    code, _, _ = await run_script(link, '[ -x "$1" ]', remote)
+    if code == 0:
+        return remote
+    session = await link.open(script_line(UPLOAD, remote))
+    try:
+        async with await anyio.open_file(path, "rb") as file:
+            while chunk := await file.read(_CHUNK):
+                await session.send(chunk)
+        session.write_eof()
+        await session.exited()
+    except anyio.BrokenResourceError:
+        pass  # the script ended early: its status says why
+    finally:
+        session.close()
+    if session.exit_status != 0:
+        raise ProviderError(f"tool {name!r}: copying it to {link.host}:{remote} failed")
+    return remote
+
+
+def ttl_seconds(ttl: timedelta | None) -> str:
+    """A node lifetime as the watchdog's argument (empty: for ever)."""
+    return "" if ttl is None else str(max(1, int(ttl.total_seconds())))
