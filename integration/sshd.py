@@ -127,7 +127,7 @@ def ensure_unprivileged_user() -> str:
     return UNPRIVILEGED
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -139,21 +139,40 @@ def _keygen(path: Path) -> str:
 
 
 @contextmanager
-def running_sshd(*, extra_config: str = "") -> Iterator[Sshd]:
+def running_sshd(
+    *,
+    extra_config: str = "",
+    port: int | None = None,
+    host_key_pem: str | None = None,
+    client_key: Path | None = None,
+) -> Iterator[Sshd]:
     """Start an sshd whose every file is in a directory of its own, stopped (its whole
     process group) and removed on exit. The directory is readable by everyone: sshd reads
-    the authorized keys as the user logging in."""
+    the authorized keys as the user logging in. ``port``, the host key (``host_key_pem``, an
+    OpenSSH private key, as cloud-init installs one) and the client key that logs in are
+    made unless given."""
     require_sshd()
     directory = Path(tempfile.mkdtemp(prefix="nodeprov-sshd-"))
     directory.chmod(0o755)
-    host_key, client_key = directory / "host_key", directory / "client_key"
-    public_host_key = _keygen(host_key)
-    public_client_key = _keygen(client_key)
+    host_key = directory / "host_key"
+    if host_key_pem is None:
+        public_host_key = _keygen(host_key)
+    else:
+        host_key.write_text(host_key_pem)
+        host_key.chmod(0o600)
+        public_host_key = subprocess.run(
+            ["ssh-keygen", "-y", "-f", str(host_key)], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    if client_key is None:
+        client_key = directory / "client_key"
+        public_client_key = _keygen(client_key)
+    else:
+        public_client_key = Path(f"{client_key}.pub").read_text().strip()
     authorized = directory / "authorized_keys"
     authorized.write_text(public_client_key + "\n")
     authorized.chmod(0o644)
     user = ensure_unprivileged_user()
-    port = _free_port()
+    port = port or free_port()
     config = directory / "sshd_config"
     config.write_text(
         f"""\

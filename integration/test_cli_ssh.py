@@ -54,6 +54,7 @@ def test_provision_list_exec_destroy_gc(sshd: Sshd) -> None:
         assert (done.returncode, done.stdout, done.stderr) == (3, "HELLO\n", "oops\n")
         hostile = ["a;b", "$(id)", "-n", "two words", "line\nbreak", "'quoted'"]
         done = nodeprov(sshd, "exec", node_id, "-p", "ssh", "--", "printf", "%s\\0", *hostile)
+        assert (done.returncode, done.stderr) == (0, "")
         assert done.stdout.split("\0")[:-1] == hostile
     finally:
         gone = nodeprov(sshd, "destroy", node_id, "--json")

@@ -12,7 +12,7 @@ import pytest
 from anyio.streams.text import TextReceiveStream
 
 from nodeprov import LABEL_NODE_ID
-from nodeprov.runs import NodeReady, Orchestrator
+from nodeprov.runs import NodeReady, NodeReleased, Orchestrator
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
@@ -53,6 +53,10 @@ async def test_pause_and_resume_on_docker(
         first_node = snapshot.node_id
         assert first_node is not None
         assert bool(containers_of_run(docker_client, [first_node])) is keep_node
+        released = [e async for e in run.events() if isinstance(e, NodeReleased)][-1]
+        assert (released.kept, released.suspended) == (keep_node, keep_node)
+        if keep_node:  # suspended while the run waits: the container is paused
+            assert _paused(docker_client, first_node)
 
         before = len(scripted_model.agent_requests)
         scripted_model.extend([Text("it was teal")])
@@ -63,10 +67,16 @@ async def test_pause_and_resume_on_docker(
         ready = [e async for e in resumed.events() if isinstance(e, NodeReady)][-1]  # this drive's
         assert (ready.node_id == first_node) is keep_node
         assert ready.transcript_restored is not keep_node
+        # On the kept node the resumed agent ran: the paused container was woken for it.
     first_request_after_resume = scripted_model.agent_requests[before].text()
     assert "remember: the colour is teal" in first_request_after_resume
     assert "which colour?" in first_request_after_resume
     assert containers_of_run(docker_client, [first_node, ready.node_id]) == []
+
+
+def _paused(client: docker.DockerClient, node_id: str) -> bool:
+    container = client.api.containers(filters={"label": f"{LABEL_NODE_ID}={node_id}"})[0]
+    return bool(client.api.inspect_container(container["Id"])["State"]["Paused"])
 
 
 CONTROL_PLANE = textwrap.dedent("""

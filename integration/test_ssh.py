@@ -130,6 +130,20 @@ async def test_the_watchdog_destroys_a_node_whose_lifetime_is_over(provider: Nod
         await provider.attach(node.node_id)
 
 
+async def test_processes_that_leave_their_group_and_session_do_not_survive_destroy(
+    provider: NodeProvider[Any],
+) -> None:
+    marker = unique_marker()
+    node = await provider.provision()
+    script = f"setsid sleep {marker} & sh -c 'trap \"\" TERM; exec sleep {marker}' & wait"
+    process = await node.spawn(SpawnOptions("sh", ["-c", script]))
+    assert await wait_until(lambda: _running(marker), 10)
+    with anyio.fail_after(30):
+        await node.destroy()
+    await process.aclose()
+    assert await wait_until(lambda: _gone(marker), 10), host_processes_matching(marker)
+
+
 def _connection_daemons(sshd: Sshd) -> list[int]:
     return [pid for pid in sshd.daemons() if pid != (sshd.process.pid if sshd.process else 0)]
 

@@ -16,7 +16,8 @@ errors, ...) into this tree at their boundary, so a caller never catches a platf
     ├── NodeFileError                a file on a node could not be read or written
     │   └── NodeFileNotFoundError    the file does not exist
     ├── SpawnError                   a process could not be started on a node
-    │   └── CommandNotFoundError     the command does not exist on the node
+    │   ├── CommandNotFoundError     the command does not exist on the node
+    │   └── NodeSuspendedError       the node is suspended: wake it first
     ├── DeadlineError                a bounded operation ran out of time
     ├── AgentError                   the agent process misbehaved (SDK bridge)
     │   ├── AgentOutputError         malformed, non-UTF-8 or oversized output
@@ -39,6 +40,7 @@ __all__ = [
     "NodeFileNotFoundError",
     "NodeGoneError",
     "NodePathError",
+    "NodeSuspendedError",
     "NodeprovError",
     "ProviderError",
     "ProviderNotFoundError",
@@ -95,6 +97,11 @@ class SpawnError(NodeprovError):
 
 class CommandNotFoundError(SpawnError):
     """The command does not exist on the node (or is not executable there)."""
+
+
+class NodeSuspendedError(SpawnError):
+    """The node is suspended (see :meth:`~nodeprov.NodeHandle.suspend`): nothing runs on it
+    until :meth:`~nodeprov.NodeHandle.wake`."""
 
 
 class DeadlineError(NodeprovError):

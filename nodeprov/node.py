@@ -40,6 +40,7 @@ from .errors import (
     NodeGoneError,
     NodePathError,
     NodeprovError,
+    NodeSuspendedError,
 )
 from .settings import Settings, secret_field
 from .spawn import SpawnedProcess, SpawnOptions, StopPolicy
@@ -306,6 +307,9 @@ class NodeHandle(ABC):
     destroy_timeout: ClassVar[float] = 120.0
     """Upper bound of :meth:`destroy`, in seconds."""
 
+    can_suspend: ClassVar[bool] = False
+    """Whether nodes of this kind implement :meth:`suspend` and :meth:`wake`."""
+
     def __init__(
         self,
         *,
@@ -325,6 +329,9 @@ class NodeHandle(ABC):
         self.tool_paths: Mapping[str, str] = MappingProxyType(dict(tool_paths or {}))
         self.file_roots = tuple(posixpath.normpath(root) for root in file_roots)
         self._processes: set[SpawnedProcess] = set()
+        self.suspended = False
+        """Whether the node is suspended (see :meth:`suspend`), as far as this handle knows;
+        :meth:`~NodeProvider.attach` tells it from the platform."""
         self._closing = False
         self._destroyed = False
         self._destroy_lock = anyio.Lock()
@@ -352,6 +359,8 @@ class NodeHandle(ABC):
         """
         if self._closing:
             raise NodeGoneError(f"node {self.node_id} is destroyed")
+        if self.suspended:
+            raise NodeSuspendedError(f"node {self.node_id} is suspended: wake it first")
         options = dataclasses.replace(options, cwd=self.node_path(options.cwd or self.workdir))
         self._processes = {p for p in self._processes if p.returncode is None}
         process = await self._spawn(options)
@@ -461,6 +470,60 @@ class NodeHandle(ABC):
                 await _file_outcome(process, self.node_id, target)
 
             yield chunks()
+
+    async def suspend(self) -> None:
+        """Stop the node's compute and keep its files, until :meth:`wake`: a node kept for a
+        paused run then costs (almost) nothing while it waits. EC2 stops the instance (its
+        disk stays, no compute is billed); Docker pauses the container. An optional
+        capability: see :attr:`can_suspend`.
+
+        Processes running on the node do not survive a suspend on every platform (a
+        stopped machine reboots), so their handles are released, as by :meth:`destroy`;
+        only the node's files are sure to be kept. :meth:`spawn` raises
+        :class:`NodeSuspendedError` until :meth:`wake`. Idempotent; shielded from
+        cancellation (a half-done suspend is finished).
+
+        Raises:
+            ConfigError: this kind of node cannot be suspended.
+            NodeGoneError: the node is destroyed.
+            ProviderError: the platform failed.
+        """
+        if not self.can_suspend:
+            raise ConfigError(f"{self.provider} nodes cannot be suspended")
+        if self._closing:
+            raise NodeGoneError(f"node {self.node_id} is destroyed")
+        with anyio.CancelScope(shield=True):
+            await self._release_processes()
+            await self._suspend()
+        self.suspended = True
+        logger.info("suspended node %s (%s)", self.node_id, self.provider)
+
+    async def wake(self) -> None:
+        """Undo :meth:`suspend` and return once processes can be spawned again (the machine
+        started, its exec channel answering). Idempotent: a node that is not suspended is
+        left as it is, also where nodes cannot be suspended. Cancellable: a cancelled wake
+        leaves the node suspended or awake, never broken, and can be called again.
+
+        Raises:
+            NodeGoneError: the node is destroyed.
+            ProviderError: the platform failed, or the node did not come back in time.
+        """
+        if self._closing:
+            raise NodeGoneError(f"node {self.node_id} is destroyed")
+        if not self.can_suspend:
+            return
+        await self._wake()
+        self.suspended = False
+        logger.info("woke node %s (%s)", self.node_id, self.provider)
+
+    async def _suspend(self) -> None:
+        """Suspend the node on its platform (provider hook); fine if it is already."""
+        raise NotImplementedError
+
+    async def _wake(self) -> None:
+        """Wake the node on its platform and wait until it can spawn (provider hook); fine
+        if it is awake."""
+        raise NotImplementedError
 
     async def destroy(self, *, destroy_timeout: float | None = None) -> None:
         """Destroy the node: remove it on its platform, which ends every process on it.

@@ -149,7 +149,7 @@ async def _find(node_id: str, name: str | None, settings: list[str] | None) -> N
             return await provider.attach(node_id)
         except NodeGoneError:
             continue
-        except ProviderError:
+        except (ProviderError, ConfigError):
             if name:
                 raise
     raise NodeGoneError(f"no node {node_id}" + (f" in provider {name!r}" if name else ""))
@@ -206,7 +206,7 @@ def list_nodes(
         for each in _providers(provider, setting):
             try:
                 found += await each.list_nodes()
-            except ProviderError as error:
+            except (ProviderError, ConfigError) as error:  # not reachable, or not set up here
                 if provider:
                     raise
                 problems.append(f"{each.name}: {error}")

@@ -103,9 +103,13 @@ class RunFinished(RunEvent):
 
 @dataclass(frozen=True)
 class NodeReleased(RunEvent):
+    """The run let go of its node: destroyed, or ``kept`` for a resume (and ``suspended``
+    when the provider could suspend it)."""
+
     kind: ClassVar[str] = "node.released"
     node_id: str
     kept: bool
+    suspended: bool = False
 
 
 _EVENTS: dict[str, type[RunEvent]] = {

@@ -691,9 +691,18 @@ class Orchestrator:
         node, run._node = run._node, None
         if node is None:
             return
+        suspended = False
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_time()):
             if keep:
                 await self.store.set_node_state(node.node_id, "kept")
+                if node.can_suspend:  # nothing runs on it until the resume: stop paying for it
+                    try:
+                        await node.suspend()
+                        suspended = True
+                    except NodeprovError as error:
+                        logger.warning(
+                            "could not suspend kept node %s of run %s: %s", node.node_id, run.id, error
+                        )
             else:
                 try:  # bounded by the shutdown deadline too: destroy is shielded on its own
                     await node.destroy(
@@ -703,7 +712,7 @@ class Orchestrator:
                     logger.warning("could not destroy node %s of run %s: %s", node.node_id, run.id, error)
                     return
                 await self.store.set_node_state(node.node_id, "destroyed")
-            run._emit(NodeReleased, node_id=node.node_id, kept=keep)
+            run._emit(NodeReleased, node_id=node.node_id, kept=keep, suspended=suspended)
 
     async def _node_for(self, run: Run, plan: _Plan, provider: NodeProvider[Any]) -> tuple[bool, bool]:
         """Get the run's node into ``run._node``: the kept one, or a new one (with the
@@ -716,6 +725,7 @@ class Orchestrator:
         if snapshot is not None and snapshot.node_kept and snapshot.node_id:
             try:
                 node = await provider.attach(snapshot.node_id)
+                await node.wake()  # a suspended kept node: started again, ready to spawn
             except NodeGoneError:
                 logger.info(
                     "kept node %s of run %s is gone: provisioning a new one", snapshot.node_id, run.id

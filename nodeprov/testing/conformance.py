@@ -39,10 +39,12 @@ import pytest
 
 from nodeprov.errors import (
     CommandNotFoundError,
+    ConfigError,
     NodeFileError,
     NodeFileNotFoundError,
     NodeGoneError,
     NodePathError,
+    NodeSuspendedError,
     SpawnError,
 )
 from nodeprov.node import (
@@ -479,8 +481,43 @@ class ProviderConformance:
             assert done.returncode == 0, done.stderr.decode(errors="replace")
             report = json.loads(done.stdout)
             assert report["written"] == report["read"], "the file came back different"
-            # Streamed: a 1 GiB round trip fits in a little more than the interpreter itself.
-            assert report["peak_rss_mib"] < 200, report
+            # Streamed: a 1 GiB round trip adds little to what the process holds once its
+            # provider's client and connection are made (boto3 alone is 100 MiB or more).
+            assert report["peak_rss_mib"] - report["warm_rss_mib"] < 100, report
+
+    # -- suspend and wake (an optional capability) ----------------------------------------
+
+    async def test_suspend_keeps_files_and_wake_brings_the_node_back(
+        self, provider: AnyProvider, leftovers: Leftovers
+    ) -> None:
+        async with await provider.provision() as node:
+            if not node.can_suspend:
+                with pytest.raises(ConfigError):
+                    await node.suspend()
+                await node.wake()  # nothing to wake: a no-op
+                assert (await run(node, "true"))[0] == 0
+                return
+            await node.write_file("kept.txt", b"across a suspend")
+            marker = unique_marker()
+            sleeper = await node.spawn(SpawnOptions("sleep", [marker]))
+            with anyio.fail_after(self.timeout * 3):
+                await node.suspend()
+                await node.suspend()  # idempotent
+                assert node.suspended
+                with pytest.raises(NodeSuspendedError):
+                    await node.spawn(SpawnOptions("true"))
+                attached = await provider.attach(node.node_id)
+                assert attached.suspended
+                with pytest.raises(NodeSuspendedError):
+                    await attached.spawn(SpawnOptions("true"))
+                await attached.wake()
+                await node.wake()  # idempotent, and this handle learns it
+            assert not node.suspended
+            assert await read_all(node, "kept.txt") == b"across a suspend"
+            assert (await run(node, "true"))[0] == 0
+            await sleeper.aclose()  # released by the suspend: quiet
+            await node.suspend()
+        assert await leftovers(node.node_id) == []  # a suspended node is destroyed all the same
 
     # -- stopping ----------------------------------------------------------------------
 

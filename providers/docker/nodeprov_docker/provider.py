@@ -23,6 +23,7 @@ from nodeprov.errors import (
     ConfigError,
     NodeGoneError,
     NodeprovError,
+    NodeSuspendedError,
     ProviderError,
     ProvisionError,
     SpawnError,
@@ -168,7 +169,10 @@ async def _hijack(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Socket
 
 
 class DockerNode(NodeHandle):
-    """A node that is a container; see :mod:`nodeprov_docker`."""
+    """A node that is a container; see :mod:`nodeprov_docker`. Suspending it pauses the
+    container (its processes freeze, its memory and files stay); waking unpauses it."""
+
+    can_suspend: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -251,7 +255,11 @@ class DockerNode(NodeHandle):
             return await _engine(call, *args, **kwargs)
         except NodeGoneError:
             raise NodeGoneError(f"node {self.node_id}: its container is gone") from None
-        except _ConflictError:
+        except _ConflictError as error:
+            if "paused" in str(error):
+                raise NodeSuspendedError(
+                    f"node {self.node_id} is suspended (its container is paused)"
+                ) from None
             raise NodeGoneError(f"node {self.node_id}: its container is not running") from None
 
     async def _handshake(
@@ -311,6 +319,21 @@ class DockerNode(NodeHandle):
                 )
             )["Id"]
             await self._in_container(api.exec_start, exec_id)
+
+    async def _suspend(self) -> None:
+        if not await self._paused():
+            api = (await self._provider.client()).api
+            await self._in_container(api.pause, self.container_id)
+
+    async def _wake(self) -> None:
+        if await self._paused():
+            api = (await self._provider.client()).api
+            await self._in_container(api.unpause, self.container_id)
+
+    async def _paused(self) -> bool:
+        api = (await self._provider.client()).api
+        inspected = await self._in_container(api.inspect_container, self.container_id)
+        return bool(inspected["State"]["Paused"])
 
     async def _destroy(self) -> None:
         await self._provider.remove_container(self.container_id)
@@ -490,7 +513,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
         if container["State"]["Running"]:
             logs = await _ask(api.logs, container["Id"], stdout=True, stderr=False, stream=False)
             home = _parse_report(cast(bytes, logs)) or ""
-        return DockerNode(
+        node = DockerNode(
             provider=self,
             container_id=container["Id"],
             labels=labels,
@@ -502,6 +525,8 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 if posixpath.dirname(m["Destination"]) == TOOLS_DIR
             },
         )
+        node.suspended = bool(container["State"]["Paused"])
+        return node
 
     async def probe(self) -> None:
         await _ask((await self.client()).ping)

@@ -55,8 +55,9 @@ signal_group() {
 SIGNAL_GROUP = _SIGNAL_GROUP_FUNCTION + 'signal_group "$@"\n'
 
 # $1: the node directory; $2: a pid to spare (the watchdog running this). Ends every
-# process group the node recorded, then removes the directory (a workdir of the user's
-# lies elsewhere and stays).
+# process group the node recorded, then every process that carries the node's marker in
+# its environment (what left its group or session: a daemon, an agent's detached tool),
+# then removes the directory (a workdir of the user's lies elsewhere and stays).
 DESTROY = (
     _SIGNAL_GROUP_FUNCTION
     + """\
@@ -66,9 +67,20 @@ if [ -f "$1/processes" ]; then
     [ "$pid" = "$2" ] || signal_group KILL "$pid" "$start"
   done <"$1/processes"
 fi
+for round in 1 2 3 4 5; do
+  marked=$(grep -lzxF -e "NODEPROV_NODE=$1" /proc/[0-9]*/environ 2>/dev/null)  # 2: some unreadable
+  [ -n "$marked" ] || break
+  for file in $marked; do
+    pid=${file#/proc/}; pid=${pid%/environ}
+    [ "$pid" = "$2" ] || [ "$pid" = "$$" ] || kill -s KILL "$pid" 2>/dev/null
+  done
+done
 rm -rf -- "$1"
 """
 )
+MARKER = "NODEPROV_NODE"
+"""In the environment of every process of an SSH node: the node's directory. Destroy ends
+every process that carries it, wherever it moved (a process group or session of its own)."""
 
 # $1: the provider's root (relative to the login's home). Made 0700 if missing; refused
 # unless it is a directory of this user's that nobody else can write to. Prints it, absolute.
@@ -125,12 +137,12 @@ exit 0
 
 READ_RECORD = """[ -f "$1/node.json" ] || exit 3; exec cat -- "$1/node.json" """
 
-# $1: where the tool goes. Stdin: its bytes.
+# $1: where the tool goes; $2: its size in bytes (a copy cut short is not kept). Stdin: the bytes.
 UPLOAD = """\
 [ -x "$1" ] && { cat >/dev/null; exit 0; }
 umask 022
-mkdir -p -- "${1%/*}" && cat >"$1.$$" && chmod 755 "$1.$$" && mv -f -- "$1.$$" "$1" ||
-  { rm -f -- "$1.$$"; exit 1; }
+mkdir -p -- "${1%/*}" && cat >"$1.$$" && [ "$(wc -c <"$1.$$")" -eq "$2" ] && chmod 755 "$1.$$" &&
+  mv -f -- "$1.$$" "$1" || { rm -f -- "$1.$$"; exit 1; }
 """
 
 
@@ -145,9 +157,18 @@ class NodeRecord(BaseModel):
 
 
 async def run_script(
-    link: Link, script: str, *args: str, stdin: bytes = b"", seconds: float = _SCRIPT_TIMEOUT
+    link: Link,
+    script: str,
+    *args: str,
+    stdin: bytes = b"",
+    seconds: float = _SCRIPT_TIMEOUT,
+    makes: bool = False,
 ) -> tuple[int, bytes, bytes]:
     """Run the POSIX sh ``script`` with ``args`` on the host; (exit status, stdout, stderr).
+
+    A script that ``makes`` something is shielded from cancellation (bounded by ``seconds``
+    instead): cut short here, it would go on on the host and finish after the rollback
+    that was to undo it.
 
     Raises:
         NodeGoneError: the connection dropped meanwhile.
@@ -155,7 +176,7 @@ async def run_script(
         ConfigError: as :meth:`Link.open`.
     """
     try:
-        with anyio.fail_after(seconds):
+        with anyio.fail_after(seconds, shield=makes):
             session = await link.open(script_line(script, *args))
             try:
                 await session.send(stdin)
@@ -201,7 +222,7 @@ class SshNode(NodeHandle):
             provider=provider,
             labels=record.labels,
             workdir=record.workdir,
-            base_env={"PATH": path, "HOME": f"{directory}/home", **record.env, **env},
+            base_env={"PATH": path, "HOME": f"{directory}/home", **record.env, **env, MARKER: directory},
             tool_paths=record.tools,
             file_roots=(directory, record.workdir),
         )
@@ -327,7 +348,7 @@ async def upload_tool(link: Link, root: str, name: str, path: str) -> str:
     code, _, _ = await run_script(link, '[ -x "$1" ]', remote)
     if code == 0:
         return remote
-    session = await link.open(script_line(UPLOAD, remote))
+    session = await link.open(script_line(UPLOAD, remote, str(info.st_size)))
     try:
         async with await anyio.open_file(path, "rb") as file:
             while chunk := await file.read(_CHUNK):

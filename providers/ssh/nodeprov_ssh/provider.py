@@ -122,7 +122,9 @@ class SshNodes:
         async with Rollback() as rollback:
             # Pushed first: a cancellation while the directory is made must not leave it.
             rollback.push(lambda: run_script(self.link, DESTROY, directory, "0"))
-            code, out, error = await run_script(self.link, CREATE, directory, config.workdir or "")
+            code, out, error = await run_script(
+                self.link, CREATE, directory, config.workdir or "", makes=True
+            )
             if code == 3:
                 raise ProvisionError(f"node {config.node_id} exists already on {self.link.host}")
             if code == 4:
@@ -148,12 +150,21 @@ class SshNodes:
                 ttl_seconds(config.ttl),
                 DESTROY,
                 stdin=record.model_dump_json().encode(),
+                makes=True,
             )
             if code != 0:
                 raise ProvisionError(
                     f"cannot record node {config.node_id} on {self.link.host}: {said(code, error)}"
                 )
             return self.node(record, directory)
+
+    async def forget(self, node_id: str) -> None:
+        """Remove what a node of this id left under the root (a provision that died half-way),
+        ending its recorded processes; nothing if there is none."""
+        directory = posixpath.join(await self.root(), node_id)
+        code, _, error = await run_script(self.link, DESTROY, directory, "0")
+        if code != 0:
+            raise ProviderError(f"cannot remove {directory} on {self.link.host}: {said(code, error)}")
 
     async def records(self) -> list[NodeRecord]:
         """The record of every node under the root. One whose node id is not its directory's
