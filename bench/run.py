@@ -8,6 +8,7 @@ nodeprov's speed ratio against it (see bench/common.py).
 - docker: cold provision + first byte, 20 concurrent provisions, exec pipe throughput, and
   write_file/read_file throughput, each against docker-py's low-level client in-process.
 - ssh: an SSH spawn's pipe against ``ssh host cat`` on the same real sshd.
+- ec2: provisioning on moto's EC2 server against boto3's same calls and ``ssh host mkdir``.
 - codex: a turn of Codex JSONL events through the Codex agent (spawn, guard, conversion to
   the one message model) against a plain child process and ``json.loads``.
 - cli: ``nodeprov run`` against the raw Claude Code CLI on the same scripted model;
@@ -22,7 +23,7 @@ import argparse
 
 import anyio
 
-from . import cli_bench, codex_bench, docker_bench, foundation, ssh_bench
+from . import cli_bench, codex_bench, docker_bench, ec2_bench, foundation, ssh_bench
 from .common import print_rows
 
 SUITES = {
@@ -30,6 +31,7 @@ SUITES = {
     "docker": docker_bench.run,
     "codex": codex_bench.run,
     "ssh": ssh_bench.run,
+    "ec2": ec2_bench.run,
     "cli": cli_bench.run,
 }
 

@@ -27,21 +27,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
     mb = total / 1e6
     rows = []
     with running_sshd() as sshd:
-        client = [
-            "ssh",
-            "-p",
-            str(sshd.port),
-            "-i",
-            str(sshd.client_key),
-            "-o",
-            f"UserKnownHostsFile={sshd.known_hosts}",
-            "-o",
-            "BatchMode=yes",
-            "-F",
-            "/dev/null",
-            f"{UNPRIVILEGED}@{sshd.host}",
-            "cat",
-        ]
+        client = [*sshd.client(UNPRIVILEGED), "cat"]
         settings = sshd.settings(UNPRIVILEGED, root=".nodeprov/bench")
         async with get_provider("ssh", **settings) as provider, await provider.provision() as node:
             await pipe_ours(node, CHUNK)  # the shared connection, made outside the timing

@@ -54,6 +54,23 @@ class Sshd:
             **more,
         }
 
+    def client(self, user: str = "root") -> list[str]:
+        """OpenSSH's own client logging in to this server as ``user``: add the command."""
+        return [
+            "ssh",
+            "-p",
+            str(self.port),
+            "-i",
+            str(self.client_key),
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "BatchMode=yes",
+            "-F",
+            "/dev/null",
+            f"{user}@{self.host}",
+        ]
+
     def daemons(self) -> list[int]:
         """The listener and every sshd process below it (one or two per connection; each
         leads a session of its own). The commands of sessions are not among them."""
@@ -145,12 +162,13 @@ def running_sshd(
     port: int | None = None,
     host_key_pem: str | None = None,
     client_key: Path | None = None,
+    sftp: bool = True,
 ) -> Iterator[Sshd]:
     """Start an sshd whose every file is in a directory of its own, stopped (its whole
     process group) and removed on exit. The directory is readable by everyone: sshd reads
     the authorized keys as the user logging in. ``port``, the host key (``host_key_pem``, an
     OpenSSH private key, as cloud-init installs one) and the client key that logs in are
-    made unless given."""
+    made unless given; ``sftp=False`` offers no SFTP subsystem."""
     require_sshd()
     directory = Path(tempfile.mkdtemp(prefix="nodeprov-sshd-"))
     directory.chmod(0o755)
@@ -187,7 +205,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 AllowUsers root {user}
-Subsystem sftp internal-sftp
+{"Subsystem sftp internal-sftp" if sftp else ""}
 LogLevel VERBOSE
 {extra_config}
 """

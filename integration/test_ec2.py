@@ -22,10 +22,12 @@ import pytest
 from nodeprov import NodeConfig, NodeHandle, get_provider
 from nodeprov.errors import ConfigError
 from nodeprov.node import LABEL_EXPIRES_AT, LABEL_NODE_ID, NodeProvider
-from nodeprov.runs import Orchestrator
+from nodeprov.runs import NodeReady, NodeReleased, Orchestrator
 from nodeprov.store import Store
-from nodeprov.testing.conformance import run
+from nodeprov.testing import ScriptedModel, Text, ToolUse
+from nodeprov.testing.conformance import run, unique_marker
 
+from .agents import require_claude_cli, run_options, until_tool_runs
 from .ec2 import ec2_client, ec2_settings, live_instances, running_moto, terminate_on_host
 from .sshd import Sshd, free_port, running_sshd
 
@@ -237,3 +239,41 @@ async def test_a_new_instance_gets_a_host_key_of_its_own(moto: str, sshd: Sshd, 
         finally:
             await node.destroy()
     await terminate_on_host(config.node_id)
+
+
+async def test_a_paused_run_stops_its_kept_instance_and_the_resume_starts_it(
+    moto: str, sshd: Sshd, store: Store, scripted_model: ScriptedModel
+) -> None:
+    require_claude_cli()
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
+    ec2 = ec2_client(moto)
+    async with Orchestrator(store) as orchestrator:
+        run_ = await orchestrator.start(
+            "remember: the bird is a wren",
+            options=run_options(scripted_model),
+            provider="ec2",
+            provider_settings=ec2_settings(moto, sshd),
+        )
+        await until_tool_runs(marker)
+        snapshot = await run_.pause("human", "review", keep_node=True)
+        assert snapshot.node_id is not None
+        released = [e async for e in run_.events() if isinstance(e, NodeReleased)][-1]
+        assert (released.kept, released.suspended) == (True, True)
+        (instance_id,) = await _live(moto, snapshot.node_id)
+        state = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"]
+        assert state["Name"] == "stopped"  # no compute billed while the run waits
+
+        before = len(scripted_model.agent_requests)
+        scripted_model.extend([Text("it was a wren")])
+        resumed = await orchestrator.resume(
+            snapshot.token, message="which bird?", options=run_options(scripted_model)
+        )
+        assert await resumed.wait() == "ok", resumed.error
+        ready = [e async for e in resumed.events() if isinstance(e, NodeReady)][-1]
+        assert (ready.node_id, ready.reused) == (snapshot.node_id, True)  # started again, the same disk
+    seen = scripted_model.agent_requests[before].text()
+    assert "remember: the bird is a wren" in seen
+    assert "which bird?" in seen
+    assert await _live(moto, snapshot.node_id) == []
+    await terminate_on_host(snapshot.node_id)

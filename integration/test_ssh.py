@@ -17,17 +17,17 @@ import anyio
 import pytest
 
 from nodeprov import NodeConfig, get_provider
-from nodeprov.errors import ConfigError, NodeGoneError
+from nodeprov.errors import ConfigError, NodeFileNotFoundError, NodeGoneError, NodeprovError
 from nodeprov.node import NodeProvider
 from nodeprov.runs import NodeReady, Orchestrator
 from nodeprov.spawn import SpawnOptions
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
-from nodeprov.testing.conformance import host_processes_matching, run, unique_marker, wait_until
+from nodeprov.testing.conformance import host_processes_matching, read_all, run, unique_marker, wait_until
 from nodeprov_ssh import SshHostKeyError
 
-from .agents import on_ssh, require_claude_cli, run_options, until_tool_runs
-from .sshd import UNPRIVILEGED, Sshd
+from .agents import on_ssh, require_claude_cli, run_options
+from .sshd import UNPRIVILEGED, Sshd, running_sshd
 
 pytestmark = pytest.mark.anyio
 ROOT = ".nodeprov/ssh-tests"
@@ -169,7 +169,18 @@ async def _start_on_ssh(
     model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {marker}'"}), Text("unreachable")])
     settings = {**on_ssh(sshd), "provider_settings": {**on_ssh(sshd)["provider_settings"], **_FAST_KEEPALIVE}}
     run_ = await orchestrator.start("remember: the metal is tin", options=run_options(model), **settings)
-    await until_tool_runs(marker)
+
+    async def started_or_over() -> bool:
+        return bool(host_processes_matching(marker)) or run_.outcome is not None
+
+    await wait_until(started_or_over, 90)
+    if not host_processes_matching(marker):  # say why: the run's end, what runs, what the model saw
+        events = [type(event).__name__ async for event in run_.events()] if run_.outcome else []
+        raise AssertionError(
+            f"the agent's tool never started: run {run_.state} {run_.outcome} {run_.error!r} {events}; "
+            f"model requests {len(model.agent_requests)}; agent processes "
+            f"{host_processes_matching(_AGENT_CLIS)}"
+        )
     record = await orchestrator.store.run(run_.id)
     assert record is not None
     assert record.node_id is not None
@@ -252,3 +263,57 @@ async def test_an_aborted_run_leaves_no_remote_process(
         assert await wait_until(lambda: _gone(marker), 15), "the agent's tool outlived the abort"
         assert host_processes_matching(_AGENT_CLIS) == []
     assert not node_directory(UNPRIVILEGED, node_id, ".nodeprov/runs").exists()
+
+
+@pytest.mark.parametrize("forwarding", ["yes", "no"])
+async def test_openssh_config_aliases_and_proxy_jump_are_honoured(
+    forwarding: str, sshd: Sshd, tmp_path: Path
+) -> None:
+    """``host`` is an alias of an OpenSSH config file whose ProxyJump goes through the test
+    sshd. Through a jump host that forbids forwarding, the same settings fail: the jump is
+    what carries the connection (the target would take a direct one)."""
+    with (
+        running_sshd(client_key=sshd.client_key, extra_config=f"AllowTcpForwarding {forwarding}") as jump,
+        running_sshd(client_key=sshd.client_key) as target,
+    ):
+        known = tmp_path / "known_hosts"
+        known.write_text(jump.known_hosts.read_text() + target.known_hosts.read_text())
+        config = tmp_path / "config"
+        config.write_text(
+            f"Host jump\n  HostName 127.0.0.1\n  Port {jump.port}\n  User {UNPRIVILEGED}\n"
+            f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {known}\n"
+            f"Host build-box\n  HostName 127.0.0.1\n  Port {target.port}\n  User {UNPRIVILEGED}\n"
+            f"  IdentityFile {sshd.client_key}\n  ProxyJump jump\n"
+        )
+        settings = {
+            "host": "build-box",
+            "config_files": [str(config)],
+            "known_hosts": str(known),
+            "use_agent": False,
+            "root": ROOT,
+            "connect_timeout": 10,
+        }
+        async with get_provider("ssh", **settings) as provider:
+            if forwarding == "no":
+                with pytest.raises(NodeprovError):
+                    await provider.provision()
+                return
+            async with await provider.provision() as node:
+                assert (await run(node, "echo", "through the jump")) == (0, b"through the jump\n", b"")
+
+
+@pytest.mark.parametrize("where", ["a server without SFTP", "sftp=false"])
+async def test_node_files_go_over_the_exec_channel_without_sftp(
+    where: str, sshd: Sshd, caplog: pytest.LogCaptureFixture
+) -> None:
+    payload = bytes(range(256)) * 4099
+    with running_sshd(client_key=sshd.client_key, sftp=where == "sftp=false") as server:
+        settings = server.settings(UNPRIVILEGED, root=ROOT, sftp=where == "a server without SFTP")
+        with caplog.at_level(logging.INFO, logger="nodeprov.ssh"):
+            async with get_provider("ssh", **settings) as provider, await provider.provision() as node:
+                await node.write_file("deep/file.bin", payload, mode=0o640)
+                assert await read_all(node, "deep/file.bin") == payload
+                with pytest.raises(NodeFileNotFoundError):
+                    await read_all(node, "missing")
+        offered_none = any("offers no SFTP" in record.getMessage() for record in caplog.records)
+        assert offered_none is (where == "a server without SFTP")

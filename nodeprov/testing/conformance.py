@@ -63,6 +63,7 @@ __all__ = [
     "Leftovers",
     "ProviderConformance",
     "host_processes_matching",
+    "read_all",
     "run",
     "unique_marker",
     "wait_until",

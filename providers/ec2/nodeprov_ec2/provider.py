@@ -32,12 +32,15 @@ from nodeprov.node import (
 )
 from nodeprov.spawn import SpawnedProcess, SpawnOptions
 from nodeprov_ssh import Link, SshNode, SshNodes, SshNodeSettings
+from nodeprov_ssh.node import MARKER
 
 logger = logging.getLogger("nodeprov.ec2")
 T = TypeVar("T")
 
 LABEL_WORKDIR = "nodeprov.workdir"
 """Tag of an instance: its node's working directory, so a handle needs no SSH to exist."""
+LABEL_NODE_DIR = "nodeprov.node-dir"
+"""Tag of an instance: its node's directory (the base of HOME and of the node's marker)."""
 LABEL_HOST_KEY = "nodeprov.host-key"
 """Tag of an instance: the public SSH host key nodeprov gave it (see :func:`_user_data`)."""
 _LIVE = ["pending", "running", "stopping", "stopped"]
@@ -137,12 +140,16 @@ class Ec2Node(NodeHandle):
         self, *, provider: Ec2Provider, instance: dict[str, Any], ssh: SshNode | None = None
     ) -> None:
         labels = _labels(instance)
+        directory = labels.get(LABEL_NODE_DIR, "")
+        settings = provider.settings
+        # Without SSH, what its tags tell; its record adds NodeConfig.env once connected.
+        known = {"PATH": settings.path, "HOME": f"{directory}/home", **settings.env, MARKER: directory}
         super().__init__(
             node_id=labels[LABEL_NODE_ID],
             provider=Ec2Provider.name,
             labels=labels,
             workdir=ssh.workdir if ssh else labels.get(LABEL_WORKDIR, "/"),
-            base_env=ssh.base_env if ssh else {},
+            base_env=ssh.base_env if ssh else known if directory else {},
             tool_paths=ssh.tool_paths if ssh else {},
         )
         self.instance_id: str = instance["InstanceId"]
@@ -173,6 +180,7 @@ class Ec2Node(NodeHandle):
         instance = await self._provider.start(self.instance_id)
         self._ssh = None
         await self._provider.ssh_ready(await self._provider.ssh_to(instance))
+        await self._connected()
 
     async def _destroy(self) -> None:
         if not self.suspended:
@@ -333,10 +341,9 @@ class Ec2Provider(NodeProvider[Ec2Settings]):
             await self.ssh_ready(nodes)
             await nodes.forget(config.node_id)  # a half-made directory of a crashed provision
             ssh = await nodes.create(config)
-            await self._make(
-                "create_tags", Resources=[instance["InstanceId"]], Tags=_tags({LABEL_WORKDIR: ssh.workdir})
-            )
-            instance.setdefault("Tags", []).append({"Key": LABEL_WORKDIR, "Value": ssh.workdir})
+            where = {LABEL_WORKDIR: ssh.workdir, LABEL_NODE_DIR: ssh.directory}
+            await self._make("create_tags", Resources=[instance["InstanceId"]], Tags=_tags(where))
+            instance.setdefault("Tags", []).extend(_tags(where))
             return Ec2Node(provider=self, instance=instance, ssh=ssh)
 
     async def _launch(self, config: NodeConfig, labels: dict[str, str]) -> dict[str, Any]:

@@ -75,6 +75,11 @@ class SshLoginSettings(ProviderSettings):
     keepalive_count_max: int = Field(
         default=3, ge=1, description="Unanswered keepalives after which the connection is dropped."
     )
+    sftp: bool = Field(
+        default=True,
+        description="Move node files over SFTP when the host offers it (else, or with false, "
+        "over the exec channel with sh and cat).",
+    )
     max_sessions: int = Field(
         default=10,
         ge=1,
@@ -179,6 +184,9 @@ class Link:
         self._options = connect_options(settings)
         self._connections: list[_Connection] = []
         self._lock = anyio.Lock()
+        self._sftp: tuple[_Connection, asyncssh.SFTPClient] | None = None
+        self._sftp_lock = anyio.Lock()
+        self._sftp_off = not settings.sftp
 
     async def open(self, command: str) -> Session:
         """Start ``command`` in a new session.
@@ -207,6 +215,33 @@ class Link:
             session.on_closed(functools.partial(self._closed, chosen))
             return session
         raise ProviderError(f"{self.host}: the SSH server refused a session (too many)")
+
+    async def sftp(self) -> asyncssh.SFTPClient | None:
+        """An SFTP client on one of the connections (made on first use, again after a
+        drop), or ``None`` when the host offers no SFTP (or ``sftp`` is off).
+
+        Raises:
+            as :meth:`open`.
+        """
+        async with self._sftp_lock:
+            if self._sftp is not None and not self._sftp[0].connection.is_closed():
+                return self._sftp[1]
+            if self._sftp_off:
+                return None
+            entry = await self._with_room()  # the SFTP session holds its place for good
+            try:
+                with mapped_errors(self.host):
+                    client = await entry.connection.start_sftp_client()
+            except ProviderError:
+                entry.sessions -= 1
+                self._sftp_off = True
+                logger.info("%s offers no SFTP: node files go over the exec channel", self.host)
+                return None
+            except BaseException:
+                entry.sessions -= 1
+                raise
+            self._sftp = (entry, client)
+            return client
 
     def _closed(self, entry: _Connection) -> None:
         entry.sessions -= 1

@@ -8,14 +8,26 @@ import functools
 import hashlib
 import logging
 import posixpath
-from collections.abc import Mapping
+import secrets
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager, suppress
 from datetime import timedelta
+from typing import cast
 
 import anyio
 import anyio.to_thread
+import asyncssh
 from pydantic import BaseModel, Field
 
-from nodeprov.errors import CommandNotFoundError, NodeGoneError, ProviderError, SpawnError
+from nodeprov.errors import (
+    CommandNotFoundError,
+    ConfigError,
+    NodeFileError,
+    NodeFileNotFoundError,
+    NodeGoneError,
+    ProviderError,
+    SpawnError,
+)
 from nodeprov.node import NodeHandle
 from nodeprov.spawn import HOLDS_PIPE_SCRIPT, ReleasedStdout, SpawnedProcess, SpawnOptions, StopPolicy
 from nodeprov_ssh.link import Link
@@ -39,6 +51,7 @@ PROCESSES_FILE = "processes"
 TOOLS_DIR = ".tools"
 _SCRIPT_TIMEOUT = 60.0
 _CHUNK = 256 * 1024
+_EXCLUSIVE = asyncssh.FXF_WRITE | asyncssh.FXF_CREAT | asyncssh.FXF_EXCL
 
 # Signals the process group led by PID ($2), if PID is still the process recorded with
 # start time START ($3: a recycled pid is left alone; "-" where the host has no /proc).
@@ -300,6 +313,71 @@ class SshNode(NodeHandle):
         message = (first + error).decode(errors="replace").strip() or "no output"
         raise SpawnError(f"cannot start {options.command!r} {where}: {message}")
 
+    async def write_file(self, path: str, data: bytes | AsyncIterable[bytes], *, mode: int = 0o600) -> None:
+        """As :meth:`NodeHandle.write_file`, over SFTP when the host offers it: written
+        beside the target (created exclusively, 0600), renamed over it (POSIX rename) once
+        every byte is there, parents made 0700."""
+        sftp = await self.link.sftp()
+        if sftp is None:
+            await super().write_file(path, data, mode=mode)
+            return
+        target = self.node_path(path)
+        if not 0 <= mode <= 0o7777:
+            raise ConfigError(f"invalid file mode {mode:o}")
+        partial = f"{target}.nodeprov-{secrets.token_hex(6)}"
+        try:
+            await self._not_a_directory(sftp, target)
+            with _file_errors(self.node_id, target):
+                private = asyncssh.SFTPAttrs(permissions=0o700)
+                await sftp.makedirs(posixpath.dirname(target), attrs=private, exist_ok=True)
+                async with sftp.open(
+                    partial, _EXCLUSIVE, attrs=asyncssh.SFTPAttrs(permissions=0o600), encoding=None
+                ) as file:
+                    if isinstance(data, bytes):
+                        await file.write(data)
+                    else:
+                        async for chunk in data:
+                            await file.write(chunk)
+                await sftp.chmod(partial, mode)
+                await sftp.posix_rename(partial, target)
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10), suppress(asyncssh.Error, OSError):
+                await sftp.remove(partial)
+            raise
+
+    @asynccontextmanager
+    async def read_file(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """As :meth:`NodeHandle.read_file`, over SFTP when the host offers it."""
+        sftp = await self.link.sftp()
+        if sftp is None:
+            async with super().read_file(path) as chunks:
+                yield chunks
+            return
+        target = self.node_path(path)
+        await self._not_a_directory(sftp, target)
+        with _file_errors(self.node_id, target):
+            file = await sftp.open(target, "rb", encoding=None)
+        try:
+
+            async def content() -> AsyncIterator[bytes]:
+                while True:
+                    with _file_errors(self.node_id, target):
+                        chunk = cast(bytes, await file.read(_CHUNK))
+                    if not chunk:
+                        return
+                    yield chunk
+
+            yield content()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10), suppress(asyncssh.Error, OSError):
+                await file.close()
+
+    async def _not_a_directory(self, sftp: asyncssh.SFTPClient, target: str) -> None:
+        with _file_errors(self.node_id, target):
+            directory = await sftp.isdir(target)
+        if directory:
+            raise NodeFileError(f"{target} on node {self.node_id}: is a directory")
+
     async def _holds_pipe(self, pipe: str, pid: int) -> bool:
         code, _, _ = await run_script(self.link, HOLDS_PIPE_SCRIPT, pipe, str(pid))
         return code != 1  # anything but a clear "no": held
@@ -362,6 +440,19 @@ async def upload_tool(link: Link, root: str, name: str, path: str) -> str:
     if session.exit_status != 0:
         raise ProviderError(f"tool {name!r}: copying it to {link.host}:{remote} failed")
     return remote
+
+
+@contextmanager
+def _file_errors(node_id: str, path: str) -> Iterator[None]:
+    """SFTP's errors as nodeprov's file errors (a lost connection as NodeGoneError)."""
+    try:
+        yield
+    except (asyncssh.SFTPNoSuchFile, asyncssh.SFTPNoSuchPath) as error:
+        raise NodeFileNotFoundError(f"{path} on node {node_id}: {error.reason}") from None
+    except asyncssh.SFTPError as error:
+        raise NodeFileError(f"{path} on node {node_id}: {error.reason}") from None
+    except (asyncssh.DisconnectError, asyncssh.ConnectionLost, OSError) as error:
+        raise NodeGoneError(f"node {node_id}: the SSH connection was lost ({error})") from None
 
 
 def ttl_seconds(ttl: timedelta | None) -> str:
