@@ -161,11 +161,6 @@ class Session(asyncssh.SSHClientSession[bytes]):
         while self.exit_status is None and not self.closed:
             await self._changed.wait()
 
-    async def closed_down(self) -> None:
-        """Wait for the channel to close (after the exit status and the output's end)."""
-        while not self.closed:
-            await self._changed.wait()
-
     def write_eof(self) -> None:
         """End the process's stdin (nothing if the channel is gone)."""
         if self.channel is not None and not self.closed:
