@@ -4,6 +4,8 @@ machines: tests map every one to the test sshd (the provider's ``connect_to`` an
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import pwd
 import socket
@@ -38,6 +40,7 @@ def running_moto() -> Iterator[str]:
         port = int(probe.getsockname()[1])
     saved = {name: os.environ.get(name) for name in CREDENTIALS}
     os.environ.update(CREDENTIALS)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
@@ -51,13 +54,20 @@ def running_moto() -> Iterator[str]:
                 os.environ[name] = value
 
 
+@functools.cache
 def ec2_client(endpoint: str) -> Any:
     return boto3.client("ec2", endpoint_url=endpoint, region_name=REGION)
 
 
+@functools.cache
+def an_image(endpoint: str) -> str:
+    """One of moto's AMIs (listing them takes moto about two seconds)."""
+    return str(ec2_client(endpoint).describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
+
+
 def ec2_settings(endpoint: str, sshd: Sshd, **more: object) -> dict[str, object]:
     """EC2 provider settings for the moto server, every instance reached at the test sshd."""
-    image = ec2_client(endpoint).describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    image = an_image(endpoint)
     ssh = {k: v for k, v in sshd.settings(UNPRIVILEGED, root=".nodeprov/ec2").items() if k != "host"}
     return {
         **ssh,

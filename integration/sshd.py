@@ -163,12 +163,14 @@ def running_sshd(
     host_key_pem: str | None = None,
     client_key: Path | None = None,
     sftp: bool = True,
+    sftp_denied: str = "",
 ) -> Iterator[Sshd]:
     """Start an sshd whose every file is in a directory of its own, stopped (its whole
     process group) and removed on exit. The directory is readable by everyone: sshd reads
     the authorized keys as the user logging in. ``port``, the host key (``host_key_pem``, an
     OpenSSH private key, as cloud-init installs one) and the client key that logs in are
-    made unless given; ``sftp=False`` offers no SFTP subsystem."""
+    made unless given; ``sftp=False`` offers no SFTP subsystem, ``sftp_denied`` names SFTP
+    requests the server refuses (``sftp-server -Q requests`` lists them)."""
     require_sshd()
     directory = Path(tempfile.mkdtemp(prefix="nodeprov-sshd-"))
     directory.chmod(0o755)
@@ -191,6 +193,8 @@ def running_sshd(
     authorized.chmod(0o644)
     user = ensure_unprivileged_user()
     port = port or free_port()
+    denied = f" -P {sftp_denied}" if sftp_denied else ""
+    subsystem = f"Subsystem sftp internal-sftp{denied}" if sftp else ""
     config = directory / "sshd_config"
     config.write_text(
         f"""\
@@ -205,7 +209,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 AllowUsers root {user}
-{"Subsystem sftp internal-sftp" if sftp else ""}
+{subsystem}
 LogLevel VERBOSE
 {extra_config}
 """

@@ -23,7 +23,7 @@ from nodeprov.testing.conformance import host_processes_matching, run, unique_ma
 
 pytestmark = pytest.mark.anyio
 
-KILL_TRIALS = int(os.environ.get("NODEPROV_KILL_TRIALS", "30"))
+KILL_TRIALS = int(os.environ.get("NODEPROV_KILL_TRIALS", "20"))
 
 
 async def test_destroy_honours_its_deadline_with_live_processes(base_image: str) -> None:
@@ -107,7 +107,7 @@ async def test_a_control_plane_killed_while_provisioning_leaves_nothing_after_gc
             await plane.aclose()
             owners.append(f"{socket.gethostname()}:{plane.pid}:")
             started = time.monotonic()
-            report = await provider.collect_garbage(settle=3)
+            report = await provider.collect_garbage(settle=1)
             settle_times.append(time.monotonic() - started)
             assert report.failed == []
             missed = _left(docker_client, owners[-1:])

@@ -28,6 +28,9 @@ class TestEc2Conformance(ProviderConformance):
         async with get_provider("ec2", **ec2_settings(moto, sshd)) as provider:
             yield provider
 
+    def big_file_mib(self, provider: AnyProvider) -> int:
+        return 128  # the SSH provider's data path, which moves a GiB in its own suite
+
     @pytest.fixture
     def leftovers(self, moto: str) -> Leftovers:
         """Live instances of the node. Once none is left, what the node made on the test

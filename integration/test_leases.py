@@ -28,7 +28,7 @@ from nodeprov.testing.pytest_plugin import require_engine
 
 pytestmark = pytest.mark.anyio
 
-TRIALS = int(os.environ.get("NODEPROV_LEASE_TRIALS", "20"))
+TRIALS = int(os.environ.get("NODEPROV_LEASE_TRIALS", "10"))
 LEASE_TTL = 1.0
 RECONCILE_INTERVAL = 0.3
 BOUND = LEASE_TTL + RECONCILE_INTERVAL + 10  # destroying local nodes takes well under 10 s

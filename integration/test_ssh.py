@@ -317,3 +317,15 @@ async def test_node_files_go_over_the_exec_channel_without_sftp(
                     await read_all(node, "missing")
         offered_none = any("offers no SFTP" in record.getMessage() for record in caplog.records)
         assert offered_none is (where == "a server without SFTP")
+
+
+async def test_a_server_that_refuses_posix_rename_still_replaces_files(sshd: Sshd) -> None:
+    """SFTP's own rename will not replace a file: the commit goes through ``mv`` instead."""
+    with running_sshd(client_key=sshd.client_key, sftp_denied="posix-rename") as server:
+        settings = server.settings(UNPRIVILEGED, root=ROOT)
+        async with get_provider("ssh", **settings) as provider, await provider.provision() as node:
+            for payload in (b"first", b"second, longer"):
+                await node.write_file("deep/file", payload, mode=0o640)
+                assert await read_all(node, "deep/file") == payload
+            assert await run(node, "stat", "-c", "%a", "deep/file") == (0, b"640\n", b"")
+            assert await run(node, "ls", "-A", "deep") == (0, b"file\n", b"")

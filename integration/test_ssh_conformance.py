@@ -40,6 +40,9 @@ class TestSshConformance(ProviderConformance):
         async with get_provider("ssh", **sshd.settings(user, root=ROOT)) as provider:
             yield provider
 
+    def big_file_mib(self, provider: AnyProvider) -> int:
+        return 1024 if provider.settings.user == "root" else 128  # one GiB per data path
+
     @pytest.fixture
     def leftovers(self, user: str) -> Leftovers:
         return ssh_leftovers(user, ROOT)

@@ -7,6 +7,7 @@ SSH channel.
 
 from __future__ import annotations
 
+import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -20,7 +21,18 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from .errors import ConfigError, NodeGoneError, NodeprovError
 
-__all__ = ["HOLDS_PIPE_SCRIPT", "ReleasedStdout", "SpawnFn", "SpawnOptions", "SpawnedProcess", "StopPolicy"]
+__all__ = [
+    "DECODE_ARGUMENTS_SCRIPT",
+    "HOLDS_PIPE_SCRIPT",
+    "SHELL_NAME",
+    "ReleasedStdout",
+    "SpawnFn",
+    "SpawnOptions",
+    "SpawnedProcess",
+    "StopPolicy",
+    "encode_arguments",
+    "printf_escapes",
+]
 
 _ENV_NAME = re.compile(r"^[^=\x00]+$")
 
@@ -231,6 +243,50 @@ channel's server, on an SSH host) does not count. A process whose descriptors ca
 read (another user's, where this user may not look) counts as holding it when it is in the
 process group or session ``$2`` (the spawned process's), which whatever it started stays in
 unless it left; other users' processes elsewhere do not. One ``ls`` and one ``awk``."""
+
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+"""An environment name a POSIX shell can ``export`` (``sh`` drops the others when it execs)."""
+
+
+def printf_escapes(data: bytes) -> str:
+    """``data`` as ``printf %b`` octal escapes: one line of ASCII whatever the bytes."""
+    return "".join(f"\\0{byte:03o}" for byte in data)
+
+
+def encode_arguments(argv: Sequence[str]) -> list[str]:
+    """``argv`` for :data:`DECODE_ARGUMENTS_SCRIPT`: first the indices (from 1, spaced) of
+    the arguments that are not UTF-8 (surrogate escapes, which an exec channel's JSON or
+    text command cannot carry), then the arguments with those spelt by
+    :func:`printf_escapes`."""
+    encoded: list[str] = []
+    spelt: list[str] = []
+    for index, arg in enumerate(argv, start=1):
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            encoded.append(str(index))
+            spelt.append(printf_escapes(os.fsencode(arg)))
+        else:
+            spelt.append(arg)
+    return [" ".join(encoded), *spelt]
+
+
+DECODE_ARGUMENTS_SCRIPT = """\
+if [ -n "$__np_encoded" ]; then
+  __np_n=0
+  for __np_arg in "$@"; do
+    __np_n=$((__np_n + 1))
+    case " $__np_encoded " in *" $__np_n "*)
+      __np_arg=$(printf '%bx' "$__np_arg"); __np_arg=${__np_arg%x} ;;
+    esac
+    set -- "$@" "$__np_arg"
+  done
+  shift "$__np_n"
+fi
+unset __np_encoded __np_n __np_arg
+"""
+"""POSIX sh: decodes, in ``"$@"``, the arguments whose indices ``$__np_encoded`` lists (the
+first word of :func:`encode_arguments`, shifted off by the caller)."""
 
 _QUIET_CHECK_FIRST, _QUIET_CHECK_MAX = 1.0, 8.0  # seconds of stdout silence before asking
 _QUIET_CONFIRM = 0.25  # a "nothing holds it" is asked again after this much more silence

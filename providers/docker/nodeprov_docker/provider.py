@@ -3,7 +3,6 @@ from __future__ import annotations
 import functools
 import os
 import posixpath
-import re
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from datetime import timedelta
@@ -39,7 +38,15 @@ from nodeprov.node import (
     Rollback,
     secret_field,
 )
-from nodeprov.spawn import HOLDS_PIPE_SCRIPT, SpawnedProcess, SpawnOptions, StopPolicy
+from nodeprov.spawn import (
+    DECODE_ARGUMENTS_SCRIPT,
+    HOLDS_PIPE_SCRIPT,
+    SHELL_NAME,
+    SpawnedProcess,
+    SpawnOptions,
+    StopPolicy,
+    encode_arguments,
+)
 from nodeprov_docker.exec import STDERR, STDOUT, DockerProcess, ExecOutput
 
 T = TypeVar("T")
@@ -48,28 +55,17 @@ TOOLS_DIR = "/opt/nodeprov/tools"
 """Where the executables of NodeConfig.tools are mounted, read-only, one per name."""
 _SENTINEL = b"\x1enodeprov "
 _READY = _SENTINEL + b"ready "
-# Decodes the arguments the engine could not carry (see _encode), tells a missing command
-# apart from a command that fails, reports the exec's pid inside the container (it leads its
-# own process group there) and what its stdout is (see DockerProcess), then execs the command.
-_PREAMBLE = """\
-if [ -z "$1" ]; then
-  shift
-else
-  __nodeprov_encoded=$1; shift; __nodeprov_n=0
-  for __nodeprov_arg in "$@"; do
-    __nodeprov_n=$((__nodeprov_n + 1))
-    case " $__nodeprov_encoded " in *" $__nodeprov_n "*)
-      __nodeprov_arg=$(printf '%bx' "$__nodeprov_arg"); __nodeprov_arg=${__nodeprov_arg%x} ;;
-    esac
-    set -- "$@" "$__nodeprov_arg"
-  done
-  shift "$__nodeprov_n"
-  unset __nodeprov_encoded __nodeprov_n __nodeprov_arg
-fi
-command -v -- "$1" >/dev/null 2>&1 || { printf '\\036nodeprov notfound\\n'; exit 127; }
+# Decodes the arguments the engine could not carry (see encode_arguments), tells a missing
+# command apart from a command that fails, reports the exec's pid inside the container (it
+# leads its own process group there) and what its stdout is (see DockerProcess), then execs
+# the command.
+_PREAMBLE = (
+    "__np_encoded=$1; shift\n"
+    + DECODE_ARGUMENTS_SCRIPT
+    + """command -v -- "$1" >/dev/null 2>&1 || { printf '\\036nodeprov notfound\\n'; exit 127; }
 printf '\\036nodeprov ok %s %s\\n' "$$" "$(readlink "/proc/$$/fd/1")"
 """
-_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+)
 _SIGNAL_GROUP = 'kill -s "$1" -- "-$2" 2>/dev/null; exit 0'
 
 
@@ -200,7 +196,7 @@ class DockerNode(NodeHandle):
 
     async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
         api = (await self._provider.client()).api
-        argv = [*self._shell(options.env), "nodeprov", *_encode([options.command, *options.args])]
+        argv = [*self._shell(options.env), "nodeprov", *encode_arguments([options.command, *options.args])]
         cwd = options.cwd or self.workdir
         # Shielded, and bounded instead: a cancellation after exec start would orphan it.
         with anyio.CancelScope(shield=True):
@@ -240,7 +236,7 @@ class DockerNode(NodeHandle):
         name (``sh`` drops those when it execs; ``bash`` passes them on). Either adds
         variables of its own, removed unless asked for."""
         names = {*self.base_env, *env}
-        bash = not all(_SHELL_NAME.match(name) for name in names)
+        bash = not all(SHELL_NAME.match(name) for name in names)
         script = _PREAMBLE + ("" if "PWD" in names else "unset PWD; ")
         script += 'exec env -u SHLVL -- "$@"' if bash and "SHLVL" not in names else 'exec "$@"'
         return ["bash" if bash else "/bin/sh", "-c", script]
@@ -544,23 +540,6 @@ def _parse_report(said: bytes) -> str | None:
     if (start := said.find(_READY)) < 0 or (end := said.find(b"\n", start)) < 0:
         return None
     return said[start + len(_READY) : end].decode(errors="surrogateescape")
-
-
-def _encode(argv: list[str]) -> list[str]:
-    """``argv`` for the preamble: the indices of the arguments that are not UTF-8 (the
-    engine's JSON cannot carry them), then the arguments with those spelt as ``printf %b``
-    octal escapes, which the preamble decodes on the node."""
-    encoded: list[int] = []
-    spelt: list[str] = []
-    for index, arg in enumerate(argv, start=1):
-        try:
-            arg.encode()
-        except UnicodeEncodeError:
-            encoded.append(index)
-            spelt.append("".join(f"\\0{byte:03o}" for byte in os.fsencode(arg)))
-        else:
-            spelt.append(arg)
-    return [" ".join(map(str, encoded)), *spelt]
 
 
 def _keep_alive(ttl: timedelta | None) -> list[str]:

@@ -334,12 +334,15 @@ class Ec2Provider(NodeProvider[Ec2Settings]):
                 # (EC2's ClientToken does the same within its own window; this holds always).
                 instance = await self.instance(config.node_id)
                 logger.info("node %s: adopting instance %s", config.node_id, instance["InstanceId"])
+                adopted = True
             except NodeGoneError:
                 instance = await self._launch(config, labels)
+                adopted = False
             instance = await self._until_state(instance["InstanceId"], {"running"}, deadline)
             nodes = await self.ssh_to(instance)
             await self.ssh_ready(nodes)
-            await nodes.forget(config.node_id)  # a half-made directory of a crashed provision
+            if adopted:
+                await nodes.forget(config.node_id)  # a half-made directory of a crashed provision
             ssh = await nodes.create(config)
             where = {LABEL_WORKDIR: ssh.workdir, LABEL_NODE_DIR: ssh.directory}
             await self._make("create_tags", Resources=[instance["InstanceId"]], Tags=_tags(where))

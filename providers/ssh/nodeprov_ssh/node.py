@@ -315,8 +315,8 @@ class SshNode(NodeHandle):
 
     async def write_file(self, path: str, data: bytes | AsyncIterable[bytes], *, mode: int = 0o600) -> None:
         """As :meth:`NodeHandle.write_file`, over SFTP when the host offers it: written
-        beside the target (created exclusively, 0600), renamed over it (POSIX rename) once
-        every byte is there, parents made 0700."""
+        beside the target (created exclusively, 0600), renamed over it once every byte is
+        there (see :meth:`_commit`), parents made 0700."""
         sftp = await self.link.sftp()
         if sftp is None:
             await super().write_file(path, data, mode=mode)
@@ -339,7 +339,7 @@ class SshNode(NodeHandle):
                         async for chunk in data:
                             await file.write(chunk)
                 await sftp.chmod(partial, mode)
-                await sftp.posix_rename(partial, target)
+            await self._commit(sftp, partial, target)
         except BaseException:
             with anyio.CancelScope(shield=True), anyio.move_on_after(10), suppress(asyncssh.Error, OSError):
                 await sftp.remove(partial)
@@ -371,6 +371,18 @@ class SshNode(NodeHandle):
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(10), suppress(asyncssh.Error, OSError):
                 await file.close()
+
+    async def _commit(self, sftp: asyncssh.SFTPClient, partial: str, target: str) -> None:
+        """Rename ``partial`` over ``target``: POSIX rename over SFTP, or ``mv`` through the
+        exec channel where the server does not offer (or denies) that extension."""
+        # SFTP's plain rename will not replace a file; rename(2) through a command will.
+        unsupported = (asyncssh.SFTPOpUnsupported, asyncssh.SFTPPermissionDenied)
+        with _file_errors(self.node_id, target), suppress(*unsupported):
+            await sftp.posix_rename(partial, target)
+            return
+        code, _, error = await run_script(self.link, 'exec mv -f -- "$1" "$2"', partial, target)
+        if code != 0:
+            raise NodeFileError(f"{target} on node {self.node_id}: {said(code, error)}")
 
     async def _not_a_directory(self, sftp: asyncssh.SFTPClient, target: str) -> None:
         with _file_errors(self.node_id, target):

@@ -18,9 +18,10 @@ also the process group to signal) and execs the command, which keeps that pid.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from collections.abc import Mapping, Sequence
+
+from nodeprov.spawn import DECODE_ARGUMENTS_SCRIPT, SHELL_NAME, encode_arguments, printf_escapes
 
 SENTINEL = b"\x1enodeprov "
 REPORT_OK = SENTINEL + b"ok "
@@ -28,8 +29,6 @@ REPORT_NOT_FOUND = SENTINEL + b"notfound"
 REPORT_NO_CWD = SENTINEL + b"nocwd"
 REPORT_GONE = SENTINEL + b"gone"
 REPORT_NO_PERL = SENTINEL + b"noperl"
-
-_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # Sets the variables the shell could not export (names that are not shell names), read
 # from its own environment, then execs the command, which keeps the pid.
@@ -39,22 +38,14 @@ _PERL_EXEC = (
     " exec { $ARGV[0] } @ARGV or exit 127"
 )
 
-# Positional parameters: the indices of spelt arguments, the cwd, the node's process file
-# (each spawn appends "PID START" before it starts, so a destroy can end it), the argv.
+# Positional parameters: the cwd, the node's process file (each spawn appends "PID START"
+# before it starts, so a destroy can end it), then encode_arguments(argv).
 PREAMBLE = f"""\
 for __np_name in $(awk 'BEGIN {{ for (k in ENVIRON) print k }}'); do
   case $__np_name in [!A-Za-z_]*|*[!A-Za-z0-9_]*) ;; *) unset "$__np_name" 2>/dev/null ;; esac
 done
-__np_encoded=$1 __np_cwd=$2 __np_record=$3; shift 3; __np_n=0
-for __np_arg in "$@"; do
-  __np_n=$((__np_n + 1))
-  case " $__np_encoded " in *" $__np_n "*)
-    __np_arg=$(printf '%bx' "$__np_arg"); __np_arg=${{__np_arg%x}} ;;
-  esac
-  set -- "$@" "$__np_arg"
-done
-shift "$__np_n"
-__np_start=$(awk '{{ sub(/.*\\) /, ""); print $20 }}' "/proc/$$/stat" 2>/dev/null)
+__np_cwd=$1 __np_record=$2 __np_encoded=$3; shift 3
+{DECODE_ARGUMENTS_SCRIPT}__np_start=$(awk '{{ sub(/.*\\) /, ""); print $20 }}' "/proc/$$/stat" 2>/dev/null)
 if [ -n "$__np_record" ]; then
   {{ [ -d "${{__np_record%/*}}" ] && printf '%s %s\\n' "$$" "${{__np_start:--}}" >>"$__np_record"; }} ||
     {{ printf '\\036nodeprov gone\\n'; exit 125; }}
@@ -73,45 +64,30 @@ command -v -- "$1" >/dev/null 2>&1 || {{ printf '\\036nodeprov notfound\\n'; exi
 printf '\\036nodeprov ok %s %s %s\\n' "$$" "${{__np_start:--}}" "$(readlink "/proc/$$/fd/1" 2>/dev/null)"
 if [ -n "$__np_extra" ]; then
   command -v perl >/dev/null 2>&1 || {{ printf '\\036nodeprov noperl\\n'; exit 127; }}
-  unset __np_name __np_line __np_value __np_encoded __np_cwd __np_n __np_arg __np_start __np_record
+  unset __np_name __np_line __np_value __np_cwd __np_start __np_record
   export __np_extra
   exec perl -e '{_PERL_EXEC}' -- "$@"
 fi
-unset __np_name __np_line __np_value __np_encoded __np_cwd __np_n __np_arg __np_start __np_record __np_extra
+unset __np_name __np_line __np_value __np_cwd __np_start __np_record __np_extra
 exec "$@"
 """
 
 
-def spell(data: bytes) -> str:
-    """``data`` as ``printf %b`` octal escapes: one line of ASCII whatever the bytes."""
-    return "".join(f"\\0{byte:03o}" for byte in data)
-
-
 def environment_block(env: Mapping[str, str]) -> bytes:
     """The environment as the preamble reads it from stdin: ``NAME=VALUE`` lines, the value
-    spelt (see :func:`spell`); a name that is not a shell name is spelt too, and set by
-    ``perl`` on the host (a POSIX shell cannot export it)."""
+    spelt by :func:`~nodeprov.spawn.printf_escapes`; a name that is not a shell name is
+    spelt too, and set by ``perl`` on the host (a POSIX shell cannot export it)."""
     lines = []
     for name, value in env.items():
-        key = name if _SHELL_NAME.match(name) else spell(os.fsencode(name))
-        lines.append(f"{key}={spell(os.fsencode(value))}\n")
+        key = name if SHELL_NAME.match(name) else printf_escapes(os.fsencode(name))
+        lines.append(f"{key}={printf_escapes(os.fsencode(value))}\n")
     return ("".join(lines) + "\n").encode()
 
 
 def command_line(argv: Sequence[str], cwd: str, record: str = "") -> str:
     """The remote command line that runs ``argv`` in ``cwd`` under the preamble, recording
     its process group in the file ``record`` (none if empty)."""
-    encoded: list[str] = []
-    spelt: list[str] = []
-    for index, arg in enumerate(argv, start=1):
-        try:
-            arg.encode()
-        except UnicodeEncodeError:  # surrogate escapes: bytes that are not UTF-8
-            encoded.append(str(index))
-            spelt.append(spell(os.fsencode(arg)))
-        else:
-            spelt.append(arg)
-    return script_line(PREAMBLE, " ".join(encoded), cwd, record, *spelt)
+    return script_line(PREAMBLE, cwd, record, *encode_arguments(argv))
 
 
 def script_line(script: str, *args: str) -> str:
