@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml providers/*/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,postgres]' -e providers/local -e providers/docker -e providers/ssh -e providers/ec2
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,postgres]' -e providers/local -e providers/docker -e providers/ssh -e providers/ec2 -e providers/codespaces
 	touch $@
 
 setup: $(STAMP)
@@ -26,7 +26,7 @@ engines:
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy nodeprov providers/local/nodeprov_local providers/docker/nodeprov_docker providers/ssh/nodeprov_ssh providers/ec2/nodeprov_ec2 tests integration bench
+	$(BIN)/mypy nodeprov providers/local/nodeprov_local providers/docker/nodeprov_docker providers/ssh/nodeprov_ssh providers/ec2/nodeprov_ec2 providers/codespaces/nodeprov_codespaces tests integration bench
 
 test: setup engines lint
 	$(BIN)/pytest

@@ -1,6 +1,7 @@
 """The agent conformance suite (nodeprov.testing.agent_conformance) on a local node, a
 Docker node and an SSH node (an unprivileged login to a real sshd), for the real Claude
-Code CLI and the real Codex CLI, each against its scripted model."""
+Code CLI and the real Codex CLI, each against its scripted model; and for Claude Code on a
+codespace."""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ from nodeprov.testing import (
     Text,
     ToolUse,
 )
-from nodeprov.testing.agent_conformance import AGENT_CHECKS, AgentHarness
+from nodeprov.testing.agent_conformance import AGENT_CHECKS, AgentHarness, check_endpoint_down
 
 from .agents import codex_run_options, require_claude_cli, require_codex_cli, run_options
-from .sshd import UNPRIVILEGED
+from .codespaces import running_codespaces
+from .sshd import UNPRIVILEGED, Sshd
 
 pytestmark = pytest.mark.anyio
 
@@ -96,8 +98,13 @@ async def node(
         yield made
 
 
+# A model endpoint that is down is the agent's own affair, the same on any node (how each
+# node stops the agent is what the abort and interrupt checks see): checked on a local one.
+ON_EVERY_NODE = [check for check in AGENT_CHECKS if check is not check_endpoint_down]
+
+
 @pytest.mark.parametrize(
-    "check", AGENT_CHECKS, ids=[check.__name__.removeprefix("check_") for check in AGENT_CHECKS]
+    "check", ON_EVERY_NODE, ids=[check.__name__.removeprefix("check_") for check in ON_EVERY_NODE]
 )
 async def test_agent_conformance(
     check: Callable[[AgentHarness, NodeHandle, Path], Awaitable[None]],
@@ -106,3 +113,36 @@ async def test_agent_conformance(
     tmp_path: Path,
 ) -> None:
     await check(harness, node, tmp_path)
+
+
+async def test_a_model_endpoint_that_is_down(harness: AgentHarness, tmp_path: Path) -> None:
+    cli = agent_class(harness.agent).local_cli()
+    assert cli is not None
+    provider = get_provider("local", root=tmp_path / "nodes")
+    async with provider, await provider.provision(NodeConfig(tools={harness.agent: cli})) as node:
+        await check_endpoint_down(harness, node, tmp_path)
+
+
+@pytest.fixture
+async def codespace(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[NodeHandle]:
+    """A codespace (the FAKE GitHub API, the real gh, the test sshd: see :mod:`.codespaces`)
+    with this machine's Claude Code CLI."""
+    require_claude_cli()
+    cli = agent_class("claude").local_cli()
+    assert cli is not None
+    with running_codespaces(sshd, tmp_path_factory.mktemp("gh")) as codespaces:
+        async with (
+            get_provider("codespaces", **codespaces.settings()) as provider,
+            await provider.provision(NodeConfig(tools={"claude": cli})) as made,
+        ):
+            yield made
+
+
+@pytest.mark.parametrize(
+    "check", ON_EVERY_NODE, ids=[check.__name__.removeprefix("check_") for check in ON_EVERY_NODE]
+)
+async def test_claude_conformance_on_a_codespace(
+    check: Callable[[AgentHarness, NodeHandle, Path], Awaitable[None]], codespace: NodeHandle, tmp_path: Path
+) -> None:
+    with ScriptedModel() as model:
+        await check(claude_harness(model), codespace, tmp_path)

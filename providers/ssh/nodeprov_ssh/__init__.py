@@ -17,19 +17,24 @@ is a session on one connection shared by the node's spawns and made again when i
 asyncssh's exceptions never leave this package.
 """
 
-from nodeprov_ssh.link import Link, SshHostKeyError, SshLoginSettings
+from nodeprov_ssh.command import CommandLink
+from nodeprov_ssh.link import Link, SshHostKeyError, SshLoginSettings, SshSessionSettings, Tunnel
 from nodeprov_ssh.node import SshNode
 from nodeprov_ssh.process import SshProcess
-from nodeprov_ssh.provider import SshNodes, SshNodeSettings, SshProvider, SshSettings
+from nodeprov_ssh.provider import SshNodeFields, SshNodes, SshNodeSettings, SshProvider, SshSettings
 
 __all__ = [
+    "CommandLink",
     "Link",
     "SshHostKeyError",
     "SshLoginSettings",
     "SshNode",
+    "SshNodeFields",
     "SshNodeSettings",
     "SshNodes",
     "SshProcess",
     "SshProvider",
+    "SshSessionSettings",
     "SshSettings",
+    "Tunnel",
 ]

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+import socket
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import anyio
+import anyio.to_thread
 import asyncssh
+from anyio.abc import Process
 from pydantic import Field
 
-from nodeprov.errors import ConfigError, NodeGoneError, ProviderError
+from nodeprov.errors import ConfigError, NodeGoneError, NodeprovError, ProviderError
 from nodeprov.node import ProviderSettings, secret_field
 from nodeprov_ssh.process import Session, open_session
 
@@ -27,14 +31,10 @@ class SshHostKeyError(ConfigError):
     refused before logging in. Add the key to ``known_hosts`` or pin it with ``host_key``."""
 
 
-class SshLoginSettings(ProviderSettings):
-    """How to log in to a host over SSH: the base of the settings of every provider whose
-    nodes are reached over SSH. Defaults are OpenSSH's (``~/.ssh/config``,
-    ``~/.ssh/known_hosts``, the SSH agent, the default key files)."""
+class SshSessionSettings(ProviderSettings):
+    """How to log in over SSH, whatever carries the connection: the base of the settings of
+    every provider whose nodes are reached over SSH."""
 
-    port: int | None = Field(
-        default=None, ge=1, le=65535, description="Port; default: ~/.ssh/config's, else 22."
-    )
     user: str | None = Field(
         default=None, description="User to log in as; default: ~/.ssh/config's, else this machine's user."
     )
@@ -45,26 +45,6 @@ class SshLoginSettings(ProviderSettings):
     )
     passphrase: str | None = secret_field(default=None, description="Passphrase of the key files.")
     use_agent: bool = Field(default=True, description="Offer the keys of the SSH agent (SSH_AUTH_SOCK).")
-    config_files: list[str] | None = Field(
-        default=None,
-        description="OpenSSH client configuration files (Host aliases, HostName, User, Port, "
-        "IdentityFile, ProxyJump...); default: ~/.ssh/config when it exists; [] reads none.",
-    )
-    known_hosts: str | None = Field(
-        default=None,
-        description="known_hosts file holding the host's key; default: ~/.ssh/known_hosts. "
-        "A host whose key is not there is refused.",
-    )
-    host_key: str | None = Field(
-        default=None,
-        description="The host's public key, pinned ('ssh-ed25519 AAAA...'); when given, it is "
-        "the only key accepted and known_hosts is not read.",
-    )
-    insecure_skip_host_key_check: bool = Field(
-        default=False,
-        description="Accept any host key. INSECURE: anyone between here and the host can read "
-        "and change everything sent, secrets included; logged as a warning on every connection.",
-    )
     connect_timeout: float = Field(default=20.0, gt=0, description="Seconds to connect and log in.")
     keepalive_interval: float = Field(
         default=5.0,
@@ -88,6 +68,50 @@ class SshLoginSettings(ProviderSettings):
     )
 
 
+class SshLoginSettings(SshSessionSettings):
+    """How to reach and log in to a host over SSH (TCP): defaults are OpenSSH's
+    (``~/.ssh/config``, ``~/.ssh/known_hosts``, the SSH agent, the default key files)."""
+
+    port: int | None = Field(
+        default=None, ge=1, le=65535, description="Port; default: ~/.ssh/config's, else 22."
+    )
+    config_files: list[str] | None = Field(
+        default=None,
+        description="OpenSSH client configuration files (Host aliases, HostName, User, Port, "
+        "IdentityFile, ProxyJump...); default: ~/.ssh/config when it exists; [] reads none.",
+    )
+    known_hosts: str | None = Field(
+        default=None,
+        description="known_hosts file holding the host's key; default: ~/.ssh/known_hosts. "
+        "A host whose key is not there is refused.",
+    )
+    host_key: str | None = Field(
+        default=None,
+        description="The host's public key, pinned ('ssh-ed25519 AAAA...'); when given, it is "
+        "the only key accepted and known_hosts is not read.",
+    )
+    insecure_skip_host_key_check: bool = Field(
+        default=False,
+        description="Accept any host key. INSECURE: anyone between here and the host can read "
+        "and change everything sent, secrets included; logged as a warning on every connection.",
+    )
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    """A command whose stdin and stdout carry the SSH connection, as OpenSSH's
+    ProxyCommand (``gh codespace ssh -c NAME --stdio``). The command authenticates the
+    host itself, so the host key of the first connection is accepted and pinned for the
+    link's later connections. It runs with ``env`` as its whole environment; what it
+    writes on stderr is the error when the connection cannot be made."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    explain: Callable[[str], NodeprovError] | None = None
+    """The error that what the command wrote on stderr means, when the connection failed
+    (by default the SSH error, with that text)."""
+
+
 # AES-GCM first: OpenSSL runs it in hardware, where asyncssh's ChaCha20-Poly1305 (OpenSSH's
 # first choice) is slower; every cipher OpenSSH offers by default is still accepted.
 _CIPHERS = [
@@ -100,8 +124,9 @@ _CIPHERS = [
 ]
 
 
-def connect_options(settings: SshLoginSettings) -> dict[str, Any]:
-    """The keyword arguments of :func:`asyncssh.connect` for ``settings``.
+def connect_options(settings: SshSessionSettings) -> dict[str, Any]:
+    """The keyword arguments of :func:`asyncssh.connect` for ``settings`` (without a host
+    key check unless they are :class:`SshLoginSettings`).
 
     Raises:
         ConfigError: the pinned host key cannot be read.
@@ -112,11 +137,9 @@ def connect_options(settings: SshLoginSettings) -> dict[str, Any]:
         "login_timeout": settings.connect_timeout,
         "keepalive_interval": settings.keepalive_interval,
         "keepalive_count_max": settings.keepalive_count_max,
-        # () is asyncssh's "the default file"; None reads none.
-        "config": () if settings.config_files is None else (settings.config_files or None),
+        "config": None,
+        "known_hosts": None,
     }
-    if settings.port is not None:
-        options["port"] = settings.port
     if settings.user is not None:
         options["username"] = settings.user
     if settings.key_files is not None:
@@ -125,6 +148,13 @@ def connect_options(settings: SshLoginSettings) -> dict[str, Any]:
         options["passphrase"] = settings.passphrase
     if not settings.use_agent:
         options["agent_path"] = None
+    if not isinstance(settings, SshLoginSettings):
+        return options
+    # () is asyncssh's "the default file"; None reads none.
+    options["config"] = () if settings.config_files is None else (settings.config_files or None)
+    del options["known_hosts"]
+    if settings.port is not None:
+        options["port"] = settings.port
     if settings.insecure_skip_host_key_check:
         options["known_hosts"] = None
     elif settings.host_key is not None:
@@ -170,17 +200,20 @@ class _Connection:
     connection: asyncssh.SSHClientConnection
     sessions: int = 0
     room: int = 0  # sessions it may carry: the server's MaxSessions, as far as we know
+    tunnel: Process | None = None
 
 
 class Link:
     """SSH connections to ``host`` with ``settings``: one, made on first use and shared by
     every caller, and made again when it has dropped. A connection carries at most
     ``max_sessions`` sessions at once (OpenSSH's MaxSessions, 10 by default); more
-    concurrent sessions open further connections, closed again by :meth:`aclose`."""
+    concurrent sessions open further connections, closed again by :meth:`aclose`. With a
+    ``tunnel``, each connection runs over a process of its own (see :class:`Tunnel`)."""
 
-    def __init__(self, host: str, settings: SshLoginSettings) -> None:
+    def __init__(self, host: str, settings: SshSessionSettings, tunnel: Tunnel | None = None) -> None:
         self.host = host
         self.settings = settings
+        self.tunnel = tunnel
         self._options = connect_options(settings)
         self._connections: list[_Connection] = []
         self._lock = anyio.Lock()
@@ -248,19 +281,58 @@ class Link:
 
     async def _with_room(self) -> _Connection:
         async with self._lock:
+            for entry in self._connections:
+                if entry.connection.is_closed():
+                    await _end(entry.tunnel)
             self._connections = [c for c in self._connections if not c.connection.is_closed()]
             for entry in self._connections:
                 if entry.sessions < entry.room:
                     entry.sessions += 1
                     return entry
-            if self.settings.insecure_skip_host_key_check:
-                logger.warning("INSECURE: not checking the SSH host key of %s", self.host)
-            with mapped_errors(self.host):
-                # asyncssh's own connect_timeout covers the TCP connect and the login.
-                connection = await asyncssh.connect(self.host, **self._options)
-            entry = _Connection(connection, sessions=1, room=self.settings.max_sessions)
+            entry = await (self._through_tunnel(self.tunnel) if self.tunnel else self._direct())
             self._connections.append(entry)
             return entry
+
+    async def _direct(self) -> _Connection:
+        if getattr(self.settings, "insecure_skip_host_key_check", False):
+            logger.warning("INSECURE: not checking the SSH host key of %s", self.host)
+        with mapped_errors(self.host):
+            # asyncssh's own connect_timeout covers the TCP connect and the login.
+            connection = await asyncssh.connect(self.host, **self._options)
+        return _Connection(connection, sessions=1, room=self.settings.max_sessions)
+
+    async def _through_tunnel(self, tunnel: Tunnel) -> _Connection:
+        errors = await anyio.to_thread.run_sync(tempfile.TemporaryFile)
+        with errors:
+            ours, theirs = socket.socketpair()
+            try:
+                with theirs:  # the tunnel's end: held by it alone, so its exit is an EOF here
+                    process = await anyio.open_process(
+                        list(tunnel.argv),
+                        stdin=theirs.fileno(),
+                        stdout=theirs.fileno(),
+                        stderr=errors,
+                        env=dict(tunnel.env),
+                        start_new_session=True,
+                    )
+            except OSError as error:
+                ours.close()
+                raise ConfigError(f"{self.host}: cannot run {tunnel.argv[0]}: {error}") from None
+            try:
+                with mapped_errors(self.host):
+                    connection = await asyncssh.connect(self.host, sock=ours, **self._options)
+            except BaseException as error:
+                ours.close()
+                await _end(process)
+                said = await anyio.to_thread.run_sync(_tail, errors)
+                if isinstance(error, NodeprovError) and said:
+                    raise (
+                        tunnel.explain(said) if tunnel.explain else type(error)(f"{error}: {said}")
+                    ) from None
+                raise
+        # The tunnel authenticated the host: its key now stands for it on every later connection.
+        self._options["known_hosts"] = ([connection.get_server_host_key()], [], [])
+        return _Connection(connection, sessions=1, room=self.settings.max_sessions, tunnel=process)
 
     async def aclose(self) -> None:
         """Close the connections (what runs over them loses its channels); idempotent."""
@@ -269,3 +341,18 @@ class Link:
             for entry in connections:
                 entry.connection.close()
                 await entry.connection.wait_closed()
+                await _end(entry.tunnel)
+
+
+async def _end(process: Process | None) -> None:
+    """Stop a tunnel's process (its connection is closed or failed) and reap it."""
+    if process is None or process.returncode is not None:
+        return
+    with anyio.CancelScope(shield=True):
+        process.kill()
+        await process.wait()
+
+
+def _tail(file: IO[bytes]) -> str:
+    file.seek(0)
+    return file.read().decode(errors="replace").strip()[-500:]

@@ -41,10 +41,10 @@ from nodeprov_ssh.node import (
 logger = logging.getLogger("nodeprov.ssh")
 
 
-class SshNodeSettings(SshLoginSettings):
+class SshNodeFields(ProviderSettings):
     """What the nodes on an SSH host are like: where they live, their environment, how their
-    processes are stopped. The base of the settings of every provider whose nodes are
-    reached over SSH."""
+    processes are stopped. Part of the settings of every provider whose nodes are reached
+    over SSH."""
 
     root: str = Field(
         default=".nodeprov/nodes",
@@ -66,6 +66,10 @@ class SshNodeSettings(SshLoginSettings):
     term_grace: float = Field(default=5.0, ge=0, description="Seconds after SIGTERM before SIGKILL.")
 
 
+class SshNodeSettings(SshLoginSettings, SshNodeFields):
+    """Nodes on a host reached over SSH (TCP), and how to log in to it."""
+
+
 class SshSettings(SshNodeSettings):
     """Settings of the SSH provider: one host, and how to log in to it."""
 
@@ -76,7 +80,7 @@ class SshNodes:
     """Nodes as directories under a root on one host, reached through one :class:`Link`;
     what the SSH provider is, and what an EC2 instance has once it answers SSH."""
 
-    def __init__(self, provider: str, link: Link, settings: SshNodeSettings) -> None:
+    def __init__(self, provider: str, link: Link, settings: SshNodeFields) -> None:
         self.provider = provider
         self.link = link
         self.settings = settings
