@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from .cli import nodeprov_with
 from .codespaces import Codespaces, running_codespaces
 from .github import Failure
 from .sshd import Sshd
@@ -32,20 +32,7 @@ def either(sshd: Sshd, tmp_path: Path, request: pytest.FixtureRequest) -> Iterat
 
 
 def nodeprov(codespaces: Codespaces, *args: str, **more: object) -> subprocess.CompletedProcess[str]:
-    settings = codespaces.settings(**more)
-    env = {
-        f"NODEPROV_CODESPACES_{key.upper()}": value if isinstance(value, str) else json.dumps(value)
-        for key, value in settings.items()
-        if value is not None
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "nodeprov", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **env},
-    )
+    return nodeprov_with("codespaces", codespaces.settings(**more), *args)
 
 
 def test_providers_provision_exec_destroy(either: Codespaces) -> None:
@@ -103,17 +90,7 @@ def test_providers_says_when_gh_is_too_old(codespaces: Codespaces, tmp_path: Pat
 def test_providers_says_when_gh_is_not_logged_in(codespaces: Codespaces, tmp_path: Path) -> None:
     """No token anywhere: gh refuses before asking GitHub (its exit status 4)."""
     settings = {k: v for k, v in codespaces.settings().items() if k != "token"}
-    env = {
-        f"NODEPROV_CODESPACES_{k.upper()}": v if isinstance(v, str) else json.dumps(v)
-        for k, v in settings.items()
-    }
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("GH_", "GITHUB_"))}
-    result = subprocess.run(
-        [sys.executable, "-m", "nodeprov", "providers", "-p", "codespaces", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**clean, "GH_CONFIG_DIR": str(tmp_path / "gh-config"), "NO_COLOR": "1", **env},
-    )
+    env = {**clean, "GH_CONFIG_DIR": str(tmp_path / "gh-config")}
+    result = nodeprov_with("codespaces", settings, "providers", "-p", "codespaces", "--json", env=env)
     assert "gh is not logged in" in json.loads(result.stdout)["error"]

@@ -4,14 +4,13 @@ settings from NODEPROV_EC2_* variables, as a script would call them."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import anyio
 import pytest
 
+from .cli import nodeprov_with
 from .ec2 import ec2_settings, live_instances, running_moto, terminate_on_host
 from .sshd import Sshd
 
@@ -23,19 +22,7 @@ def moto() -> Iterator[str]:
 
 
 def nodeprov(moto: str, sshd: Sshd, *args: str, **more: object) -> subprocess.CompletedProcess[str]:
-    settings = ec2_settings(moto, sshd, **more)
-    env = {
-        f"NODEPROV_EC2_{key.upper()}": value if isinstance(value, str) else json.dumps(value)
-        for key, value in settings.items()
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "nodeprov", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **env},
-    )
+    return nodeprov_with("ec2", ec2_settings(moto, sshd, **more), *args)
 
 
 def test_providers_provision_exec_destroy(moto: str, sshd: Sshd) -> None:

@@ -28,8 +28,7 @@ from nodeprov.node import (
     Rollback,
     secret_field,
 )
-from nodeprov.spawn import SpawnedProcess, SpawnOptions
-from nodeprov_ssh import Link, SshNode, SshNodeFields, SshNodes, SshSessionSettings, Tunnel
+from nodeprov_ssh import Link, MachineNode, SshNode, SshNodeFields, SshNodes, SshSessionSettings, Tunnel
 from nodeprov_ssh.command import CommandLink
 
 logger = logging.getLogger("nodeprov.codespaces")
@@ -178,12 +177,10 @@ async def _ensure_key(path: Path) -> None:
     await anyio.to_thread.run_sync(make)
 
 
-class CodespaceNode(NodeHandle):
+class CodespaceNode(MachineNode):
     """A node that is a codespace; see :mod:`nodeprov_codespaces`. Suspending it stops the
     codespace (no compute billed; its disk stays until the retention period ends); waking
     connects again, which starts it."""
-
-    can_suspend: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -195,6 +192,8 @@ class CodespaceNode(NodeHandle):
         ssh: SshNode | None = None,
     ) -> None:
         super().__init__(
+            ssh=ssh,
+            suspended=state in _STOPPED,
             node_id=node_id,
             provider=CodespacesProvider.name,
             labels=ssh.labels if ssh else {LABEL_NODE_ID: node_id},
@@ -203,27 +202,17 @@ class CodespaceNode(NodeHandle):
             tool_paths=ssh.tool_paths if ssh else {},
         )
         self.codespace = codespace
-        self.suspended = state in _STOPPED
         self._provider = provider
-        self._ssh = ssh
-        self._ssh_lock = anyio.Lock()
 
-    async def _connected(self) -> SshNode:
-        """The node's directory in the codespace, over SSH (connected on first use; gh
-        starts a stopped codespace)."""
-        async with self._ssh_lock:
-            if self._ssh is None:
-                self._ssh = await (await self._provider.ssh_to(self.codespace)).attach(self.node_id)
-                self.labels = self._ssh.labels
-                self.workdir, self.base_env, self.tool_paths = (
-                    self._ssh.workdir,
-                    self._ssh.base_env,
-                    self._ssh.tool_paths,
-                )
-            return self._ssh
+    async def _reach(self) -> SshNodes:
+        return await self._provider.ssh_to(self.codespace)  # gh starts a stopped codespace
 
-    async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
-        return await (await self._connected())._spawn(options)
+    async def _remove(self) -> None:
+        await self._provider.delete(self.node_id)
+
+    def _attached(self, ssh: SshNode) -> None:
+        super()._attached(ssh)
+        self.labels, self.workdir = ssh.labels, ssh.workdir  # only its record knows them
 
     async def _suspend(self) -> None:
         self._ssh = None
@@ -232,15 +221,6 @@ class CodespaceNode(NodeHandle):
     async def _wake(self) -> None:
         self._ssh = None
         await self._connected()
-
-    async def _destroy(self) -> None:
-        if not self.suspended:
-            # Its processes first, when it answers at once: their channels then end with an
-            # exit status instead of a lost connection. Deleting the codespace ends them anyway.
-            with anyio.move_on_after(5), suppress(NodeprovError):
-                await (await self._connected())._destroy()
-        self._ssh = None
-        await self._provider.delete(self.node_id)
 
 
 class CodespacesProvider(NodeProvider[CodespacesSettings]):

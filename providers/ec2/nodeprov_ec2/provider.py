@@ -30,8 +30,7 @@ from nodeprov.node import (
     Requirement,
     Rollback,
 )
-from nodeprov.spawn import SpawnedProcess, SpawnOptions
-from nodeprov_ssh import Link, SshNode, SshNodes, SshNodeSettings
+from nodeprov_ssh import Link, MachineNode, SshNode, SshNodes, SshNodeSettings
 from nodeprov_ssh.node import MARKER
 
 logger = logging.getLogger("nodeprov.ec2")
@@ -45,7 +44,6 @@ LABEL_HOST_KEY = "nodeprov.host-key"
 """Tag of an instance: the public SSH host key nodeprov gave it (see :func:`_user_data`)."""
 _LIVE = ["pending", "running", "stopping", "stopped"]
 _SUSPENDED = {"stopping", "stopped"}
-_PRE_DESTROY = 10.0  # seconds for the node's processes to be ended over SSH before termination
 
 
 class Ec2Settings(SshNodeSettings):
@@ -130,11 +128,9 @@ def _user_data(expires: str | None, host_key: asyncssh.SSHKey | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-class Ec2Node(NodeHandle):
+class Ec2Node(MachineNode):
     """A node that is an EC2 instance; see :mod:`nodeprov_ec2`. Suspending it stops the
     instance (its disk stays, no compute is billed); waking starts it and waits for SSH."""
-
-    can_suspend: ClassVar[bool] = True
 
     def __init__(
         self, *, provider: Ec2Provider, instance: dict[str, Any], ssh: SshNode | None = None
@@ -145,6 +141,8 @@ class Ec2Node(NodeHandle):
         # Without SSH, what its tags tell; its record adds NodeConfig.env once connected.
         known = {"PATH": settings.path, "HOME": f"{directory}/home", **settings.env, MARKER: directory}
         super().__init__(
+            ssh=ssh,
+            suspended=instance["State"]["Name"] in _SUSPENDED,
             node_id=labels[LABEL_NODE_ID],
             provider=Ec2Provider.name,
             labels=labels,
@@ -153,24 +151,13 @@ class Ec2Node(NodeHandle):
             tool_paths=ssh.tool_paths if ssh else {},
         )
         self.instance_id: str = instance["InstanceId"]
-        self.suspended = instance["State"]["Name"] in _SUSPENDED
         self._provider = provider
-        self._ssh = ssh
-        self._ssh_lock = anyio.Lock()
 
-    async def _connected(self) -> SshNode:
-        """The node's directory on the instance, over SSH (connected on first use)."""
-        async with self._ssh_lock:
-            if self._ssh is None:
-                instance = await self._provider.instance(self.node_id)
-                nodes = await self._provider.ssh_to(instance)
-                self._ssh = await nodes.attach(self.node_id)
-                # Known once the node has answered: what its record holds.
-                self.base_env, self.tool_paths = self._ssh.base_env, self._ssh.tool_paths
-            return self._ssh
+    async def _reach(self) -> SshNodes:
+        return await self._provider.ssh_to(await self._provider.instance(self.node_id))
 
-    async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
-        return await (await self._connected())._spawn(options)
+    async def _remove(self) -> None:
+        await self._provider.terminate(self.node_id)
 
     async def _suspend(self) -> None:
         self._ssh = None
@@ -181,15 +168,6 @@ class Ec2Node(NodeHandle):
         self._ssh = None
         await self._provider.ssh_ready(await self._provider.ssh_to(instance))
         await self._connected()
-
-    async def _destroy(self) -> None:
-        if not self.suspended:
-            # Its processes first, when it answers at once: their channels then close with
-            # an exit status instead of a lost connection. Termination ends them anyway.
-            with anyio.move_on_after(_PRE_DESTROY), suppress(NodeprovError):
-                await (await self._connected())._destroy()
-        self._ssh = None
-        await self._provider.terminate(self.node_id)
 
 
 class Ec2Provider(NodeProvider[Ec2Settings]):
