@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml providers/*/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,postgres]' -e providers/local -e providers/docker -e providers/ssh -e providers/ec2 -e providers/codespaces
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,postgres]' -e providers/local -e providers/docker -e providers/ssh -e providers/ec2 -e providers/codespaces -e providers/kubernetes
 	touch $@
 
 setup: $(STAMP)
@@ -22,14 +22,15 @@ demo: setup
 engines:
 	scripts/engines.sh
 	scripts/codex.sh >/dev/null
+	scripts/kubernetes.sh --background
 
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy nodeprov providers/local/nodeprov_local providers/docker/nodeprov_docker providers/ssh/nodeprov_ssh providers/ec2/nodeprov_ec2 providers/codespaces/nodeprov_codespaces tests integration bench
+	$(BIN)/mypy nodeprov providers/local/nodeprov_local providers/docker/nodeprov_docker providers/ssh/nodeprov_ssh providers/ec2/nodeprov_ec2 providers/codespaces/nodeprov_codespaces providers/kubernetes/nodeprov_kubernetes tests integration bench
 
 test: setup engines lint
-	$(BIN)/pytest
+	scripts/test.sh --durations=30
 
 bench: setup
 	$(BIN)/python -m bench.run

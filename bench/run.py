@@ -11,6 +11,8 @@ nodeprov's speed ratio against it (see bench/common.py).
 - ec2: provisioning on moto's EC2 server against boto3's same calls and ``ssh host mkdir``.
 - codex: a turn of Codex JSONL events through the Codex agent (spawn, guard, conversion to
   the one message model) against a plain child process and ``json.loads``.
+- kubernetes: a pod's exec pipe against ``kubectl exec -i POD -- cat``; provision + first byte
+  against ``kubectl run`` + ``kubectl wait`` + ``kubectl exec`` (the test cluster, 1.20).
 - cli: ``nodeprov run`` against the raw Claude Code CLI on the same scripted model;
   ``nodeprov --help`` against the interpreter's own start-up.
 
@@ -23,7 +25,7 @@ import argparse
 
 import anyio
 
-from . import cli_bench, codex_bench, docker_bench, ec2_bench, foundation, ssh_bench
+from . import cli_bench, codex_bench, docker_bench, ec2_bench, foundation, kubernetes_bench, ssh_bench
 from .common import print_rows
 
 SUITES = {
@@ -32,6 +34,7 @@ SUITES = {
     "codex": codex_bench.run,
     "ssh": ssh_bench.run,
     "ec2": ec2_bench.run,
+    "kubernetes": kubernetes_bench.run,
     "cli": cli_bench.run,
 }
 

@@ -16,6 +16,7 @@ from nodeprov.store import Store
 from nodeprov.testing.exception_check import exception_check_fixture
 from nodeprov.testing.pytest_plugin import require_engine
 
+from .kubernetes import Cluster, running_cluster
 from .sshd import Sshd, running_sshd
 
 IMAGES = Path(__file__).parent / "images"
@@ -80,3 +81,24 @@ async def postgres_url() -> AsyncIterator[str]:
     yield f"{POSTGRES}?options=-csearch_path%3D{schema}"
     await admin.db.execute(f"DROP SCHEMA {schema} CASCADE")
     await admin.aclose()
+
+
+@pytest.fixture(scope="session")
+def kubernetes_cluster(base_image: str) -> Iterator[Cluster]:
+    """A single-node Kubernetes 1.20 of the session's own (``scripts/kubernetes.sh`` builds
+    it once per machine), with the test base image imported. Pods need ``hostNetwork: true``,
+    ``imagePullPolicy: Never``, ``automountServiceAccountToken: false`` and a toleration of
+    ``node.kubernetes.io/not-ready`` (see integration/kubernetes.py)."""
+    script = Path(__file__).parent.parent / "scripts" / "kubernetes.sh"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False, timeout=1800)
+    if done.returncode != 0:
+        require_engine("a Kubernetes cluster", False, done.stderr.strip()[-2000:])
+    with running_cluster(Path(done.stdout.strip().splitlines()[-1])) as cluster:
+        cluster.import_docker_image(base_image)
+        yield cluster
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on Kubernetes run last: the cluster starts at the first of them, and on a new
+    machine `make test` builds it beside the tests before them (scripts/kubernetes.sh)."""
+    items.sort(key=lambda item: item.nodeid.startswith("integration/") and "kubernetes" in item.nodeid)

@@ -1,7 +1,7 @@
 """The agent conformance suite (nodeprov.testing.agent_conformance) on a local node, a
-Docker node and an SSH node (an unprivileged login to a real sshd), for the real Claude
-Code CLI and the real Codex CLI, each against its scripted model; and for Claude Code on a
-codespace."""
+Docker node, an SSH node (an unprivileged login to a real sshd) and a Kubernetes pod (the
+test cluster), for the real Claude Code CLI and the real Codex CLI, each against its
+scripted model; and for Claude Code on a codespace, and in a pod it was copied into."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from nodeprov import NodeConfig, NodeHandle, agent_class, get_provider
@@ -23,10 +24,20 @@ from nodeprov.testing import (
     Text,
     ToolUse,
 )
-from nodeprov.testing.agent_conformance import AGENT_CHECKS, AgentHarness, check_endpoint_down
+from nodeprov.testing.agent_conformance import (
+    AGENT_CHECKS,
+    AgentHarness,
+    check_endpoint_down,
+    check_malformed_output,
+    check_structured_output,
+    check_tool_turn,
+)
+from nodeprov.testing.conformance import run
 
 from .agents import codex_run_options, require_claude_cli, require_codex_cli, run_options
 from .codespaces import running_codespaces
+from .kubernetes import Cluster
+from .pods import pod_settings
 from .sshd import UNPRIVILEGED, Sshd
 
 pytestmark = pytest.mark.anyio
@@ -78,7 +89,7 @@ def harness(request: pytest.FixtureRequest) -> Iterator[AgentHarness]:
             yield codex_harness(responses)
 
 
-@pytest.fixture(params=["local", "docker", "ssh"])
+@pytest.fixture(params=["local", "docker", "ssh", "kubernetes"])
 async def node(
     request: pytest.FixtureRequest, tmp_path: Path, harness: AgentHarness
 ) -> AsyncIterator[NodeHandle]:
@@ -91,6 +102,11 @@ async def node(
     elif request.param == "ssh":
         sshd = request.getfixturevalue("sshd")
         provider = get_provider("ssh", **sshd.settings(UNPRIVILEGED, root=".nodeprov/agents"))
+    elif request.param == "kubernetes":
+        cluster, image = request.getfixturevalue("kubernetes_cluster"), request.getfixturevalue("base_image")
+        # The cluster's node is this machine: the CLI is mounted, not copied into every pod
+        # (test_claude_copied_into_a_kubernetes_pod copies it).
+        provider = get_provider("kubernetes", **pod_settings(cluster, image, tools_host_path=True))
     else:
         image = request.getfixturevalue("base_image")
         provider = get_provider("docker", image=image, network_mode="host", pull="never")
@@ -98,9 +114,11 @@ async def node(
         yield made
 
 
-# A model endpoint that is down is the agent's own affair, the same on any node (how each
-# node stops the agent is what the abort and interrupt checks see): checked on a local one.
-ON_EVERY_NODE = [check for check in AGENT_CHECKS if check is not check_endpoint_down]
+# A model endpoint that is down, output that is not the agent's protocol and an output
+# schema are the agent's own affair, the same on any node (how each node starts and stops
+# the agent is what the other checks see): checked on a local node.
+AGENT_ONLY = [check_endpoint_down, check_malformed_output, check_structured_output]
+ON_EVERY_NODE = [check for check in AGENT_CHECKS if check not in AGENT_ONLY]
 
 
 @pytest.mark.parametrize(
@@ -115,12 +133,17 @@ async def test_agent_conformance(
     await check(harness, node, tmp_path)
 
 
-async def test_a_model_endpoint_that_is_down(harness: AgentHarness, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "check", AGENT_ONLY, ids=[check.__name__.removeprefix("check_") for check in AGENT_ONLY]
+)
+async def test_agent_only_conformance(
+    check: Callable[[AgentHarness, NodeHandle, Path], Awaitable[None]], harness: AgentHarness, tmp_path: Path
+) -> None:
     cli = agent_class(harness.agent).local_cli()
     assert cli is not None
     provider = get_provider("local", root=tmp_path / "nodes")
     async with provider, await provider.provision(NodeConfig(tools={harness.agent: cli})) as node:
-        await check_endpoint_down(harness, node, tmp_path)
+        await check(harness, node, tmp_path)
 
 
 @pytest.fixture
@@ -146,3 +169,26 @@ async def test_claude_conformance_on_a_codespace(
 ) -> None:
     with ScriptedModel() as model:
         await check(claude_harness(model), codespace, tmp_path)
+
+
+async def test_claude_copied_into_a_kubernetes_pod(
+    kubernetes_cluster: Cluster, base_image: str, tmp_path: Path
+) -> None:
+    """The Claude Code CLI copied into the pod (the default where a cluster's nodes do not
+    see the control plane's files) runs a turn there."""
+    require_claude_cli()
+    cli = agent_class("claude").local_cli()
+    assert cli is not None
+    async with (
+        get_provider("kubernetes", **pod_settings(kubernetes_cluster, base_image)) as provider,
+        await provider.provision(NodeConfig(tools={"claude": cli})) as node,
+    ):
+        size = (await anyio.Path(cli).stat()).st_size
+        copied = 'grep -F " $1 " /proc/self/mountinfo; wc -c < "$1"'  # no mount of its own: a copy
+        assert await run(node, "sh", "-c", copied, "-", node.tool_paths["claude"]) == (
+            0,
+            f"{size}\n".encode(),
+            b"",
+        )
+        with ScriptedModel() as model:
+            await check_tool_turn(claude_harness(model), node, tmp_path)

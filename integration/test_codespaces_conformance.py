@@ -13,12 +13,10 @@ from nodeprov.testing.conformance import AnyProvider, Leftovers, ProviderConform
 
 from .codespaces import ROOT, Codespaces, running_codespaces
 from .sshd import UNPRIVILEGED, Sshd
-from .test_ssh_conformance import ssh_leftovers
+from .test_ssh_conformance import spawning_as_on_ssh, ssh_leftovers
 
 
-class TestCodespacesConformance(ProviderConformance):
-    """Through one connection over ``gh codespace ssh --stdio``."""
-
+class _CodespacesConformance(ProviderConformance):
     stdio = True
 
     @pytest.fixture(scope="class")
@@ -47,7 +45,19 @@ class TestCodespacesConformance(ProviderConformance):
         return find
 
 
-class TestCodespacesConformanceWithoutStdio(TestCodespacesConformance):
+@spawning_as_on_ssh("test_stdin_round_trip_binary_and_large", "test_concurrent_spawns")
+class TestCodespacesConformance(_CodespacesConformance):
+    """Through one connection over ``gh codespace ssh --stdio``: spawning is the SSH
+    provider's, and files travel as on EC2 (checked there); what the tunnel carries, bytes
+    and concurrent sessions, is checked here again."""
+
+    test_hostile_file_names = None  # type: ignore[assignment]
+    test_file_modes_and_parents = None  # type: ignore[assignment]
+    test_file_errors = None  # type: ignore[assignment]
+    test_a_cut_write_leaves_the_old_file_and_no_partial = None  # type: ignore[assignment]
+
+
+class TestCodespacesConformanceWithoutStdio(_CodespacesConformance):
     """Through a ``gh codespace ssh -c NAME -- COMMAND`` per process, as with a gh that
     lacks ``--stdio``. Provisioning, listing and collecting garbage are the same gh calls
     either way, checked above; what differs is how processes and files travel (one login
@@ -59,8 +69,8 @@ class TestCodespacesConformanceWithoutStdio(TestCodespacesConformance):
     test_list_and_attach = None  # type: ignore[assignment]
     test_garbage_collection_spares_live_owners = None  # type: ignore[assignment]
     test_cancelled_provision_leaves_nothing = None  # type: ignore[assignment]
-    # Files travel as processes do here (sh and cat over the exec channel, as on an SSH host
-    # without SFTP, checked there): the round trip is checked, the variations are not again.
+    # Files travel as processes do here (sh and cat over the exec channel, as on EC2, checked
+    # there): the round trip is checked, the variations are not again.
     test_hostile_file_names = None  # type: ignore[assignment]
     test_file_modes_and_parents = None  # type: ignore[assignment]
     test_file_errors = None  # type: ignore[assignment]

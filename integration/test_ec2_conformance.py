@@ -13,7 +13,7 @@ from nodeprov.testing.conformance import AnyProvider, Leftovers, ProviderConform
 
 from .ec2 import ec2_settings, live_instances, running_moto, terminate_on_host
 from .sshd import UNPRIVILEGED, Sshd
-from .test_ssh_conformance import ssh_leftovers
+from .test_ssh_conformance import spawning_as_on_ssh, ssh_leftovers
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,11 @@ def moto() -> Iterator[str]:
         yield endpoint
 
 
+@spawning_as_on_ssh()
 class TestEc2Conformance(ProviderConformance):
+    """Provisioning, the node's environment and workdir, files over the exec channel (not
+    SFTP, as on the SSH provider), destroy and gc; spawning is the SSH provider's."""
+
     @pytest.fixture
     async def provider(self, moto: str, sshd: Sshd) -> AsyncIterator[AnyProvider]:
         async with get_provider("ec2", **ec2_settings(moto, sshd)) as provider:

@@ -4,8 +4,9 @@ logged in as root and as an unprivileged user."""
 from __future__ import annotations
 
 import pwd
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -32,6 +33,36 @@ def user(request: pytest.FixtureRequest) -> str:
 
 
 ROOT = ".nodeprov/conformance"
+Suite = TypeVar("Suite", bound=ProviderConformance)
+
+SPAWN_TESTS = (
+    "test_stdout_stderr_and_exit_code",
+    "test_stdin_round_trip_binary_and_large",
+    "test_command_not_found",
+    "test_concurrent_spawns",
+    "test_hostile_arguments_and_env_reach_the_process_verbatim",
+    "test_environment_names_that_are_not_shell_names",
+    "test_arguments_not_in_utf8_reach_the_process_as_bytes",
+    "test_a_process_that_closes_stdout_and_keeps_running",
+    "test_stop_policy_escalates_and_takes_children",
+    "test_cancelled_spawn_leaves_nothing",
+)
+"""Conformance tests of what a spawn through an SshNode does, whichever provider made the
+node: the suite below runs them as root and as an unprivileged user. A provider whose nodes
+spawn through an SshNode (EC2, Codespaces) checks its own part (environment, workdir, files,
+what it adds to the connection) and leaves these out (see :func:`spawning_as_on_ssh`)."""
+
+
+def spawning_as_on_ssh(*keep: str) -> Callable[[type[Suite]], type[Suite]]:
+    """A class decorator: the suite without the :data:`SPAWN_TESTS` (but those in ``keep``)."""
+
+    def leave_out(cls: type[Suite]) -> type[Suite]:
+        for name in SPAWN_TESTS:
+            if name not in keep:
+                setattr(cls, name, None)
+        return cls
+
+    return leave_out
 
 
 class TestSshConformance(ProviderConformance):

@@ -113,3 +113,6 @@ async def test_a_batch_whose_server_hangs_is_abandoned(postgres_url: str) -> Non
             assert [e.seq for e in await opened.events(run_id)] == [2]
         finally:
             os.kill(pid, signal.SIGCONT)
+            # The abandoned transaction would go on once woken, and its late statements could
+            # deadlock with the fixture dropping the schema: end that backend.
+            await opened.db.execute(f"SELECT pg_terminate_backend({int(pid)})")

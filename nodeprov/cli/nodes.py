@@ -10,8 +10,8 @@ import posixpath
 import re
 import socket
 import sys
-from collections.abc import AsyncGenerator
-from contextlib import aclosing, nullcontext, suppress
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing, asynccontextmanager, nullcontext, suppress
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -126,33 +126,46 @@ async def _check(name: str, given: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _providers(name: str | None, settings: list[str] | None) -> list[NodeProvider[Any]]:
+@asynccontextmanager
+async def _providers(name: str | None, settings: list[str] | None) -> AsyncIterator[list[NodeProvider[Any]]]:
     """The named provider, or every installed one that its environment settings configure
-    (one that needs settings, such as ssh's host, is skipped until they are given)."""
+    (one that needs settings, such as ssh's host, is skipped until they are given); their
+    connections closed on exit."""
     if name is None and settings:
         raise ConfigError("--setting needs --provider")
-    if name is not None:
-        return [provider_class(name).from_settings(**provider_settings(name, parse_settings(settings)))]
     made = []
-    for each in provider_names():
-        try:
-            made.append(provider_class(each).from_settings(**provider_settings(each, {})))
-        except ConfigError:
-            logger.info("provider %s is not configured here: skipped", each)
-    return made
+    if name is not None:
+        made.append(provider_class(name).from_settings(**provider_settings(name, parse_settings(settings))))
+    else:
+        for each in provider_names():
+            try:
+                made.append(provider_class(each).from_settings(**provider_settings(each, {})))
+            except ConfigError:
+                logger.info("provider %s is not configured here: skipped", each)
+    try:
+        yield made
+    finally:
+        with anyio.CancelScope(shield=True):
+            for provider in made:
+                await provider.aclose()
 
 
-async def _find(node_id: str, name: str | None, settings: list[str] | None) -> NodeHandle:
-    """Attach to ``node_id`` with the named provider, or whichever provider has it."""
-    for provider in _providers(name, settings):
-        try:
-            return await provider.attach(node_id)
-        except NodeGoneError:
-            continue
-        except (ProviderError, ConfigError):
-            if name:
-                raise
-    raise NodeGoneError(f"no node {node_id}" + (f" in provider {name!r}" if name else ""))
+@asynccontextmanager
+async def _found(node_id: str, name: str | None, settings: list[str] | None) -> AsyncIterator[NodeHandle]:
+    """A handle on ``node_id`` from the named provider, or whichever provider has it."""
+    async with _providers(name, settings) as providers:
+        for provider in providers:
+            try:
+                node = await provider.attach(node_id)
+            except NodeGoneError:
+                continue
+            except (ProviderError, ConfigError):
+                if name:
+                    raise
+                continue
+            yield node
+            return
+        raise NodeGoneError(f"no node {node_id}" + (f" in provider {name!r}" if name else ""))
 
 
 @app.command()
@@ -185,7 +198,8 @@ def provision(  # noqa: PLR0917 - one parameter per command-line option
 
         async def make() -> NodeHandle:
             with err.status(f"provisioning a {provider} node...") if not json_output else nullcontext():
-                return await made.provision(config)
+                async with made:
+                    return await made.provision(config)
 
         node = anyio.run(make)
     if json_output:
@@ -203,13 +217,14 @@ def list_nodes(
     async def gather() -> tuple[list[NodeInfo], list[str]]:
         found: list[NodeInfo] = []
         problems: list[str] = []
-        for each in _providers(provider, setting):
-            try:
-                found += await each.list_nodes()
-            except (ProviderError, ConfigError) as error:  # not reachable, or not set up here
-                if provider:
-                    raise
-                problems.append(f"{each.name}: {error}")
+        async with _providers(provider, setting) as providers:
+            for each in providers:
+                try:
+                    found += await each.list_nodes()
+                except (ProviderError, ConfigError) as error:  # not reachable, or not set up here
+                    if provider:
+                        raise
+                    problems.append(f"{each.name}: {error}")
         return found, problems
 
     with errors():
@@ -287,7 +302,11 @@ def exec_command(  # noqa: PLR0917 - one parameter per command-line option
 
 
 async def _exec(node_id: str, provider: str | None, setting: list[str] | None, options: SpawnOptions) -> int:
-    node = await _find(node_id, provider, setting)
+    async with _found(node_id, provider, setting) as node:
+        return await _exec_on(node, options)
+
+
+async def _exec_on(node: NodeHandle, options: SpawnOptions) -> int:
     stdout, stderr = (anyio.wrap_file(f) for f in (sys.stdout.buffer, sys.stderr.buffer))
     async with await node.spawn(options) as process:
 
@@ -350,23 +369,27 @@ async def _file_chunks(file: AsyncFile[bytes]) -> AsyncGenerator[bytes]:
 async def _upload(
     local: str, node_id: str, path: str, provider: str | None, setting: list[str] | None
 ) -> None:
-    node = await _find(node_id, provider, setting)
-    if local == "-":
-        async with aclosing(_stdin_chunks()) as chunks:
-            await node.write_file(path, chunks, mode=0o600)
-        return
-    if path.endswith("/"):
-        path += os.path.basename(local)
-    async with await anyio.open_file(local, "rb") as file:
-        mode = os.fstat(file.wrapped.fileno()).st_mode & 0o777
-        async with aclosing(_file_chunks(file)) as chunks:
-            await node.write_file(path, chunks, mode=mode)
+    async with _found(node_id, provider, setting) as node:
+        if local == "-":
+            async with aclosing(_stdin_chunks()) as chunks:
+                await node.write_file(path, chunks, mode=0o600)
+            return
+        if path.endswith("/"):
+            path += os.path.basename(local)
+        async with await anyio.open_file(local, "rb") as file:
+            mode = os.fstat(file.wrapped.fileno()).st_mode & 0o777
+            async with aclosing(_file_chunks(file)) as chunks:
+                await node.write_file(path, chunks, mode=mode)
 
 
 async def _download(
     node_id: str, path: str, local: str, provider: str | None, setting: list[str] | None
 ) -> None:
-    node = await _find(node_id, provider, setting)
+    async with _found(node_id, provider, setting) as node:
+        await _download_from(node, path, local)
+
+
+async def _download_from(node: NodeHandle, path: str, local: str) -> None:
     async with node.read_file(path) as chunks:  # a missing file fails here, before anything local
         if local == "-":
             stdout = anyio.wrap_file(sys.stdout.buffer)
@@ -397,9 +420,9 @@ def destroy(
     """Destroy a node and everything on it."""
 
     async def remove() -> NodeHandle:
-        node = await _find(node_id, provider, setting)
-        await node.destroy()
-        return node
+        async with _found(node_id, provider, setting) as node:
+            await node.destroy()
+            return node
 
     with errors():
         node = anyio.run(remove)
@@ -433,14 +456,15 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
             if not dry_run:
                 report = await plane.reconcile()
                 problems += [f"node {node_id}: {why}" for node_id, why in report.failed]
-            for each in _providers(provider, setting):
-                try:
-                    garbage = await plane.collect_garbage(each, dry_run=dry_run, settle=settle)
-                except ProviderError as error:
-                    problems.append(f"{each.name}: {error}")
-                    continue
-                reaped += garbage.reaped
-                problems += [f"{each.name}: node {info.node_id}: {why}" for info, why in garbage.failed]
+            async with _providers(provider, setting) as providers:
+                for each in providers:
+                    try:
+                        garbage = await plane.collect_garbage(each, dry_run=dry_run, settle=settle)
+                    except ProviderError as error:
+                        problems.append(f"{each.name}: {error}")
+                        continue
+                    reaped += garbage.reaped
+                    problems += [f"{each.name}: node {info.node_id}: {why}" for info, why in garbage.failed]
         return reaped, problems
 
     with errors():

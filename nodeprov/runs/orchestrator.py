@@ -42,6 +42,7 @@ _RESUMABLE = (RunState.PAUSED, RunState.FAILED)
 _LEASE_PREFIX = "lease:"
 _INTERRUPT_TIMEOUT = 10.0  # the polite interrupt; the abort after it is certain
 _CLEANUP_TIMEOUT = 180.0  # a run's own teardown outside a shutdown: destroy plus store writes
+_CLOSE_TIMEOUT = 10.0  # closing the providers' connections at exit
 _SUBSCRIBER_BUFFER = 1024  # events a subscriber may lag before it reads from the store instead
 _FLUSH_GATHER = 0.02  # how long the writer lets events and transcript frames gather
 
@@ -309,6 +310,10 @@ class Orchestrator:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_time()):
                 await self._flush_events()
                 await self.store.release_lease(self.owner.removeprefix(_LEASE_PREFIX))
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+                providers, self._providers = list(self._providers.values()), {}
+                for provider in providers:  # their connections; the nodes stay
+                    await provider.aclose()
 
     async def _pause_for_shutdown(self, run: Run) -> None:
         with suppress(NodeprovError):  # over, or pausing already: either way it ends

@@ -36,7 +36,9 @@ relayed).
 **When the command exits**, every process left below the supervisor gets SIGKILL (repeated
 until none is left, all reaped), and the supervisor exits with the command's status; for a
 command killed by signal N it re-raises N on itself (core dumps disabled), so the control
-plane sees ``-N`` as for a plain child.
+plane sees ``-N`` as for a plain child. After a SIGTERM (SIGINT, SIGHUP) was passed on, those
+left get up to ``TERM_GRACE`` seconds first to do what it asked (a trap that cleans up), or
+until SIGUSR1: the command dying first must not cut their own stopping short.
 
 **Parent-death watchdog.** ``PR_SET_PDEATHSIG`` delivers SIGUSR2 when the control plane dies
 (a ``getppid()`` check right after setting it closes the race with a death before that).
@@ -191,10 +193,13 @@ class Supervisor:
         self.command_pid = command_pid
         self.term_grace = term_grace
         self.status: int | None = None  # the command's wait status once reaped
+        self.stopping = False  # a SIGTERM (SIGINT, SIGHUP) was passed on
 
     def run(self) -> None:
         while self.status is None:
             self.handle(signal.sigwaitinfo(WATCHED).si_signo)
+        if self.stopping:
+            self.linger()
         self.kill_all()
         _exit_like(self.status)
 
@@ -207,6 +212,7 @@ class Supervisor:
             if os.getppid() != self.control_pid:  # else a control-plane thread ended, no more
                 self.orphaned()
         else:
+            self.stopping = True
             self.signal_all(sig)
 
     def reap(self) -> bool:
@@ -235,14 +241,19 @@ class Supervisor:
             self.signal_all(signal.SIGKILL)
             signal.sigtimedwait({signal.SIGCHLD}, 0.05)
 
-    def orphaned(self) -> None:
-        """The control plane died: SIGTERM to all, SIGKILL to all after the grace, exit."""
-        self.signal_all(signal.SIGTERM)
+    def linger(self) -> None:
+        """Wait until every descendant is gone, for ``term_grace`` seconds at most, or until
+        SIGUSR1."""
         deadline = time.monotonic() + self.term_grace
         while self.reap() and (left := deadline - time.monotonic()) > 0:
             info = signal.sigtimedwait(WATCHED, left)
             if info is not None and info.si_signo == KILL_ALL:
                 break
+
+    def orphaned(self) -> None:
+        """The control plane died: SIGTERM to all, SIGKILL to all after the grace, exit."""
+        self.signal_all(signal.SIGTERM)
+        self.linger()
         self.kill_all()
         os._exit(1)  # nobody is left to read a status
 

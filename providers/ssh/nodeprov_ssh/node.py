@@ -29,19 +29,20 @@ from nodeprov.errors import (
     SpawnError,
 )
 from nodeprov.node import NodeHandle
-from nodeprov.spawn import HOLDS_PIPE_SCRIPT, ReleasedStdout, SpawnedProcess, SpawnOptions, StopPolicy
-from nodeprov_ssh.link import Link
-from nodeprov_ssh.process import STDERR, STDOUT, Session, SshProcess
-from nodeprov_ssh.remote import (
+from nodeprov.preamble import (
     REPORT_GONE,
     REPORT_NO_CWD,
     REPORT_NO_PERL,
     REPORT_NOT_FOUND,
     REPORT_OK,
-    command_line,
+    SIGNAL_GROUP,
+    SIGNAL_GROUP_FUNCTION,
     environment_block,
-    script_line,
 )
+from nodeprov.spawn import HOLDS_PIPE_SCRIPT, ReleasedStdout, SpawnedProcess, SpawnOptions, StopPolicy
+from nodeprov_ssh.link import Link
+from nodeprov_ssh.process import STDERR, STDOUT, Session, SshProcess
+from nodeprov_ssh.remote import command_line, script_line
 
 logger = logging.getLogger("nodeprov.ssh")
 
@@ -53,26 +54,12 @@ _SCRIPT_TIMEOUT = 60.0
 _CHUNK = 256 * 1024
 _EXCLUSIVE = asyncssh.FXF_WRITE | asyncssh.FXF_CREAT | asyncssh.FXF_EXCL
 
-# Signals the process group led by PID ($2), if PID is still the process recorded with
-# start time START ($3: a recycled pid is left alone; "-" where the host has no /proc).
-_SIGNAL_GROUP_FUNCTION = """\
-signal_group() {
-  case $2 in ''|*[!0-9]*|0|1) return 0 ;; esac
-  if [ -e "/proc/$2" ] && [ "$3" != - ]; then
-    [ "$(awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$2/stat" 2>/dev/null)" = "$3" ] || return 0
-  fi
-  kill -s "$1" -- "-$2" 2>/dev/null || kill -s "$1" "$2" 2>/dev/null
-  return 0
-}
-"""
-SIGNAL_GROUP = _SIGNAL_GROUP_FUNCTION + 'signal_group "$@"\n'
-
 # $1: the node directory; $2: a pid to spare (the watchdog running this). Ends every
 # process group the node recorded, then every process that carries the node's marker in
 # its environment (what left its group or session: a daemon, an agent's detached tool),
 # then removes the directory (a workdir of the user's lies elsewhere and stays).
 DESTROY = (
-    _SIGNAL_GROUP_FUNCTION
+    SIGNAL_GROUP_FUNCTION
     + """\
 [ -d "$1" ] || exit 0
 if [ -f "$1/processes" ]; then
@@ -192,8 +179,9 @@ async def run_script(
         with anyio.fail_after(seconds, shield=makes):
             session = await link.open(script_line(script, *args))
             try:
-                await session.send(stdin)
-                session.write_eof()
+                with suppress(anyio.BrokenResourceError):  # it ended first: its status says how
+                    await session.send(stdin)
+                    session.write_eof()
                 out, error = await session.collect(STDOUT), await session.collect(STDERR)
                 await session.exited()
             finally:

@@ -1,0 +1,156 @@
+"""The shell preamble of a process started over an exec channel that carries only a command
+and the standard streams: an SSH session, a Kubernetes pod's exec.
+
+Such a channel has no way to pass an environment, or none that stays private (a command
+line shows in ``ps`` and in the platform's audit logs). So the command is always ``/bin/sh -c
+PREAMBLE NAME CWD RECORD ENCODED ARG...`` (see :func:`~nodeprov.spawn.encode_arguments`),
+and the environment goes over stdin first, one ``NAME=VALUE`` line per variable with the
+value spelt in octal escapes (:func:`environment_block`), then an empty line; what follows
+on stdin is the process's own. The preamble clears the channel's own environment, changes
+to the working directory, exports exactly what it read, reports its pid (the exec channel
+makes it a session leader, so the pid is also the process group to signal), its start time
+and its stdout pipe, and execs the command, which keeps that pid.
+
+A channel that cannot end the process's stdin by itself (Kubernetes' ``v4.channel.k8s.io``)
+runs the preamble with ``__np_relay=1`` set before it (see :data:`RELAYED_PREAMBLE`): stdin
+then reaches the command through a ``cat`` into a FIFO (the *relay*, in the command's
+process group, reported after the start time), and :data:`END_RELAY` ends it once it has
+passed on every byte the control plane sent: the command reads EOF, as from a closed pipe.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from .spawn import DECODE_ARGUMENTS_SCRIPT, SHELL_NAME, printf_escapes
+
+__all__ = [
+    "END_RELAY",
+    "PREAMBLE",
+    "RELAYED_PREAMBLE",
+    "REPORT_GONE",
+    "REPORT_NOT_FOUND",
+    "REPORT_NO_CWD",
+    "REPORT_NO_PERL",
+    "REPORT_NO_RELAY",
+    "REPORT_OK",
+    "SENTINEL",
+    "SIGNAL_GROUP",
+    "SIGNAL_GROUP_FUNCTION",
+    "environment_block",
+]
+
+SENTINEL = b"\x1enodeprov "
+REPORT_OK = SENTINEL + b"ok "
+"""``ok PID START PIPE [RELAY RELAY_START]`` (``-`` for a start time /proc does not tell)."""
+REPORT_NOT_FOUND = SENTINEL + b"notfound"
+REPORT_NO_CWD = SENTINEL + b"nocwd"
+REPORT_GONE = SENTINEL + b"gone"
+REPORT_NO_PERL = SENTINEL + b"noperl"
+REPORT_NO_RELAY = SENTINEL + b"norelay"
+
+_START_TIME = """awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$1/stat" 2>/dev/null"""
+
+# Sets the variables the shell could not export (names that are not shell names), read
+# from its own environment, then execs the command, which keeps the pid.
+_PERL_EXEC = (
+    "for (split /\\n/, delete $ENV{__np_extra}) {"
+    " my ($n, $v) = map { s/\\\\0([0-7]{3})/chr oct $1/ger } split /=/, $_, 2; $ENV{$n} = $v }"
+    " exec { $ARGV[0] } @ARGV or exit 127"
+)
+
+# Positional parameters: the cwd, a process file (each spawn appends "PID START" before it
+# starts, so a destroy can end it; empty for none), then encode_arguments(argv).
+PREAMBLE = f"""\
+__np_start_of() {{ {_START_TIME}; }}
+for __np_name in $(awk 'BEGIN {{ for (k in ENVIRON) print k }}'); do
+  case $__np_name in [!A-Za-z_]*|*[!A-Za-z0-9_]*) ;; *) unset "$__np_name" 2>/dev/null ;; esac
+done
+__np_cwd=$1 __np_record=$2 __np_encoded=$3; shift 3
+{DECODE_ARGUMENTS_SCRIPT}__np_start=$(__np_start_of $$)
+if [ -n "$__np_record" ]; then
+  {{ [ -d "${{__np_record%/*}}" ] && printf '%s %s\\n' "$$" "${{__np_start:--}}" >>"$__np_record"; }} ||
+    {{ printf '\\036nodeprov gone\\n'; exit 125; }}
+fi
+cd -- "$__np_cwd" 2>/dev/null || {{ printf '\\036nodeprov nocwd\\n'; exit 126; }}
+unset PWD OLDPWD
+__np_extra=
+while IFS= read -r __np_line && [ -n "$__np_line" ]; do
+  case ${{__np_line%%=*}} in
+    [!A-Za-z_]*|*[!A-Za-z0-9_]*) __np_extra="$__np_extra$__np_line
+" ;;
+    *) __np_value=$(printf '%bx' "${{__np_line#*=}}"); export "${{__np_line%%=*}}=${{__np_value%x}}" ;;
+  esac
+done
+command -v -- "$1" >/dev/null 2>&1 || {{ printf '\\036nodeprov notfound\\n'; exit 127; }}
+__np_relayed=
+if [ -n "$__np_relay" ]; then
+  __np_fifo=$(mktemp -d 2>/dev/null) && mkfifo "$__np_fifo/in" ||
+    {{ printf '\\036nodeprov norelay\\n'; exit 126; }}
+  exec 3<&0
+  cat <&3 >"$__np_fifo/in" 2>/dev/null &
+  __np_relayed=" $! $(__np_start_of $!)"
+  exec <"$__np_fifo/in" 3<&-
+  rm -rf "$__np_fifo"
+fi
+__np_pipe=$(readlink "/proc/$$/fd/1" 2>/dev/null)
+printf '\\036nodeprov ok %s %s %s%s\\n' "$$" "${{__np_start:--}}" "$__np_pipe" "$__np_relayed"
+unset -f __np_start_of
+unset __np_name __np_line __np_value __np_cwd __np_start __np_record
+unset __np_relay __np_relayed __np_fifo __np_pipe
+if [ -n "$__np_extra" ]; then
+  command -v perl >/dev/null 2>&1 || {{ printf '\\036nodeprov noperl\\n'; exit 127; }}
+  export __np_extra
+  exec perl -e '{_PERL_EXEC}' -- "$@"
+fi
+unset __np_extra
+exec "$@"
+"""
+
+RELAYED_PREAMBLE = "__np_relay=1\n" + PREAMBLE
+""":data:`PREAMBLE` with stdin relayed through a FIFO, for channels that cannot end stdin."""
+
+# $1: the relay's pid; $2: its start time; $3: how many bytes the control plane sent. Says
+# "ending" (the caller may go: this goes on without it), then waits until the relay has
+# written them all into the FIFO (/proc/PID/io counts its writes) and ends it: the command
+# reads EOF after the last byte. A relay that is gone, or a pid recycled, is left alone.
+# Where /proc/PID/io cannot be read (a sandbox that hides it), the relay is ended at once,
+# and bytes still on their way to it are lost.
+END_RELAY = f"""\
+printf 'ending\\n'; exec >/dev/null 2>&1
+__np_start_of() {{ {_START_TIME}; }}
+pause=0.01
+while [ "$(__np_start_of "$1")" = "$2" ]; do
+  written=$(awk '$1 == "wchar:" {{ print $2 }}' "/proc/$1/io" 2>/dev/null)
+  if [ -z "$written" ] || [ "$written" -ge "$3" ]; then kill "$1"; exit 0; fi
+  sleep "$pause" || sleep 1
+  case $pause in 0.01) pause=0.05 ;; 0.05) pause=0.2 ;; esac
+done
+"""
+
+# Signals the process group led by PID ($2), if PID is still the process recorded with
+# start time START ($3: a recycled pid is left alone; "-" where the host has no /proc).
+SIGNAL_GROUP_FUNCTION = """\
+signal_group() {
+  case $2 in ''|*[!0-9]*|0|1) return 0 ;; esac
+  if [ -e "/proc/$2" ] && [ "$3" != - ]; then
+    [ "$(awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$2/stat" 2>/dev/null)" = "$3" ] || return 0
+  fi
+  kill -s "$1" -- "-$2" 2>/dev/null || kill -s "$1" "$2" 2>/dev/null
+  return 0
+}
+"""
+SIGNAL_GROUP = SIGNAL_GROUP_FUNCTION + 'signal_group "$@"\n'
+"""POSIX sh: ``SIGNAL PID START``, see :data:`SIGNAL_GROUP_FUNCTION`."""
+
+
+def environment_block(env: Mapping[str, str]) -> bytes:
+    """The environment as the preamble reads it from stdin: ``NAME=VALUE`` lines, the value
+    spelt by :func:`~nodeprov.spawn.printf_escapes`; a name that is not a shell name is
+    spelt too, and set by ``perl`` on the node (a POSIX shell cannot export it)."""
+    lines = []
+    for name, value in env.items():
+        key = name if SHELL_NAME.match(name) else printf_escapes(os.fsencode(name))
+        lines.append(f"{key}={printf_escapes(os.fsencode(value))}\n")
+    return ("".join(lines) + "\n").encode()
