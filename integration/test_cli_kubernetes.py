@@ -4,10 +4,15 @@ NODEPROV_KUBERNETES_* variables, as a script would call them."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from .cli import nodeprov_with
+from .cli import nodeprov_with, settings_environment
 from .kubernetes import Cluster
 from .pods import node_pods, pod_settings
 
@@ -59,3 +64,34 @@ def test_provision_list_exec_destroy(kubernetes_cluster: Cluster, base_image: st
         gone = nodeprov(kubernetes_cluster, base_image, "destroy", node_id, "-p", "kubernetes", "--json")
     assert gone.returncode == 0, gone.stderr
     assert node_pods(kubernetes_cluster, node_id) == []
+
+
+def test_in_cluster_configuration(kubernetes_cluster: Cluster, base_image: str, tmp_path: Path) -> None:
+    """As a control plane in a pod: the API server in KUBERNETES_SERVICE_HOST and _PORT, the
+    service account's token and CA at /var/run/secrets/kubernetes.io/serviceaccount (a
+    tmpfs over /run in a mount namespace of the test's own puts them there)."""
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(kubernetes_cluster.token)
+    shutil.copy(kubernetes_cluster.ca_file, account / "ca.crt")
+    in_a_pod = 'mount -t tmpfs nodeprov /run && mkdir -p "$2" && cp "$1"/* "$2" && shift 2 && exec "$@"'
+    secrets = "/run/secrets/kubernetes.io/serviceaccount"
+    command = [sys.executable, "-m", "nodeprov", "providers", "-p", "kubernetes", "--json"]
+    unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", in_a_pod, "-"]
+    done = subprocess.run(
+        [*unshare, str(account), secrets, *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={
+            **os.environ,
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(urlsplit(kubernetes_cluster.server).port),
+            **settings_environment("kubernetes", {"in_cluster": True, "image": base_image}),
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)
+    assert (row["ready"], row["error"]) == (True, ""), row
+    assert row["requirements"][0]["detail"] == "in a pod: its service account"
