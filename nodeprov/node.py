@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
 import os
 import posixpath
@@ -49,6 +50,7 @@ __all__ = [
     "LABEL_EXPIRES_AT",
     "LABEL_NODE_ID",
     "LABEL_OWNER",
+    "LABEL_PROVISION",
     "LABEL_SESSION_ID",
     "GarbageReport",
     "NodeConfig",
@@ -72,6 +74,8 @@ LABEL_NODE_ID = "nodeprov.node-id"
 LABEL_SESSION_ID = "nodeprov.session-id"
 LABEL_OWNER = "nodeprov.owner"
 LABEL_EXPIRES_AT = "nodeprov.expires-at"
+LABEL_PROVISION = "nodeprov.provision"
+"""A digest of :attr:`NodeConfig.provision_key`: the mark of the provisioning that made the node."""
 
 _NODE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -156,6 +160,10 @@ def _new_node_id() -> str:
     return f"np-{secrets.token_hex(6)}"
 
 
+def _new_provision_key() -> str:
+    return secrets.token_urlsafe(24)
+
+
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 
 
@@ -206,6 +214,16 @@ class NodeConfig(BaseModel):
         "by name: name -> path here. The provider mounts them read-only (or uses them in place, or "
         "copies them) and reports where each lies on the node in NodeHandle.tool_paths.",
     )
+    provision_key: str = Field(
+        default_factory=_new_provision_key,
+        repr=False,
+        min_length=16,
+        description="A secret of this provisioning, random by default. The node's resources carry "
+        "its digest (label nodeprov.provision). A provision that finds a node of its id already "
+        "there adopts it only if it carries this key's digest (an earlier attempt of the same "
+        "provision, cut off between creating and returning: retry with the same config); any "
+        "other node of that id is someone else's, and provision fails without touching it.",
+    )
 
     @field_validator("node_id")
     @classmethod
@@ -236,6 +254,18 @@ class NodeConfig(BaseModel):
         SpawnOptions("true", env=value)  # the same rules as for a spawn
         return value
 
+    @property
+    def provision_mark(self) -> str:
+        """The digest of :attr:`provision_key` that the node's resources carry (32 hex
+        digits: a valid label value on every platform). It tells this provisioning's node
+        from another's, and cannot be turned back into the key."""
+        return hashlib.sha256(self.provision_key.encode()).hexdigest()[:32]
+
+    def made_by_this(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node found with ``labels`` was made by this provisioning (an earlier
+        attempt of it): the only node a provision may adopt."""
+        return secrets.compare_digest(labels.get(LABEL_PROVISION, ""), self.provision_mark)
+
     def resource_labels(self, now: datetime | None = None) -> dict[str, str]:
         """The labels every resource of this node carries, the ``nodeprov.*`` ones included."""
         labels = {
@@ -243,6 +273,7 @@ class NodeConfig(BaseModel):
             LABEL_NODE_ID: self.node_id,
             LABEL_OWNER: self.owner,
             LABEL_SESSION_ID: self.session_id or "",
+            LABEL_PROVISION: self.provision_mark,
         }
         if self.ttl is not None:
             expires = (now or datetime.now(UTC)) + self.ttl
@@ -747,8 +778,14 @@ class NodeProvider(ABC, Generic[SettingsT]):
         Cancellation-safe: if this is cancelled or fails half-way, whatever was created is
         removed before the exception propagates.
 
+        Creates or fails: a node of ``config.node_id`` that exists already is adopted only
+        when it carries ``config``'s provision mark (see :attr:`NodeConfig.provision_key`:
+        this same provision, retried after it was cut off); any other is left exactly as it
+        is, and this raises :class:`ProvisionError`.
+
         Raises:
-            ProvisionError: the platform could not make the node.
+            ProvisionError: the platform could not make the node, or a node of that id
+                exists that this provisioning did not make.
             ConfigError: the config does not suit this provider.
             ProviderError: the platform failed otherwise.
         """

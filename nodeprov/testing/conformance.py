@@ -45,12 +45,14 @@ from nodeprov.errors import (
     NodeGoneError,
     NodePathError,
     NodeSuspendedError,
+    ProvisionError,
     SpawnError,
 )
 from nodeprov.node import (
     LABEL_EXPIRES_AT,
     LABEL_NODE_ID,
     LABEL_OWNER,
+    LABEL_PROVISION,
     LABEL_SESSION_ID,
     NodeConfig,
     NodeHandle,
@@ -210,6 +212,46 @@ class ProviderConformance:
             await node.destroy()
         assert node.destroyed
         assert await leftovers(node.node_id) == []
+
+    async def test_provisioning_an_existing_id_fails_and_leaves_that_node(
+        self, provider: AnyProvider, leftovers: Leftovers
+    ) -> None:
+        marker = unique_marker()
+        config = NodeConfig(labels={"purpose": "first"})
+        node = await provider.provision(config)
+        try:
+            process = await node.spawn(SpawnOptions("sleep", [marker]))
+            await self._until_running(marker, 1)
+            running = await self.processes_matching(marker)
+            await node.write_file("mine.txt", b"the first node's file")
+            with pytest.raises(ProvisionError, match=config.node_id):
+                await provider.provision(NodeConfig(node_id=config.node_id, labels={"purpose": "second"}))
+            assert process.returncode is None
+            assert await self.processes_matching(marker) == running
+            assert await read_all(node, "mine.txt") == b"the first node's file"
+            listed = [info for info in await provider.list_nodes() if info.node_id == config.node_id]
+            assert [info.labels["purpose"] for info in listed] == ["first"]
+            assert (await run(node, "true"))[0] == 0
+        finally:
+            await node.destroy()
+        await self.assert_no_process(marker)
+        assert await leftovers(config.node_id) == []
+
+    async def test_a_retried_provision_adopts_its_own_node(
+        self, provider: AnyProvider, leftovers: Leftovers
+    ) -> None:
+        config = NodeConfig(labels={"purpose": "retried"})
+        first = await provider.provision(config)
+        try:
+            again = await provider.provision(config)  # the same provision, as after a crash
+            assert again.node_id == config.node_id
+            assert again.labels[LABEL_PROVISION] == config.provision_mark
+            assert (await run(again, "sh", "-c", "echo adopted"))[1] == b"adopted\n"
+            assert [info.node_id for info in await provider.list_nodes()].count(config.node_id) == 1
+            await again.destroy()
+            assert await leftovers(config.node_id) == []
+        finally:
+            await first.destroy()
 
     async def test_destroy_is_idempotent_and_ends_spawning(self, provider: AnyProvider) -> None:
         node = await provider.provision()

@@ -556,7 +556,7 @@ class LocalProvider(NodeProvider[LocalSettings]):
             try:
                 await directory.mkdir(mode=0o700)
             except FileExistsError:
-                raise ProvisionError(f"node {config.node_id} exists already at {directory}") from None
+                return await self._adopt(config, directory)
             except OSError as error:
                 raise ProvisionError(f"cannot create node directory {directory}: {error}") from None
             rollback.push(lambda: anyio.to_thread.run_sync(shutil.rmtree, str(directory), True))
@@ -578,6 +578,16 @@ class LocalProvider(NodeProvider[LocalSettings]):
             )
             await (directory / RECORD_FILE).write_text(record.model_dump_json())
             return LocalNode(record=record, settings=self.settings, directory=Path(directory))
+
+    async def _adopt(self, config: NodeConfig, directory: anyio.Path) -> NodeHandle:
+        """The node an earlier attempt of this provisioning made; anyone else's is left alone."""
+        record = next(
+            (r for r in await anyio.to_thread.run_sync(self._records) if r.node_id == config.node_id), None
+        )
+        if record is None or not config.made_by_this(record.labels):
+            raise ProvisionError(f"node {config.node_id} exists already at {directory}")
+        logger.info("adopting node %s, made by an earlier attempt of this provision", config.node_id)
+        return LocalNode(record=record, settings=self.settings, directory=Path(directory))
 
     async def list_nodes(self) -> list[NodeInfo]:
         return [
