@@ -341,6 +341,9 @@ class NodeHandle(ABC):
     can_suspend: ClassVar[bool] = False
     """Whether nodes of this kind implement :meth:`suspend` and :meth:`wake`."""
 
+    suspend_timeout: ClassVar[float] = 300.0
+    """Upper bound of :meth:`suspend`, in seconds."""
+
     def __init__(
         self,
         *,
@@ -502,7 +505,7 @@ class NodeHandle(ABC):
 
             yield chunks()
 
-    async def suspend(self) -> None:
+    async def suspend(self, *, suspend_timeout: float | None = None) -> None:
         """Stop the node's compute and keep its files, until :meth:`wake`: a node kept for a
         paused run then costs (almost) nothing while it waits. EC2 stops the instance (its
         disk stays, no compute is billed); Docker pauses the container. An optional
@@ -512,20 +515,26 @@ class NodeHandle(ABC):
         stopped machine reboots), so their handles are released, as by :meth:`destroy`;
         only the node's files are sure to be kept. :meth:`spawn` raises
         :class:`NodeSuspendedError` until :meth:`wake`. Idempotent; shielded from
-        cancellation (a half-done suspend is finished).
+        cancellation (a half-done suspend is finished) and bounded by ``suspend_timeout`` seconds
+        (default :attr:`suspend_timeout`); one that runs out of time may still complete on
+        the platform, and can be called again.
 
         Raises:
             ConfigError: this kind of node cannot be suspended.
             NodeGoneError: the node is destroyed.
+            DeadlineError: the platform did not finish in time.
             ProviderError: the platform failed.
         """
         if not self.can_suspend:
             raise ConfigError(f"{self.provider} nodes cannot be suspended")
         if self._closing:
             raise NodeGoneError(f"node {self.node_id} is destroyed")
-        with anyio.CancelScope(shield=True):
+        limit = self.suspend_timeout if suspend_timeout is None else suspend_timeout
+        with anyio.CancelScope(shield=True), anyio.move_on_after(limit) as deadline:
             await self._release_processes()
             await self._suspend()
+        if deadline.cancelled_caught:
+            raise DeadlineError(f"suspending node {self.node_id} took over {limit:g}s")
         self.suspended = True
         logger.info("suspended node %s (%s)", self.node_id, self.provider)
 
@@ -694,11 +703,18 @@ class Rollback:
         if et is None:
             self._stack.pop_all()
             return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self.timeout):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.timeout) as deadline:
             try:
                 await self._stack.aclose()
-            except Exception:
-                logger.exception("undoing a failed provision failed; labelled resources remain")
+            except Exception as error:  # noqa: BLE001 - the provision's own error is what propagates
+                logger.warning(
+                    "undoing a failed provision failed (%s); what it made carries labels for gc",
+                    str(error).splitlines()[0] if str(error) else type(error).__name__,
+                )
+        if deadline.cancelled_caught:
+            logger.warning(
+                "undoing a failed provision took over %gs; what it made carries labels for gc", self.timeout
+            )
 
 
 SettingsT = TypeVar("SettingsT", bound=ProviderSettings)
@@ -746,6 +762,15 @@ class NodeProvider(ABC, Generic[SettingsT]):
         must not call the platform). Used by ``nodeprov providers``.
         """
         return []
+
+    def resolved_settings(self) -> SettingsT:
+        """The settings with every default that comes from this process's environment made
+        explicit (``DOCKER_HOST``, ``XDG_RUNTIME_DIR``, a kubeconfig's context, an AWS
+        region): what a control plane stores with a run, so that another process in another
+        environment (a reconcile, a resume) finds the same platform and the same nodes.
+        Providers whose defaults depend on the environment override it; quick and side-effect
+        free."""
+        return self.settings
 
     async def probe(self) -> None:
         """Ask the platform, with these settings, whether nodes can be made; make nothing.

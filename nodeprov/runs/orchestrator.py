@@ -393,7 +393,8 @@ class Orchestrator:
             StoreError: the store failed.
         """
         settings = dict(provider_settings or {})
-        checked = (await self._provider(provider, settings)).settings  # fail now, not in the background
+        # Fail now, not in the background; store what another environment needs to find the node.
+        checked = (await self._provider(provider, settings)).resolved_settings()
         model = options.model if isinstance(options, AgentOptions) else (options or {}).get("model")
         chosen = await _agent_of(lambda: get_agent(route_model(model, agent), options))
         session = await self.store.active_session(workspace, chosen.name)
@@ -702,7 +703,9 @@ class Orchestrator:
                 await self.store.set_node_state(node.node_id, "kept")
                 if node.can_suspend:  # nothing runs on it until the resume: stop paying for it
                     try:
-                        await node.suspend()
+                        await node.suspend(
+                            suspend_timeout=min(node.suspend_timeout, self._cleanup_time(destroying=True))
+                        )
                         suspended = True
                     except NodeprovError as error:
                         logger.warning(
