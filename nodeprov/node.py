@@ -63,6 +63,7 @@ __all__ = [
     "Rollback",
     "abandoned",
     "default_owner",
+    "expired",
     "owner_alive",
     "process_start_time",
     "secret_field",
@@ -143,16 +144,25 @@ def abandoned(
     A node is abandoned when its ``nodeprov.expires-at`` has passed, or when ``alive`` says
     its owner is gone. A node whose owner cannot be checked is kept until it expires.
     """
-    expires = labels.get(LABEL_EXPIRES_AT)
-    if expires:
-        try:
-            if datetime.fromisoformat(expires) <= (now or datetime.now(UTC)):
-                return f"expired at {expires}"
-        except ValueError:
-            return f"unreadable expiry {expires!r}"
+    if (why := expired(labels, now)) is not None:
+        return why
     owner = labels.get(LABEL_OWNER, "")
     if alive(owner) is False:
         return f"owner {owner} is gone"
+    return None
+
+
+def expired(labels: Mapping[str, str], now: datetime | None = None) -> str | None:
+    """Why a node with these labels is past its hard lifetime (``nodeprov.expires-at``), or
+    ``None`` while it is not (or has none)."""
+    expires = labels.get(LABEL_EXPIRES_AT)
+    if not expires:
+        return None
+    try:
+        if datetime.fromisoformat(expires) <= (now or datetime.now(UTC)):
+            return f"expired at {expires}"
+    except ValueError:
+        return f"unreadable expiry {expires!r}"
     return None
 
 
@@ -855,10 +865,12 @@ class NodeProvider(ABC, Generic[SettingsT]):
         settle: float = 0.0,
     ) -> GarbageReport:
         """Destroy every node that is :func:`abandoned` (expired, or ``alive`` says its owner
-        is gone), except the node ids in ``spare`` (say, kept nodes of paused runs).
+        is gone). The node ids in ``spare`` (say, nodes a store holds for runs) are spared
+        their owner's judgement, never their lifetime: every node ends at its expiry.
 
-        Nodes of live owners are never touched. A node that vanishes meanwhile is skipped; a
-        destroy that fails is reported in :attr:`GarbageReport.failed` and the others go on.
+        Nodes of live owners are never touched before they expire. A node that vanishes
+        meanwhile is skipped; a destroy that fails is reported in :attr:`GarbageReport.failed`
+        and the others go on.
         With ``settle`` seconds, the nodes are listed again until no abandoned node has
         shown up for that long: a control plane killed mid-provision leaves requests that
         the platform still completes after its death.
@@ -873,8 +885,13 @@ class NodeProvider(ABC, Generic[SettingsT]):
             found = [
                 (info, reason)
                 for info in await self.list_nodes()
-                if info.node_id not in done and info.node_id not in spare
-                if (reason := abandoned(info.labels, now, alive=alive)) is not None
+                if info.node_id not in done
+                if (
+                    reason := expired(info.labels, now)
+                    if info.node_id in spare
+                    else abandoned(info.labels, now, alive=alive)
+                )
+                is not None
             ]
             if found:
                 quiet_since = time.monotonic()

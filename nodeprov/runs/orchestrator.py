@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Literal, Self, cast
 
@@ -19,9 +20,9 @@ from anyio.abc import TaskGroup
 
 from ..agents import Agent, AgentOptions, AgentSession, Message, Notice, Result, StateKey, ToolResult, ToolUse
 from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError
-from ..node import GarbageReport, NodeConfig, NodeHandle, NodeProvider, owner_alive
+from ..node import LABEL_EXPIRES_AT, GarbageReport, NodeConfig, NodeHandle, NodeProvider, owner_alive
 from ..registry import get_agent, get_provider, provider_class, route_model
-from ..store import EventRecord, RunRecord, SnapshotRecord, Store, dumps, new_id, now
+from ..store import EventRecord, NodeRecord, RunRecord, SnapshotRecord, Store, dumps, new_id, now
 from .events import (
     AgentMessage,
     NodeReady,
@@ -52,6 +53,7 @@ class _Pause:
     kind: str
     reason: str
     keep_node: bool
+    keep_for: float
     saved: SnapshotRecord | None = None  # written to the store
     snapshot: SnapshotRecord | None = None  # returned to the caller, once the run is paused
 
@@ -158,15 +160,22 @@ class Run:
         return self.outcome
 
     async def pause(
-        self, kind: PauseKind = "human", reason: str = "", *, keep_node: bool = False
+        self,
+        kind: PauseKind = "human",
+        reason: str = "",
+        *,
+        keep_node: bool = False,
+        keep_for: float | None = None,
     ) -> SnapshotRecord:
         """Stop the agent (its interrupt, then abort) and save a snapshot.
 
         Works while the run starts (provisioning is interrupted; the snapshot keeps the
         session being resumed) or runs. ``kind`` (human, external, system) is diagnostics
-        metadata. With ``keep_node`` the node stays for the resume; otherwise it is
-        destroyed and the resume provisions a new one. Returns the snapshot, whose
-        ``token`` resumes the run.
+        metadata. With ``keep_node`` the node stays for the resume, for ``keep_for``
+        seconds at most (default: the orchestrator's ``keep_for``) and never past its own
+        lifetime: after that reconcile destroys it, and the resume provisions a new one, as
+        it does when the node is not kept. Returns the snapshot, whose ``token`` resumes
+        the run.
 
         Raises:
             ConfigError: ``kind`` is not human, external or system.
@@ -174,9 +183,11 @@ class Run:
                 failed while pausing (its error says why).
         """
         _check_pause_kind(kind)
+        if keep_for is not None and not keep_for > 0:
+            raise ConfigError(f"keep_for must be positive, got {keep_for!r}")
         if self._pause is not None:
             raise RunStateError(f"run {self.id} is being paused already: it cannot be paused")
-        pause = _Pause(kind, reason, keep_node)
+        pause = _Pause(kind, reason, keep_node, self._orchestrator.keep_for if keep_for is None else keep_for)
         if not await self._orchestrator._move(
             self,
             RunState.PAUSING,
@@ -248,6 +259,11 @@ class Orchestrator:
     a run that cannot be paused in time is left to reconcile, which the released lease
     makes immediate for any other control plane.
 
+    **Kept nodes** (a pause with ``keep_node``) are kept for ``keep_for`` seconds at most
+    (a day by default), never past the node's own lifetime, and only while a resume may
+    still use them: reconcile destroys one whose time is up, whose run was resumed
+    elsewhere or ended, or whose workspace switched agents.
+
     **Events** are written to the store in batches, with their sequence numbers, and can
     be read from any process (:meth:`events`). The agent's transcript frames are mirrored
     into the store in the same batches (one transaction every 20 ms at most, less while
@@ -263,8 +279,17 @@ class Orchestrator:
         reconcile_interval: float | None = None,
         poll_interval: float = 0.5,
         shutdown_timeout: float = 30.0,
+        keep_for: float = 86400.0,
+        provider_settings: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
+        if not keep_for > 0:
+            raise ConfigError(f"keep_for must be positive, got {keep_for!r}")
         self.store = store
+        self.keep_for = keep_for
+        """How long a node kept for a paused run's resume is kept at most (a day by default)."""
+        self.provider_settings = {name: dict(given) for name, given in (provider_settings or {}).items()}
+        """Per provider, settings laid over what a run stored, when this control plane acts on
+        runs it does not drive (reconcile, garbage collection): the secrets runs never store."""
         self.holder = holder or f"{socket.gethostname()} pid {os.getpid()}"
         self.lease_ttl = lease_ttl
         self.reconcile_interval = lease_ttl / 2 if reconcile_interval is None else reconcile_interval
@@ -397,6 +422,7 @@ class Orchestrator:
         checked = (await self._provider(provider, settings)).resolved_settings()
         model = options.model if isinstance(options, AgentOptions) else (options or {}).get("model")
         chosen = await _agent_of(lambda: get_agent(route_model(model, agent), options))
+        _check_limits(deadline, idle_timeout)
         session = await self.store.active_session(workspace, chosen.name)
         run_id = new_id("run")
         plan = _Plan(
@@ -423,6 +449,7 @@ class Orchestrator:
                     node_secret_fields=dumps(checked.secrets_set()),
                     agent=chosen.name,
                     agent_options=dumps(chosen.options.storable()),
+                    node_config=_storable_node_config(plan.node_config),
                     state=RunState.STARTING,
                     outcome=None,
                     error=None,
@@ -467,6 +494,7 @@ class Orchestrator:
                 archived (the workspace switched to another agent since), or another
                 control plane resumed it first.
         """
+        _check_limits(deadline, idle_timeout)
         given = dict(provider_settings or {})
         peeked = await self.store.peek_snapshot(token)
         if peeked is not None and peeked.used_at is None:  # else claiming says what is wrong
@@ -527,6 +555,7 @@ class Orchestrator:
             pause_request=None,
         ):
             raise RunStateError(f"run {record.id} was resumed by another control plane")
+        await self.store.use_snapshots(record.id)  # an earlier pause's token must not fork the run
         settings = {**json.loads(record.node_settings), **given_settings}
         if snapshot.agent_session_id is None:  # the agent never started: start it afresh
             message = record.prompt if message == "continue" else f"{record.prompt}\n\n{message}"
@@ -536,7 +565,7 @@ class Orchestrator:
             settings,
             agent,
             record.workspace_id,
-            NodeConfig(),
+            NodeConfig.model_validate_json(record.node_config),
             snapshot,
             deadline,
             idle_timeout,
@@ -689,8 +718,10 @@ class Orchestrator:
             raise NodeprovError("the run was aborted")
         return None
 
-    async def _release(self, run: Run, *, keep: bool = False) -> None:
-        """Destroy the run's node (or record it kept) before the run reports its outcome.
+    async def _release(self, run: Run, *, keep_for: float | None = None) -> None:
+        """Destroy the run's node, or with ``keep_for`` keep it that many seconds for the
+        resume, before the run reports its outcome. A node another control plane has begun
+        to destroy meanwhile (the keep lost that race) is destroyed.
 
         A destroy that fails leaves the node recorded live, for reconcile to retry.
         """
@@ -699,8 +730,12 @@ class Orchestrator:
             return
         suspended = False
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_time()):
+            keep = keep_for is not None and await self.store.move_node(
+                node.node_id, ("live",), "kept", keep_for=keep_for
+            )
+            if keep_for is not None and not keep:
+                logger.warning("node %s of run %s was taken for destruction: not kept", node.node_id, run.id)
             if keep:
-                await self.store.set_node_state(node.node_id, "kept")
                 if node.can_suspend:  # nothing runs on it until the resume: stop paying for it
                     try:
                         await node.suspend(
@@ -730,18 +765,24 @@ class Orchestrator:
         removes whatever it had made (its contract), so the intent is settled as failed.
         """
         snapshot = plan.resume
-        if snapshot is not None and snapshot.node_kept and snapshot.node_id:
+        kept = snapshot.node_id if snapshot is not None and snapshot.node_kept else None
+        # Taken from the kept state in one compare-and-set: a reconcile destroying it wins or loses whole.
+        if kept and await self.store.move_node(kept, ("kept",), "live"):
             try:
-                node = await provider.attach(snapshot.node_id)
+                node = await provider.attach(kept)
                 await node.wake()  # a suspended kept node: started again, ready to spawn
-            except NodeGoneError:
+            except NodeGoneError as error:
                 logger.info(
-                    "kept node %s of run %s is gone: provisioning a new one", snapshot.node_id, run.id
+                    "kept node %s of run %s is gone (%s): provisioning a new one", kept, run.id, error
                 )
+                await self.store.set_node_state(kept, "destroyed")
             else:
                 run._node = node
                 await self._record_node(run, node)
                 return True, False
+        elif kept:
+            logger.info("node %s of run %s is no longer kept: provisioning a new one", kept, run.id)
+        await self._drop_kept_nodes(run)
         tools = dict(plan.node_config.tools)
         if plan.agent.options.ship_cli:
             cli = plan.agent.local_cli()
@@ -766,6 +807,27 @@ class Orchestrator:
                 node, snapshot.agent_session_id, snapshot.project_key, archive
             )
         return False, False
+
+    async def _drop_kept_nodes(self, run: Run) -> None:
+        """Destroy nodes kept by earlier pauses of ``run`` that its resume does not use."""
+        stale = await self.store.nodes(states=("kept",), run_id=run.id)
+        record = await self.store.run(run.id) if stale else None
+        if record is not None:
+            report = ReconcileReport()
+            await self._destroy_nodes(record, stale, report, "its run resumed without it")
+            for node_id, why in report.failed:
+                logger.warning("could not destroy node %s kept for run %s: %s", node_id, run.id, why)
+
+    def _keep_time(self, node: NodeHandle, keep_for: float) -> float:
+        """How long ``node`` may be kept: ``keep_for``, but never past its own lifetime."""
+        expires = node.labels.get(LABEL_EXPIRES_AT)
+        if not expires:
+            return keep_for
+        try:
+            left = (datetime.fromisoformat(expires) - datetime.now(UTC)).total_seconds()
+        except ValueError:
+            return 0.0
+        return min(keep_for, left)
 
     async def _record_node(self, run: Run, node: NodeHandle) -> None:
         await self.store.set_node_state(node.node_id, "live")
@@ -809,14 +871,14 @@ class Orchestrator:
         cancellation), release or keep the node, and end the run as paused."""
         pause = run._pause
         assert pause is not None
-        keep = pause.keep_node and (run._node is not None or pause.saved is not None)
-        if pause.saved is None:  # nothing to keep before provisioning
+        if pause.saved is None:  # nothing to keep before provisioning, or past the node's lifetime
+            keep_for = self._keep_time(run._node, pause.keep_for) if run._node is not None else 0.0
+            keep = pause.keep_node and keep_for >= 1.0
+            pause.keep_for = keep_for
             pause.saved = await self._snapshot(run, pause.kind, pause.reason, keep_node=keep)
         snapshot = pause.saved
-        keep = snapshot.node_kept
-        if not keep:
-            await self._save_state(run)
-        await self._release(run, keep=keep)
+        await self._save_state(run)  # a kept node too: it may be gone before the resume
+        await self._release(run, keep_for=pause.keep_for if snapshot.node_kept else None)
         if await self._move(run, RunState.PAUSED, pause_request=None):
             pause.snapshot = snapshot
             logger.info(
@@ -1012,33 +1074,37 @@ class Orchestrator:
     # -- reconcile and garbage -----------------------------------------------------------
 
     async def reconcile(self) -> ReconcileReport:
-        """Clean up after control planes that died, on any host sharing this store.
+        """Clean up after control planes that died, on any host sharing this store, and
+        release the nodes no run will use.
 
-        A run is orphaned when its owner is gone: a lease that expired or was released, or
-        (for owners without a lease) a process known to be dead. Its nodes (being made or
-        live) are destroyed, and the run ends: ``failed`` with a resumable snapshot (kind
-        ``system``) when its agent's session is known, ``finished`` when it was finishing.
-        Nodes still recorded live for runs that are over (a destroy that failed) are
-        destroyed too; pause requests nobody will serve are cleared. Runs of live owners
-        and kept nodes of paused runs are left alone. A destroy that fails is reported and
-        the rest goes on.
+        A run is orphaned when its owner is known to be gone: a lease of this store that
+        expired or was released, or (for owners without a lease) a process known to be dead.
+        A lease this store does not know is another store's: whether it lives cannot be told
+        here, so its runs are left alone. An orphaned run's nodes (being made or live) are
+        destroyed, and the run ends: ``failed`` with a resumable snapshot (kind ``system``)
+        when its agent's session is known, ``finished`` when it was finishing.
+
+        Nodes are destroyed too when their run is not live and will not use them: a destroy
+        that failed; a node kept for a paused run whose keep time is up, whose resume token
+        was used (the run resumed elsewhere, or ended), or whose workspace switched agents.
+        Each node is taken for destruction in one compare-and-set on its state, so a pause
+        keeping it or a resume taking it, landing meanwhile, wins or loses whole. Pause
+        requests nobody will serve are cleared. A destroy that fails is reported and the rest
+        goes on.
 
         Raises:
             StoreError: the store failed.
         """
         report = ReconcileReport()
         alive = await self._owner_check()
-        recorded: dict[str, list[str]] = {}  # run id -> its nodes being made or live
-        for node_id, _, run_id, _ in await self.store.nodes(states=("intent", "live")):
-            recorded.setdefault(run_id, []).append(node_id)
         for record in await self.store.runs(states=tuple(LIVE_STATES)):
-            nodes = recorded.pop(record.id, [])
             if record.id in self._runs or record.id in self._launching:
                 continue
             if record.owner != self.owner and alive(record.owner) is not False:
-                continue  # a live owner drives it (ours, not driven here, is orphaned)
-            await self._destroy_nodes(record, nodes, report)
+                continue  # a live owner drives it, or another store's (ours, not driven here, is orphaned)
             reason = f"control plane {record.owner} died during the run"
+            nodes = await self.store.nodes(states=("intent", "live", "destroying"), run_id=record.id)
+            await self._destroy_nodes(record, nodes, report, reason)
             finishing = record.state == RunState.FINISHING
             if record.agent_session_id and not finishing:
                 await self.store.save_snapshot(
@@ -1063,14 +1129,52 @@ class Orchestrator:
             ):
                 report.ended.append(record.id)
                 await self._append_finished(record, target, None if finishing else reason)
-        for run_id, nodes in recorded.items():  # what is left belongs to runs that are over
-            over = await self.store.run(run_id)
-            if over is not None and run_id not in self._runs and not RunState(over.state).live:
-                await self._destroy_nodes(over, nodes, report)
+        await self._release_unused_nodes(report)
         await self.store.clear_stale_pause_requests(
             tuple(s for s in RunState if s not in (RunState.STARTING, RunState.RUNNING))
         )
         return report
+
+    async def _release_unused_nodes(self, report: ReconcileReport) -> None:
+        """Destroy the nodes of runs that are not live and will not use them (see
+        :meth:`reconcile`). A live run's nodes are its driver's: a resume takes its kept node
+        or destroys the ones it does not use."""
+        clock = await self.store.clock_ms()
+        runs: dict[str, RunRecord | None] = {}
+        for node in await self.store.nodes(states=("intent", "live", "kept", "destroying")):
+            if node.run_id in self._runs or node.run_id in self._launching:
+                continue
+            if node.run_id not in runs:
+                runs[node.run_id] = await self.store.run(node.run_id)
+            record = runs[node.run_id]
+            if record is None or RunState(record.state).live:
+                continue
+            why = await self._unused(node, record, clock)
+            if why is not None:
+                await self._destroy_nodes(record, [node], report, why)
+
+    async def _unused(self, node: NodeRecord, record: RunRecord, clock: int) -> str | None:
+        """Why ``node`` of ``record`` (a run that is not live) will not be used, or ``None``
+        when a resume may still take it."""
+        if node.state != "kept":
+            return f"its run is {record.state}"
+        if node.keep_until_ms is None or node.keep_until_ms <= clock:
+            return "its keep time is up"
+        if record.state not in _RESUMABLE:
+            return f"its run is {record.state}"
+        snapshots = await self.store.snapshots(record.id)
+        if not any(s.used_at is None and s.node_kept and s.node_id == node.id for s in snapshots):
+            return "no resume will use it"
+        if not await self._resumable_session(record):
+            return "its workspace switched to another agent"
+        return None
+
+    async def _resumable_session(self, record: RunRecord) -> bool:
+        """Whether the run's agent session is still its workspace's active one."""
+        return any(
+            session.id == record.session_id and session.state == "active"
+            for session in await self.store.sessions(record.workspace_id)
+        )
 
     async def _append_finished(self, record: RunRecord, state: RunState, error: str | None) -> None:
         """The ``run.finished`` event a dead control plane could not write, so followers end."""
@@ -1089,48 +1193,68 @@ class Orchestrator:
             )
 
     async def _owner_check(self) -> Callable[[str], bool | None]:
-        """Whether an owner lives: leases by the store, other owners by :func:`owner_alive`."""
-        live = await self.store.live_leases()
+        """Whether an owner lives: a lease by this store (``None`` for a lease it does not
+        know: another store's, whose holder may well live), other owners by
+        :func:`owner_alive`."""
+        leases = await self.store.lease_liveness()
 
         def alive(owner: str) -> bool | None:
             if owner.startswith(_LEASE_PREFIX):
-                return owner.removeprefix(_LEASE_PREFIX) in live
+                return leases.get(owner.removeprefix(_LEASE_PREFIX))
             return owner_alive(owner)
 
         return alive
 
-    async def _destroy_nodes(self, record: RunRecord, node_ids: list[str], report: ReconcileReport) -> None:
-        """Destroy nodes of ``record`` that the store still holds as being made or live."""
-        if not node_ids:
+    async def _provider_for(self, record: RunRecord) -> NodeProvider[Any]:
+        """The provider of a run, as it was started, with this control plane's settings for
+        it (the secrets a run never stores) laid over."""
+        stored = json.loads(record.node_settings)
+        return await self._provider(
+            record.node_provider, {**stored, **self.provider_settings.get(record.node_provider, {})}
+        )
+
+    async def _destroy_nodes(
+        self, record: RunRecord, nodes: list[NodeRecord], report: ReconcileReport, why: str
+    ) -> None:
+        """Destroy ``nodes`` of ``record``, each taken for destruction first (a
+        compare-and-set from the state it was read in: one that moved meanwhile is skipped)."""
+        if not nodes:
             return
         try:
-            provider = await self._provider(record.node_provider, json.loads(record.node_settings))
+            provider = await self._provider_for(record)
         except NodeprovError as error:
-            report.failed.extend((node_id, str(error)) for node_id in node_ids)
+            report.failed.extend((node.id, str(error)) for node in nodes)
             return
-        for node_id in node_ids:
+        for node in nodes:
+            if node.state != "destroying" and not await self.store.move_node(
+                node.id, (node.state,), "destroying"
+            ):
+                continue  # kept by a pause, or taken by a resume, since it was read
             try:
                 with suppress(NodeGoneError):  # never made, or gone with its host
-                    await (await provider.attach(node_id)).destroy()
-                await self.store.set_node_state(node_id, "destroyed")
-                report.destroyed.append(node_id)
+                    await (await provider.attach(node.id)).destroy()
+                await self.store.set_node_state(node.id, "destroyed")
+                report.destroyed.append(node.id)
+                logger.info("destroyed node %s of run %s: %s", node.id, record.id, why)
             except NodeprovError as error:
-                logger.warning("could not destroy node %s of run %s: %s", node_id, record.id, error)
-                report.failed.append((node_id, str(error)))
+                logger.warning("could not destroy node %s of run %s: %s", node.id, record.id, error)
+                report.failed.append((node.id, str(error)))
 
     async def collect_garbage(
         self, provider: NodeProvider[Any], *, dry_run: bool = False, settle: float = 0.0
     ) -> GarbageReport:
-        """Reap ``provider``'s abandoned nodes, judging owners by the store: a lease that
-        expired or was released is gone. Nodes the store holds (being made, live, or kept
-        for a paused run) are never touched here; :meth:`reconcile` settles those.
+        """Reap ``provider``'s abandoned nodes, judging owners by the store: a lease of this
+        store that expired or was released is gone; one it does not know is another store's,
+        and its nodes are reaped only past their lifetime. Nodes the store holds (being
+        made, live, or kept for a paused run) are reaped only past their lifetime:
+        :meth:`reconcile` settles the others (``nodeprov gc`` runs it first).
         See :meth:`NodeProvider.collect_garbage` for ``settle``.
 
         Raises:
             ProviderError: the platform could not be asked.
             StoreError: the store failed.
         """
-        held = {node_id for node_id, *_ in await self.store.nodes(states=("intent", "live", "kept"))}
+        held = {node.id for node in await self.store.nodes(states=("intent", "live", "kept", "destroying"))}
         report = await provider.collect_garbage(
             dry_run=dry_run, alive=await self._owner_check(), spare=held, settle=settle
         )
@@ -1138,6 +1262,17 @@ class Orchestrator:
             for info in report.reaped:
                 await self.store.set_node_state(info.node_id, "destroyed")
         return report
+
+
+def _check_limits(deadline: float | None, idle_timeout: float | None) -> None:
+    for name, value in (("deadline", deadline), ("idle_timeout", idle_timeout)):
+        if value is not None and not 0 < value < float("inf"):
+            raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
+def _storable_node_config(config: NodeConfig) -> str:
+    """What a run's every node is made from: ``config`` less what each node has of its own."""
+    return config.model_dump_json(exclude={"node_id", "owner", "session_id", "provision_key"})
 
 
 def _stored_event(record: EventRecord) -> RunEvent | None:

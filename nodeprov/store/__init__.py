@@ -39,8 +39,10 @@ if TYPE_CHECKING:
     from .transcripts import TranscriptStore
 
 __all__ = [
+    "NODE_STATES",
     "EventRecord",
     "LeaseRecord",
+    "NodeRecord",
     "RunRecord",
     "SessionRecord",
     "SnapshotRecord",
@@ -123,6 +125,7 @@ class RunRecord:
     updated_at: str
     node_secret_fields: str = "[]"  # noqa: S105 - names of secrets, never values
     agent: str = "claude"
+    node_config: str = "{}"
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,28 @@ class SnapshotRecord:
     created_at: str
     used_at: str | None
     agent: str = "claude"
+
+
+NODE_STATES = ("intent", "live", "kept", "destroying", "destroyed", "failed")
+"""A run's node, as the store holds it: ``intent`` (about to be provisioned, before anything
+exists), ``live`` (in use), ``kept`` (for a paused run's resume, until ``keep_until_ms``),
+``destroying`` (claimed by whoever destroys it), ``destroyed``; ``failed`` when provisioning
+failed (the provider left nothing). Moves between them are compare-and-sets
+(:meth:`Store.move_node`), so a pause that keeps a node and a reconcile that destroys it
+never both win."""
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """A run's node (see :data:`NODE_STATES`); ``keep_until_ms`` is the database's clock."""
+
+    id: str
+    provider: str
+    run_id: str
+    state: str
+    created_at: str
+    updated_at: str
+    keep_until_ms: int | None
 
 
 @dataclass(frozen=True)
@@ -390,19 +415,55 @@ class Store:
         )
 
     async def set_node_state(self, node_id: str, state: str) -> None:
-        """``intent`` -> ``live`` -> ``kept`` | ``destroyed``; ``intent`` -> ``failed`` when
-        provisioning failed (the provider left nothing behind)."""
+        """Set a node's state whatever it was (see :data:`NODE_STATES`); a move that may race
+        another is :meth:`move_node`."""
+        _check_node_state(state)
         await self.db.execute(
-            "UPDATE nodes SET state = ?, updated_at = ? WHERE id = ?", (state, now(), node_id)
+            "UPDATE nodes SET state = ?, keep_until_ms = NULL, updated_at = ? WHERE id = ?",
+            (state, now(), node_id),
         )
 
-    async def nodes(self, *, states: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
-        """``(node_id, provider, run_id, state)`` of nodes in ``states``."""
-        rows = await self.db.fetchall(
-            f"SELECT id, provider, run_id, state FROM nodes WHERE state IN ({_marks(states)})",
-            states,
+    async def move_node(
+        self, node_id: str, expect: Collection[str], state: str, *, keep_for: float | None = None
+    ) -> bool:
+        """Move a node to ``state`` if it is in one of the ``expect`` states: a compare-and-set,
+        so of two racing movers (a pause keeping the node, a reconcile destroying it) exactly
+        one wins. Moving to ``kept`` takes ``keep_for``, the seconds it is kept from now (the
+        database's clock). Returns whether the node moved."""
+        _check_node_state(state, *expect)
+        if (state == "kept") != (keep_for is not None):
+            raise ConfigError("a node is kept for a time, and only a kept one")
+        until = f"{self.db.now_ms} + ?" if keep_for is not None else "NULL"
+        params: list[Any] = [state, *([int(keep_for * 1000)] if keep_for is not None else []), now(), node_id]
+        moved = await self.db.execute(
+            f"UPDATE nodes SET state = ?, keep_until_ms = {until}, updated_at = ?"
+            f" WHERE id = ? AND state IN ({_marks(tuple(expect))})",
+            [*params, *expect],
         )
-        return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+        return moved == 1
+
+    async def node(self, node_id: str) -> NodeRecord | None:
+        row = await self.db.fetchone(f"SELECT {_columns(NodeRecord)} FROM nodes WHERE id = ?", (node_id,))
+        record: NodeRecord | None = _record(NodeRecord, row)
+        return record
+
+    async def nodes(self, *, states: Collection[str], run_id: str | None = None) -> list[NodeRecord]:
+        """The nodes in ``states`` (of run ``run_id`` only, when given), oldest first."""
+        states = tuple(states)
+        _check_node_state(*states)
+        sql = f"SELECT {_columns(NodeRecord)} FROM nodes WHERE state IN ({_marks(states)})"
+        params: list[Any] = list(states)
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
+        rows = await self.db.fetchall(sql + " ORDER BY created_at", params)
+        return [_record(NodeRecord, row) for row in rows]
+
+    async def clock_ms(self) -> int:
+        """The database's clock in epoch milliseconds: the one leases and kept nodes go by."""
+        row = await self.db.fetchone(f"SELECT {self.db.now_ms}")
+        assert row is not None
+        return int(row[0])
 
     # -- leases ------------------------------------------------------------------------
 
@@ -439,6 +500,16 @@ class Store:
         await self.db.execute(
             f"UPDATE leases SET released = 1, expires_ms = {self.db.now_ms} WHERE id = ?", (lease_id,)
         )
+
+    async def lease_liveness(self) -> dict[str, bool]:
+        """Every lease this store knows, by id: whether it lives (neither expired nor
+        released, by the database's clock). A lease missing here is another store's: whether
+        its holder lives cannot be told from this one."""
+        rows = await self.db.fetchall(
+            f"SELECT id, CASE WHEN released = 0 AND expires_ms > {self.db.now_ms} THEN 1 ELSE 0 END"
+            " FROM leases"
+        )
+        return {str(row[0]): bool(row[1]) for row in rows}
 
     async def live_leases(self) -> set[str]:
         """Ids of the leases that are neither expired nor released, by the database's clock."""
@@ -520,6 +591,13 @@ class Store:
         snapshot: SnapshotRecord = _record(SnapshotRecord, rows[0])
         return snapshot
 
+    async def use_snapshots(self, run_id: str) -> int:
+        """Use up every unused snapshot of ``run_id`` (its resume has begun: a token of an
+        earlier pause must not fork it, nor keep a node for it). Returns how many."""
+        return await self.db.execute(
+            "UPDATE snapshots SET used_at = ? WHERE run_id = ? AND used_at IS NULL", (now(), run_id)
+        )
+
     async def peek_snapshot(self, token: str) -> SnapshotRecord | None:
         """A snapshot by token, without taking it."""
         row = await self.db.fetchone(
@@ -534,6 +612,12 @@ class Store:
             (run_id,),
         )
         return [_record(SnapshotRecord, row) for row in rows]
+
+
+def _check_node_state(*states: str) -> None:
+    unknown = set(states) - set(NODE_STATES)
+    if unknown:
+        raise ConfigError(f"unknown node states: {sorted(unknown)}")
 
 
 def dumps(value: Mapping[str, Any]) -> str:

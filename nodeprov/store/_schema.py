@@ -117,6 +117,15 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude'",
         "ALTER TABLE snapshots ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude'",
     ],
+    [
+        # A kept node's own lifetime (the database's clock, epoch ms): past it, reconcile
+        # destroys the node and the run resumes on a fresh one.
+        "ALTER TABLE nodes ADD COLUMN keep_until_ms BIGINT",
+        # What the run's nodes are made from (NodeConfig, JSON, less what is per node), so a
+        # resume on a fresh node gets the same lifetime, labels and environment.
+        "ALTER TABLE runs ADD COLUMN node_config TEXT NOT NULL DEFAULT '{{}}'",  # {{}}: format() escapes
+        "CREATE INDEX nodes_run ON nodes(run_id)",
+    ],
 ]
 
 

@@ -1,0 +1,272 @@
+"""The rules between the store, nodes and runs that no single module owns (who may reap a
+node, how long a kept node lives, what a resume carries), with the fake agent on local nodes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from nodeprov import NodeConfig, get_provider
+from nodeprov.errors import ConfigError
+from nodeprov.node import LABEL_EXPIRES_AT
+from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run
+from nodeprov.store import SnapshotRecord, Store, now
+from nodeprov.testing import fake_agent_command
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 60
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with await Store.open(f"sqlite:///{tmp_path}/a.db") as store:
+        yield store
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Callable[..., dict[str, Any]]:
+    """Options for the fake agent following ``steps``."""
+    command = fake_agent_command(tmp_path)
+
+    def options(*steps: dict[str, Any]) -> dict[str, Any]:
+        return {"cli_path": command, "env": {"NODEPROV_FAKE_AGENT": json.dumps(list(steps))}}
+
+    return options
+
+
+def local(tmp_path: Path) -> dict[str, Any]:
+    return {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+
+
+def nodes_on_disk(tmp_path: Path) -> set[str]:
+    root = tmp_path / "nodes"
+    return {path.name for path in root.iterdir()} if root.exists() else set()
+
+
+async def running(run: Run) -> str:
+    """Wait until the agent on the run's node has said something; return the node's id."""
+    node_id = None
+    with anyio.fail_after(TIMEOUT):
+        async for event in run.events():
+            if isinstance(event, NodeReady):
+                node_id = event.node_id
+            elif isinstance(event, AgentMessage) and node_id is not None:
+                return node_id
+    raise AssertionError(f"run {run.id} ended before its agent started: {run.error}")
+
+
+async def ready_event(run: Run) -> NodeReady:
+    with anyio.fail_after(TIMEOUT):
+        async for event in run.events():
+            if isinstance(event, NodeReady):
+                return event
+    raise AssertionError(f"run {run.id} ended without a node: {run.error}")
+
+
+# -- who may reap a node ------------------------------------------------------------------
+
+
+async def test_gc_with_another_store_spares_a_live_run(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    """A lease the reaping store does not know is another store's: its holder may well
+    live, so its nodes are kept (until their lifetime ends), never taken for dead."""
+    async with (
+        await Store.open(f"sqlite:///{tmp_path}/b.db") as other,
+        Orchestrator(store) as plane,
+        Orchestrator(other, reconcile_interval=0) as reaper,
+    ):
+        run = await plane.start("go", options=agent({"stall": True}), **local(tmp_path))
+        node_id = await running(run)
+        provider = get_provider("local", root=str(tmp_path / "nodes"))
+        for _ in range(3):
+            assert (await reaper.reconcile()).destroyed == []
+            assert (await reaper.collect_garbage(provider)).reaped == []
+        assert node_id in nodes_on_disk(tmp_path)
+        await run.pause("human", "still alive")  # the run's agent was never touched
+        assert await run.wait() == "paused"
+
+
+async def test_reconcile_rechecks_a_node_right_before_destroying_it(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause that keeps its node lands between reconcile reading the node (live) and the
+    run (paused, so not live): the node is kept, not destroyed as a run's leftover."""
+    async with (
+        await Store.open(store.url) as shared,
+        Orchestrator(store) as plane,
+        Orchestrator(shared, reconcile_interval=0) as reconciler,
+    ):
+        run = await plane.start("go", options=agent({"stall": True}), **local(tmp_path))
+        node_id = await running(run)
+        read_nodes = shared.nodes
+        paused: list[SnapshotRecord] = []
+
+        async def nodes_then_a_pause(**kwargs: Any) -> Any:
+            found = await read_nodes(**kwargs)
+            if not paused:
+                paused.append(await run.pause("human", "kept", keep_node=True))
+            return found
+
+        monkeypatch.setattr(shared, "nodes", nodes_then_a_pause)
+        report = await reconciler.reconcile()
+        assert paused, "reconcile never read the nodes"
+        assert node_id not in report.destroyed
+        assert node_id in nodes_on_disk(tmp_path)
+        resumed = await plane.resume(paused[0].token, options=agent({"text": "back"}))
+        ready = await ready_event(resumed)
+        assert (ready.node_id, ready.reused) == (node_id, True)
+        assert await resumed.wait() == "ok", resumed.error
+
+
+# -- how long a kept node lives -------------------------------------------------------------
+
+
+async def test_a_kept_node_goes_at_its_keep_time_and_the_run_resumes_on_a_fresh_one(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    async with Orchestrator(store) as plane:
+        run = await plane.start(
+            "the word is quince", options=agent({"text": "noted"}, {"stall": True}), **local(tmp_path)
+        )
+        node_id = await running(run)
+        snapshot = await run.pause("human", "a short break", keep_node=True, keep_for=1.0)
+        assert snapshot.node_kept
+        assert node_id in nodes_on_disk(tmp_path)
+        with anyio.fail_after(TIMEOUT):
+            while node_id not in (await plane.reconcile()).destroyed:  # noqa: ASYNC110 - the database's clock
+                await anyio.sleep(0.2)
+        assert node_id not in nodes_on_disk(tmp_path)
+        resumed = await plane.resume(snapshot.token, options=agent({"text": "back"}))
+        ready = await ready_event(resumed)
+        assert ready.node_id != node_id
+        assert (ready.reused, ready.transcript_restored) == (False, True)
+        assert await resumed.wait() == "ok", resumed.error
+
+
+async def test_a_node_is_kept_no_longer_than_it_lives(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    async with Orchestrator(store) as plane:
+        run = await plane.start(
+            "go",
+            options=agent({"stall": True}),
+            node_config=NodeConfig(ttl=timedelta(minutes=2)),
+            **local(tmp_path),
+        )
+        node_id = await running(run)
+        await run.pause("human", "for a day", keep_node=True, keep_for=86400)
+        node = await store.node(node_id)
+        assert node is not None
+        assert node.state == "kept"
+        assert node.keep_until_ms is not None
+        assert node.keep_until_ms - await store.clock_ms() <= 120_000
+
+
+async def test_past_its_lifetime_a_node_the_store_holds_is_reaped(tmp_path: Path) -> None:
+    provider = get_provider("local", root=str(tmp_path / "nodes"))
+    node = await provider.provision(NodeConfig(ttl=timedelta(minutes=1)))
+    held = await provider.collect_garbage(spare={node.node_id})
+    assert held.reaped == []
+    expiry = datetime.fromisoformat(node.labels[LABEL_EXPIRES_AT])
+    later = await provider.collect_garbage(spare={node.node_id}, now=expiry + timedelta(seconds=1))
+    assert [info.node_id for info in later.reaped] == [node.node_id]
+    assert nodes_on_disk(tmp_path) == set()
+
+
+async def test_a_kept_node_that_no_resume_will_use_is_destroyed(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    """Two tokens of one run (a pause kept the node; a reconcile after a lost lease left a
+    second snapshot): the resume from the second leaves the kept node to nobody, so it goes,
+    and the first token is used up."""
+    async with Orchestrator(store) as plane:
+        run = await plane.start("go", options=agent({"stall": True}), **local(tmp_path))
+        node_id = await running(run)
+        kept = await run.pause("human", "kept", keep_node=True)
+        record = await store.run(run.id)
+        assert record is not None
+        second = SnapshotRecord(
+            token="tok-second-token-of-the-run",
+            run_id=run.id,
+            node_id=node_id,
+            node_kept=False,
+            provider="local",
+            agent_session_id=kept.agent_session_id,
+            project_key=record.project_key,
+            state="failed",
+            pause_kind="system",
+            reason="its control plane lost its lease",
+            created_at=now(),
+            used_at=None,
+        )
+        await store.save_snapshot(second)
+        resumed = await plane.resume(second.token, options=agent({"text": "back"}))
+        ready = await ready_event(resumed)
+        assert ready.node_id != node_id
+        assert await resumed.wait() == "ok", resumed.error
+        assert node_id not in nodes_on_disk(tmp_path)
+        used = await store.peek_snapshot(kept.token)
+        assert used is not None
+        assert used.used_at is not None
+
+
+async def test_a_kept_node_of_a_workspace_that_switched_agents_is_destroyed(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    async with Orchestrator(store) as plane:
+        run = await plane.start("go", options=agent({"stall": True}), **local(tmp_path))
+        node_id = await running(run)
+        await run.pause("human", "kept", keep_node=True)
+        assert (await plane.reconcile()).destroyed == []
+        await store.active_session("default", "codex")  # the workspace moves to another agent
+        assert node_id in (await plane.reconcile()).destroyed
+        assert node_id not in nodes_on_disk(tmp_path)
+
+
+# -- what a resume carries --------------------------------------------------------------------
+
+
+async def test_a_resume_on_a_fresh_node_keeps_the_runs_node_config(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    config = NodeConfig(ttl=timedelta(minutes=5), labels={"team": "blue"}, env={"NODE_VAR": "kept"})
+    provider = get_provider("local", root=str(tmp_path / "nodes"))
+    async with Orchestrator(store) as plane:
+        run = await plane.start("go", options=agent({"stall": True}), node_config=config, **local(tmp_path))
+        first = await running(run)
+        snapshot = await run.pause("human", "released")
+        resumed = await plane.resume(snapshot.token, options=agent({"stall": True}))
+        second = await running(resumed)
+        assert second != first
+        node = await provider.attach(second)
+        assert node.labels["team"] == "blue"
+        assert node.base_env["NODE_VAR"] == "kept"
+        record = await store.node(second)
+        assert record is not None
+        lifetime = datetime.fromisoformat(node.labels[LABEL_EXPIRES_AT]) - datetime.fromisoformat(
+            record.created_at
+        )
+        assert timedelta(minutes=4) < lifetime <= timedelta(minutes=5, seconds=1)
+        await resumed.pause("human", "done")
+
+
+# -- limits -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [{"deadline": 0}, {"deadline": -5}, {"idle_timeout": 0}])
+async def test_a_limit_must_be_a_positive_time(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path, limit: dict[str, float]
+) -> None:
+    async with Orchestrator(store) as plane:
+        with pytest.raises(ConfigError, match="positive"):
+            await plane.start("go", options=agent({"text": "hi"}), **local(tmp_path), **limit)  # type: ignore[arg-type]
+        assert await store.runs() == []
