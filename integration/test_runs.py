@@ -115,6 +115,43 @@ async def test_a_pause_stores_what_the_agent_had_not_mirrored(
     assert "remember: the word is medlar" in scripted_model.agent_requests[before].text()
 
 
+async def test_the_conversation_survives_a_fresh_node_then_a_node_death(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    """Each fresh local node files the transcript under a key of its own (its directory is
+    in it). After one resume elsewhere and then that node's death, the next resume still
+    gives the model the first turn: the run's archive kept the whole conversation."""
+    from nodeprov import get_provider
+
+    first, second = unique_marker(), unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {first}'"})])
+    async with Orchestrator(store) as orchestrator:
+        run = await orchestrator.start(
+            "remember: the word is quince", options=run_options(scripted_model), **local(tmp_path)
+        )
+        await until_tool_runs(first)
+        snapshot = await run.pause("human", "released")
+        scripted_model.extend([ToolUse("Bash", {"command": f"sh -c 'sleep {second}'"})])
+        resumed = await orchestrator.resume(
+            snapshot.token, message="and the colour is teal", options=run_options(scripted_model)
+        )
+        await until_tool_runs(second)
+        record = await store.run(run.id)
+        assert record is not None
+        assert record.node_id is not None
+        await (await get_provider("local", root=str(tmp_path / "nodes")).attach(record.node_id)).destroy()
+        assert await resumed.wait() == "error"  # its node died under it
+        before = len(scripted_model.agent_requests)
+        scripted_model.extend([Text("quince and teal")])
+        last = await orchestrator.resume_run(
+            run.id, message="what were the word and the colour?", options=run_options(scripted_model)
+        )
+        assert await last.wait() == "ok", last.error
+    seen = scripted_model.agent_requests[before].text()
+    assert "the word is quince" in seen
+    assert "the colour is teal" in seen
+
+
 async def paused_run(orchestrator: Orchestrator, model: ScriptedModel, tmp_path: Path, **start: Any) -> Any:
     """A run paused mid-turn (node released); returns (run, snapshot)."""
     marker = unique_marker()

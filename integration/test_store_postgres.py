@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-from contextlib import suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from urllib.parse import urlsplit
 
 import anyio
+import anyio.abc
 import pytest
 
 from nodeprov.errors import StoreError
@@ -116,3 +119,78 @@ async def test_a_batch_whose_server_hangs_is_abandoned(postgres_url: str) -> Non
             # The abandoned transaction would go on once woken, and its late statements could
             # deadlock with the fixture dropping the schema: end that backend.
             await opened.db.execute(f"SELECT pg_terminate_backend({int(pid)})")
+
+
+@asynccontextmanager
+async def _cut_after_commit(postgres_url: str) -> AsyncIterator[tuple[str, Callable[[], None]]]:
+    """A TCP relay to the server that, once armed, lets the next COMMIT through and then
+    cuts that connection before its answer: the server committed, the client never hears
+    so. Yields the URL through the relay, and the function that arms it."""
+    target = urlsplit(postgres_url)
+    armed = False
+
+    def arm() -> None:
+        nonlocal armed
+        armed = True
+
+    async def relay(client: anyio.abc.SocketStream) -> None:
+        committing = anyio.Event()
+        async with (
+            client,
+            await anyio.connect_tcp(target.hostname or "127.0.0.1", target.port or 5432) as server,
+        ):
+
+            async def up() -> None:
+                nonlocal armed
+                async for data in client:
+                    await server.send(data)
+                    if armed and b"COMMIT" in data:
+                        armed = False
+                        committing.set()
+
+            async def down(tg: anyio.abc.TaskGroup) -> None:
+                async for data in server:
+                    if committing.is_set():
+                        tg.cancel_scope.cancel()  # the answer is dropped with the connection
+                        return
+                    await client.send(data)
+
+            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(up)
+                    tg.start_soon(down, tg)
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, relay)
+        try:
+            yield target._replace(netloc=f"{target.netloc.rsplit('@', 1)[0]}@127.0.0.1:{port}").geturl(), arm
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def test_a_batch_whose_connection_is_lost_as_it_commits_is_not_replayed(
+    make_store: MakeStore, postgres_url: str
+) -> None:
+    """The batch committed, but its connection was cut before the answer: its fate is
+    unknown to the store, which says so instead of running it again on a new connection;
+    the caller writes it again, and each entry is stored once."""
+    from nodeprov.store import keyed
+
+    async with (
+        await make_store(True),
+        _cut_after_commit(postgres_url) as (url, arm),
+        await Store.open(url) as opened,
+    ):
+        run_id = await _seed_run(opened)
+        key = {"project_key": "p", "session_id": "s"}
+        lines = keyed([{"type": "response_item", "n": n} for n in range(3)])
+        event = EventRecord(run_id, 1, "kind", now(), "{}")
+        await _writer_pid(opened)  # the batches' connection, opened before the relay is armed
+        arm()
+        with pytest.raises(StoreError, match="may have"):
+            await opened.append_events([event], [(key, lines)])  # type: ignore[list-item]
+        await opened.append_events([event], [(key, lines)])  # type: ignore[list-item]
+        assert await opened.transcripts.load(key) == [entry for _, entry in lines]  # type: ignore[arg-type]
+        assert [e.seq for e in await opened.events(run_id)] == [1]

@@ -107,3 +107,73 @@ async def test_transcript_frames_and_events_are_written_in_one_batch(tmp_path: P
         assert len(entries) == 201
         assert await store.last_event_seq(run.id) > 200
     assert 0 < commits < 50
+
+
+async def test_a_batch_of_unknown_fate_is_written_again_without_duplicates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines of a transcript file that the agent never mirrored, and that carry no uuid (as
+    every line of a Codex rollout), are archived when the run pauses; their batch commits but
+    is reported failed (a connection lost as it committed), and is written again: each line
+    is stored once."""
+    from nodeprov import get_provider
+    from nodeprov.errors import StoreError
+    from nodeprov.store.transcripts import TranscriptStore
+
+    steps = [{"text": "hi"}, {"stall": True}]
+    options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
+    settings = {"root": str(tmp_path / "nodes")}
+    extra = [{"type": "note", "text": f"unmirrored {n}"} for n in range(3)]
+    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
+        unkeyed_in_batch = False
+        append_in = TranscriptStore.append_in
+
+        def noting(self: TranscriptStore, statements: Any, key: Any, entries: Any) -> None:
+            nonlocal unkeyed_in_batch
+            unkeyed_in_batch |= any(entry in extra for _, entry in entries)
+            append_in(self, statements, key, entries)
+
+        monkeypatch.setattr(TranscriptStore, "append_in", noting)
+        commit, faults = store.db._commit, 0
+
+        async def lost_as_it_committed(batch: list[Any]) -> list[BaseException | None]:
+            nonlocal unkeyed_in_batch, faults
+            errors = await commit(batch)
+            if unkeyed_in_batch and not faults and not any(errors):
+                faults += 1
+                return [StoreError("the connection was lost as the batch committed (it may have)")] * len(
+                    batch
+                )
+            unkeyed_in_batch = False
+            return errors
+
+        store.db._commit = lost_as_it_committed  # type: ignore[method-assign]
+        async with Orchestrator(store) as orchestrator:
+            run = await orchestrator.start(
+                "go", provider="local", provider_settings=settings, options=options
+            )
+            async for event in run.events():
+                if isinstance(event, AgentMessage):
+                    break
+            record = await store.run(run.id)
+            assert record is not None
+            assert record.node_id is not None
+            assert record.project_key is not None
+            assert record.agent_session_id is not None
+            node = await get_provider("local", **settings).attach(record.node_id)
+            projects = f"{node.base_env['HOME']}/.claude/projects"
+            path = f"{projects}/{record.project_key}/{record.agent_session_id}.jsonl"
+            lines = bytearray()
+            async with node.read_file(path) as chunks:
+                async for chunk in chunks:
+                    lines += chunk
+            await node.write_file(
+                path, bytes(lines) + b"".join(json.dumps(e).encode() + b"\n" for e in extra)
+            )
+            await run.pause("human", "archive what the node holds")
+        assert faults == 1
+        entries = await store.transcripts.load(
+            {"project_key": record.project_key, "session_id": record.agent_session_id}
+        )
+    assert entries is not None
+    assert [entry for entry in entries if entry in extra] == extra

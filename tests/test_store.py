@@ -267,6 +267,21 @@ async def test_an_event_is_stored_once_however_often_it_is_written(store: Store)
     assert [e.seq for e in await store.events("run-1")] == [1, 2]
 
 
+async def test_transcript_entries_are_stored_once_however_often_a_batch_is_written(store: Store) -> None:
+    """Entries without a uuid (every line of a Codex rollout) keep the key they were given,
+    so a batch whose fate was unknown, written again, stores each once and folds it once."""
+    from nodeprov.store import keyed
+
+    session = await store.active_session("ws", "claude")
+    await store.create_run(_run(session.id))
+    key = {"project_key": "p", "session_id": "s"}
+    lines = keyed([{"type": "response_item", "n": n} for n in range(3)])
+    event = EventRecord("run-1", 1, "kind", now(), "{}")
+    await store.append_events([event], [(key, lines)])  # type: ignore[list-item]
+    await store.append_events([event], [(key, [*lines, *keyed([{"type": "response_item", "n": 3}])])])  # type: ignore[list-item]
+    assert await store.transcripts.load(key) == [{"type": "response_item", "n": n} for n in range(4)]  # type: ignore[arg-type]
+
+
 async def test_a_batch_that_runs_too_long_is_interrupted(tmp_path: Path) -> None:
     async with await Store.open(f"sqlite:///{tmp_path}/slow.db", statement_timeout=0.5) as store:
         endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"

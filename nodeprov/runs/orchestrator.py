@@ -22,7 +22,7 @@ from ..agents import Agent, AgentOptions, AgentSession, Message, Notice, Result,
 from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError
 from ..node import LABEL_EXPIRES_AT, GarbageReport, NodeConfig, NodeHandle, NodeProvider, owner_alive
 from ..registry import get_agent, get_provider, provider_class, route_model
-from ..store import EventRecord, NodeRecord, RunRecord, SnapshotRecord, Store, dumps, new_id, now
+from ..store import EventRecord, NodeRecord, RunRecord, SnapshotRecord, Store, dumps, entry_key, new_id, now
 from .events import (
     AgentMessage,
     NodeReady,
@@ -301,7 +301,7 @@ class Orchestrator:
         self._providers: dict[str, NodeProvider[Any]] = {}
         self._tg: TaskGroup | None = None
         self._pending_events: list[RunEvent] = []
-        self._pending_frames: list[tuple[StateKey, list[Any]]] = []
+        self._pending_frames: list[tuple[StateKey, list[tuple[str, Any]]]] = []  # entries with their keys
         self._events_waiting = anyio.Event()
         self._flush_lock = anyio.Lock()
         self._shutdown_at: float | None = None
@@ -802,9 +802,9 @@ class Orchestrator:
         run._node = node
         await self._record_node(run, node)
         if snapshot is not None and snapshot.agent_session_id and snapshot.project_key:
-            archive = await _Archive.of(self)
+            archive = await _Archive.of(self, snapshot.project_key)
             return False, await plan.agent.import_state(
-                node, snapshot.agent_session_id, snapshot.project_key, archive
+                node, snapshot.agent_session_id, plan.agent.state_key(node, plan.workspace), archive
             )
         return False, False
 
@@ -841,14 +841,19 @@ class Orchestrator:
         record = await self.store.run(run.id)
         if node is None or session is None or agent is None or record is None or not record.project_key:
             return
-        await agent.export_state(node, session, record.project_key, await _Archive.of(self))
+        archive = await _Archive.of(self, record.project_key)
+        await agent.export_state(node, session, agent.state_key(node, record.workspace_id), archive)
 
     async def _agent(self, run: Run, plan: _Plan, node: NodeHandle) -> Result | None:
         agent = plan.agent
-        await self.store.update_run(run.id, project_key=agent.state_key(node, plan.workspace))
+        record = await self.store.run(run.id)
+        key = record.project_key if record is not None else None
+        if key is None:  # the run's first node names its archive, whatever nodes come after
+            key = agent.state_key(node, plan.workspace)
+            await self.store.update_run(run.id, project_key=key)
         result: Result | None = None
         resume = plan.resume.agent_session_id if plan.resume is not None else None
-        archive = await _Archive.of(self)
+        archive = await _Archive.of(self, key)
         async with agent.session(node, workspace=plan.workspace, resume=resume, archive=archive) as session:
             run._session = session
             try:
@@ -950,11 +955,12 @@ class Orchestrator:
         self._events_waiting.set()
 
     def _queue_frames(self, key: StateKey, entries: list[Any]) -> None:
-        pending = self._pending_frames
+        # Keyed once, here: a batch written again after an unknown fate stores nothing twice.
+        pending, keyed = self._pending_frames, [(entry_key(entry), entry) for entry in entries]
         if pending and pending[-1][0] == key:
-            pending[-1][1].extend(entries)
+            pending[-1][1].extend(keyed)
         else:
-            pending.append((key, list(entries)))
+            pending.append((key, keyed))
         self._events_waiting.set()
 
     async def _writer(self) -> None:
@@ -1286,23 +1292,30 @@ def _stored_event(record: EventRecord) -> RunEvent | None:
 
 
 class _Archive:
-    """The store's archive of agents' session state (a
-    :class:`~nodeprov.agents.SessionArchive`): entries added go out with the orchestrator's
-    batched event writes."""
+    """The store's archive of a run's agent session state (a
+    :class:`~nodeprov.agents.SessionArchive`), under the run's own key: the state key of the
+    run's first node. An agent names keys by where the state lies on its node, which
+    changes with the node (a local or SSH node's directory is in it); filed under the run's
+    key, the whole conversation stays in one place whatever the number of nodes it lived
+    on. Entries added go out with the orchestrator's batched event writes."""
 
-    def __init__(self, orchestrator: Orchestrator) -> None:
+    def __init__(self, orchestrator: Orchestrator, run_key: str) -> None:
         self._orchestrator = orchestrator
         self._transcripts = orchestrator.store.transcripts
+        self._run_key = run_key
 
     @classmethod
-    async def of(cls, orchestrator: Orchestrator) -> _Archive:
+    async def of(cls, orchestrator: Orchestrator, run_key: str) -> _Archive:
         # The store's transcripts import the Claude SDK on first use: off the loop (see _agent_of).
         await anyio.to_thread.run_sync(lambda: orchestrator.store.transcripts)
-        return cls(orchestrator)
+        return cls(orchestrator, run_key)
+
+    def _filed(self, key: StateKey) -> StateKey:
+        return {**key, "project_key": self._run_key}
 
     def add(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
         if entries:
-            self._orchestrator._queue_frames(key, entries)
+            self._orchestrator._queue_frames(self._filed(key), entries)
 
     async def flush(self) -> None:
         # Called in the SDK's reader task, which the SDK cancels natively (piercing anyio's
@@ -1326,14 +1339,14 @@ class _Archive:
         await done.wait()
 
     async def load(self, key: StateKey) -> list[dict[str, Any]] | None:
-        return cast(list[dict[str, Any]] | None, await self._transcripts.load(key))
+        return cast(list[dict[str, Any]] | None, await self._transcripts.load(cast(Any, self._filed(key))))
 
     async def subpaths(self, key: StateKey) -> list[str]:
-        return await self._transcripts.list_subkeys(key)
+        return await self._transcripts.list_subkeys(cast(Any, self._filed(key)))
 
     async def replace(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
-        await self._transcripts.delete(key)
-        await self._transcripts.append(key, cast(Any, entries))
+        await self._orchestrator._flush_events()  # what was queued before goes first
+        await self._transcripts.replace(cast(Any, self._filed(key)), cast(Any, entries))
 
 
 class _Progress:

@@ -34,13 +34,13 @@ from ._schema import migrate
 
 if TYPE_CHECKING:
     from claude_agent_sdk import SessionKey
-    from claude_agent_sdk.types import SessionStoreEntry
 
     from .transcripts import TranscriptStore
 
 __all__ = [
     "NODE_STATES",
     "EventRecord",
+    "KeyedEntry",
     "LeaseRecord",
     "NodeRecord",
     "RunRecord",
@@ -51,6 +51,8 @@ __all__ = [
     "TokenError",
     "TranscriptStore",
     "default_store_path",
+    "entry_key",
+    "keyed",
 ]
 
 
@@ -62,6 +64,22 @@ def __getattr__(name: str) -> Any:
 
         return TranscriptStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+KeyedEntry = tuple[str, Any]
+"""A transcript entry with its idempotency key (see :func:`entry_key`)."""
+
+
+def entry_key(entry: Any) -> str:
+    """The idempotency key of a transcript entry: its ``uuid``, else a fresh random key. An
+    entry must keep its key however often it is written: key it once (:func:`keyed`)."""
+    uuid = entry.get("uuid") if isinstance(entry, dict) else None
+    return uuid if isinstance(uuid, str) else f"nodeprov:{secrets.token_hex(16)}"
+
+
+def keyed(entries: Sequence[Any]) -> list[KeyedEntry]:
+    """``entries``, each with its idempotency key."""
+    return [(entry_key(entry), entry) for entry in entries]
 
 
 def default_store_path() -> Path:
@@ -528,16 +546,18 @@ class Store:
     async def append_events(
         self,
         events: Sequence[EventRecord],
-        transcripts: Sequence[tuple[SessionKey, list[SessionStoreEntry]]] = (),
+        transcripts: Sequence[tuple[SessionKey, Sequence[KeyedEntry]]] = (),
     ) -> None:
-        """Store run events and transcript entries (as :meth:`TranscriptStore.append`, in
-        the order given) in one transaction, grouped with other writers' (one worker-thread
-        hop for the whole batch). Durable once this returns. Idempotent: an event whose
-        ``(run_id, seq)`` is stored already is skipped, so a batch whose fate was unknown
-        (a timeout, a cancelled caller) can be written again.
+        """Store run events and transcript entries (each with its idempotency key, see
+        :func:`~nodeprov.store.transcripts.keyed`; in the order given) in one transaction,
+        grouped with other writers' (one worker-thread hop for the whole batch). Durable once
+        this returns. Exactly once: an event whose ``(run_id, seq)`` is stored already, and
+        an entry whose key is, are skipped, so a batch whose fate was unknown (a timeout, a
+        cancelled caller, a connection lost as it committed) is written again as it was.
 
         Raises:
-            StoreError: the database failed (nothing of the call was written).
+            StoreError: the database failed: nothing of the call was written, or (the error
+                says so) it may have been, and writing it again is safe.
         """
         if not events and not transcripts:
             return

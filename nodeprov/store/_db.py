@@ -460,19 +460,25 @@ class PostgresDatabase(Database):
                 writer.execute(setting)
         return writer
 
-    def _commit_on(self, writer: Any, batch: list[Work]) -> list[BaseException | None]:
+    def _commit_on(self, writer: Any, batch: list[Work]) -> tuple[list[BaseException | None], bool]:
+        """The batch's errors, and whether a COMMIT was sent (after which a lost connection
+        leaves the batch's fate unknown)."""
+        committing = False
+
         def rollback() -> None:
             if not (writer.closed or writer.broken):
                 writer.execute("ROLLBACK")
 
+        def commit() -> None:
+            nonlocal committing
+            committing = True
+            writer.execute("COMMIT")
+
         try:
-            return _commit_in_thread(
-                _PostgresStatements(writer),
-                lambda: writer.execute("BEGIN"),
-                lambda: writer.execute("COMMIT"),
-                rollback,
-                batch,
+            errors = _commit_in_thread(
+                _PostgresStatements(writer), lambda: writer.execute("BEGIN"), commit, rollback, batch
             )
+            return errors, committing
         finally:
             if self._writer is not writer:  # abandoned meanwhile, or the store closed
                 writer.close()
@@ -482,11 +488,18 @@ class PostgresDatabase(Database):
 
         def commit() -> list[BaseException | None]:
             writer = self._writer_connection()
-            errors = self._commit_on(writer, batch)
+            errors, committing = self._commit_on(writer, batch)
             if writer.broken and self._writer is writer:
-                # The server ended the connection (a restart, a failover, an administrator):
-                # every work failed alike. Works may run again, so run them on a new one.
-                errors = self._commit_on(self._writer_connection(), batch)
+                if committing and any(errors):
+                    # Lost as it committed: the server may have committed it. Never replayed
+                    # here; the submitters learn its fate is unknown (their writes are idempotent).
+                    unknown = StoreError(
+                        "PostgreSQL store: the connection was lost as the batch committed (it may have)"
+                    )
+                    return [unknown if error is not None else None for error in errors]
+                # The server ended the connection before any COMMIT (a restart, a failover,
+                # an administrator): nothing committed, so the works run again on a new one.
+                errors, _ = self._commit_on(self._writer_connection(), batch)
             return errors
 
         with anyio.move_on_after(self.statement_timeout):

@@ -4,6 +4,7 @@ import errno
 import functools
 import logging
 import os
+import secrets
 import shutil
 import signal
 import stat
@@ -45,6 +46,8 @@ logger = logging.getLogger("nodeprov.local")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RECORD_FILE = "node.json"
 GROUPS_FILE = "process-groups"
+TOMBSTONE = ".destroying-"
+"""Prefix of a node directory being removed (renamed out of the way first)."""
 
 SUPERVISED = sys.platform == "linux" and bool(sys.executable)
 """Whether spawns run under :mod:`nodeprov_local._supervisor` (Linux); elsewhere each spawn is
@@ -376,26 +379,42 @@ class LocalNode(NodeHandle):
         await anyio.to_thread.run_sync(_check_root, root)
         if not await anyio.to_thread.run_sync(_strictly_inside, root, self.directory):
             raise ProviderError(f"refusing to remove {self.directory}: not a directory inside {root}")
-        await self._end_processes()
-        # The user's own workdir stays; only what the node made goes.
+        # Out of the way first, in one rename: a spawn racing this destroy (another handle's)
+        # then finds no node, instead of writing into a directory being removed.
         try:
-            if self._owns_workdir:
-                await anyio.to_thread.run_sync(_remove_tree, self.directory)
-            else:
-                for made in ("home", GROUPS_FILE, RECORD_FILE):
-                    await anyio.to_thread.run_sync(_remove_tree, self.directory / made)
-                await anyio.Path(self.directory).rmdir()
+            await anyio.Path(self.directory).rename(
+                root / f"{TOMBSTONE}{self.node_id}.{secrets.token_hex(4)}"
+            )
         except FileNotFoundError:
-            pass  # removed from outside already: destroyed is destroyed
+            pass  # destroyed meanwhile, or an earlier destroy was cut off after its rename
         except OSError as error:
             raise ProviderError(f"cannot remove node directory {self.directory}: {error}") from None
+        for tombstone in await anyio.to_thread.run_sync(self._tombstones, root):
+            await self._end_processes(tombstone)
+            # The user's own workdir stays; only what the node made goes.
+            try:
+                if self._owns_workdir:
+                    await anyio.to_thread.run_sync(_remove_tree, tombstone)
+                else:
+                    for made in ("home", GROUPS_FILE, RECORD_FILE):
+                        await anyio.to_thread.run_sync(_remove_tree, tombstone / made)
+                    await anyio.Path(tombstone).rmdir()
+            except FileNotFoundError:
+                pass  # removed by a destroy running beside this one: destroyed is destroyed
+            except OSError as error:
+                raise ProviderError(f"cannot remove node directory {self.directory}: {error}") from None
 
-    async def _end_processes(self) -> None:
+    def _tombstones(self, root: Path) -> list[Path]:
+        """This node's directories renamed for removal (strictly inside the root, no symlinks)."""
+        found = sorted(root.glob(f"{TOMBSTONE}{self.node_id}.*"))
+        return [path for path in found if _strictly_inside(root, path)]
+
+    async def _end_processes(self, directory: Path) -> None:
         """End every process the node started, whoever spawned it: SIGUSR1 to each live
         supervisor (it SIGKILLs all below it, reaps them and exits), a moment's wait, then
         SIGKILL to what is left. Takes at most about ``_DESTROY_WAIT`` seconds."""
         try:
-            text = (await anyio.Path(self.directory / GROUPS_FILE).read_bytes()).decode(errors="replace")
+            text = (await anyio.Path(directory / GROUPS_FILE).read_bytes()).decode(errors="replace")
         except FileNotFoundError:
             return
         except OSError as error:
@@ -616,6 +635,8 @@ class LocalProvider(NodeProvider[LocalSettings]):
             except (OSError, ValueError):
                 continue  # being created or removed right now
             node = path.parent
+            if node.name.startswith(TOMBSTONE):
+                continue  # being destroyed
             if node.is_symlink() or record.node_id != node.name or not _is_node_id(record.node_id):
                 logger.warning("skipping %s: a symlink, or node id %r is not its name", node, record.node_id)
                 continue
