@@ -215,6 +215,35 @@ async def test_the_sqlite_file_is_private(tmp_path: Path) -> None:
     assert (tmp_path / "private" / "store.db").stat().st_mode & 0o777 == 0o600
 
 
+async def test_an_existing_store_with_loose_modes_is_made_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    async with await Store.open():
+        pass
+    directory = tmp_path / "state" / "nodeprov"
+    directory.chmod(0o755)
+    for made in directory.iterdir():
+        made.chmod(0o644)
+    async with await Store.open() as store:
+        await store.active_session("ws", "claude")  # the -wal file exists while it is open
+        assert directory.stat().st_mode & 0o777 == 0o700
+        assert {made.name: made.stat().st_mode & 0o777 for made in directory.iterdir()} == {
+            "nodeprov.db": 0o600,
+            "nodeprov.db-wal": 0o600,
+            "nodeprov.db-shm": 0o600,
+        }
+
+
+async def test_a_store_that_cannot_be_opened_says_why_in_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(
+        StoreError,
+        match=r"cannot open the SQLite store at .*/a-file/store\.db: a file is in the way of its directory",
+    ):
+        await Store.open(f"sqlite:///{tmp_path}/a-file/store.db")
+
+
 async def test_a_token_is_claimed_exactly_once_across_stores(make_store: MakeStore) -> None:
     async with await make_store(False) as first, await make_store(False) as second:
         session = await first.active_session("ws", "claude")

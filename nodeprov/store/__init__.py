@@ -237,7 +237,9 @@ def _insert(table: str, record: Any) -> tuple[str, tuple[Any, ...]]:
 
 async def _open_database(url: str, statement_timeout: float) -> Database:
     if url.startswith("sqlite:///"):
-        return await SQLiteDatabase.open(Path(url.removeprefix("sqlite://")), statement_timeout)
+        path = Path("/" + url.removeprefix("sqlite://").lstrip("/"))
+        own = path == default_store_path()  # nodeprov's own directory: private whatever it was
+        return await SQLiteDatabase.open(path, statement_timeout, private_directory=own)
     if url.startswith(("postgresql://", "postgres://")):
         return await PostgresDatabase.open(url, statement_timeout)
     raise ConfigError(f"unknown store URL {url!r}: use sqlite:///PATH or postgresql://...")

@@ -18,6 +18,7 @@ connection of their own, so the control plane's other statements never queue beh
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import sqlite3
@@ -241,10 +242,32 @@ class SQLiteDatabase(Database):
         return int(time.monotonic() > self._deadline)
 
     @classmethod
-    async def open(cls, path: Path, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT) -> SQLiteDatabase:
+    async def open(
+        cls,
+        path: Path,
+        statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+        *,
+        private_directory: bool = False,
+    ) -> SQLiteDatabase:
+        """Open (creating) the file at ``path``. The file and SQLite's ``-wal`` and ``-shm``
+        files beside it are made 0600, whatever their mode was; a directory made here, or
+        with ``private_directory`` (nodeprov's own), 0700.
+
+        Raises:
+            StoreError: the file cannot be made or opened (permissions, a file in the way).
+        """
+
         def connect() -> sqlite3.Connection:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            made = not path.parent.exists()
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            except FileExistsError:  # a file where a directory should be
+                raise NotADirectoryError(errno.ENOTDIR, "a file is in the way of its directory") from None
+            if made or private_directory:
+                _restrict(path.parent, 0o700)
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # SQLite's -wal/-shm copy its mode
+            for each in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+                _restrict(each, 0o600)
             connection = sqlite3.connect(
                 path, timeout=statement_timeout, isolation_level=None, check_same_thread=False
             )
@@ -255,8 +278,9 @@ class SQLiteDatabase(Database):
 
         try:
             return cls(await anyio.to_thread.run_sync(connect), statement_timeout)
-        except sqlite3.Error as error:
-            raise StoreError(f"cannot open the SQLite store at {path}: {error}") from None
+        except (sqlite3.Error, OSError) as error:
+            why = error.strerror if isinstance(error, OSError) and error.strerror else error
+            raise StoreError(f"cannot open the SQLite store at {path}: {why}") from None
 
     @asynccontextmanager
     async def _held(self) -> AsyncIterator[None]:
@@ -331,6 +355,16 @@ class SQLiteDatabase(Database):
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self._connection.close)
+
+
+def _restrict(path: Path, mode: int) -> None:
+    """Give ``path`` exactly ``mode`` if it exists and is this user's (never follows a link)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if info.st_uid == os.getuid() and not os.path.islink(path) and info.st_mode & 0o777 != mode:
+        os.chmod(path, mode)
 
 
 class _PostgresTx(Transaction):
