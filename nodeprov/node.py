@@ -609,6 +609,16 @@ class NodeHandle(ABC):
                 await self._release_processes()
                 raise DeadlineError(f"destroying node {self.node_id} took over {limit}s")
 
+    async def kill_processes(self) -> None:
+        """SIGKILL, now, every process spawned through this handle that still runs (with
+        what it started, where the platform allows): what a limit does to what it bounds.
+        Their handles stay with their owners, whose closing then finds them ended. Never
+        raises; shielded, and bounded by a few seconds."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            for process in [p for p in self._processes if p.returncode is None]:
+                with suppress(NodeprovError):
+                    await process.kill()
+
     async def _release_processes(self) -> None:
         """Drop the handles of this node's processes (their node is gone), within a second."""
         processes, self._processes = list(self._processes), set()

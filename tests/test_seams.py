@@ -270,3 +270,32 @@ async def test_a_limit_must_be_a_positive_time(
         with pytest.raises(ConfigError, match="positive"):
             await plane.start("go", options=agent({"text": "hi"}), **local(tmp_path), **limit)  # type: ignore[arg-type]
         assert await store.runs() == []
+
+
+@pytest.fixture
+def long_graces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent whose stop policy would wait a minute for it at each step (stdin EOF, SIGTERM)."""
+    from functools import partial
+
+    from nodeprov.agents.claude import bridge
+    from nodeprov.spawn import StopPolicy
+
+    monkeypatch.setattr(bridge, "StopPolicy", partial(StopPolicy, eof_grace=60, term_grace=60))
+
+
+@pytest.mark.parametrize("limit", [{"deadline": 1.0}, {"idle_timeout": 1.0}], ids=["deadline", "idle"])
+async def test_a_limit_ends_the_run_at_the_limit_not_a_stop_policy_later(
+    store: Store,
+    agent: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+    long_graces: None,
+    limit: dict[str, float],
+) -> None:
+    async with Orchestrator(store) as plane:
+        run = await plane.start(
+            "go", options=agent({"ignore_term": True}, {"stall": True}), **local(tmp_path), **limit
+        )
+        with anyio.fail_after(TIMEOUT):  # the graces alone would take two minutes
+            assert await run.wait() == "error"
+        assert "deadline" in (run.error or "") or "no progress" in (run.error or "")
+    assert nodes_on_disk(tmp_path) == set()

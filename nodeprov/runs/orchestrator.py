@@ -854,22 +854,43 @@ class Orchestrator:
         result: Result | None = None
         resume = plan.resume.agent_session_id if plan.resume is not None else None
         archive = await _Archive.of(self, key)
-        async with agent.session(node, workspace=plan.workspace, resume=resume, archive=archive) as session:
-            run._session = session
-            try:
-                async for message in _progress_bounded(session.turn(plan.prompt), plan.idle_timeout, run):
-                    run._emit(AgentMessage, message=message)
-                    if session.session_id and session.session_id != run.agent_session_id:
-                        run.agent_session_id = session.session_id
-                        await self.store.update_run(run.id, agent_session_id=session.session_id)
-                        record = await self.store.run(run.id)
-                        if record is not None:  # the workspace's session follows its agent's
-                            await self.store.set_provider_session_id(record.session_id, session.session_id)
-                    if isinstance(message, Result):
-                        result = message
-            finally:
-                run._session = None
+        session = agent.session(node, workspace=plan.workspace, resume=resume, archive=archive)
+        run._session = session
+        ended = False
+        try:
+            async for message in _progress_bounded(session.turn(plan.prompt), plan.idle_timeout, run):
+                run._emit(AgentMessage, message=message)
+                if session.session_id and session.session_id != run.agent_session_id:
+                    run.agent_session_id = session.session_id
+                    await self.store.update_run(run.id, agent_session_id=session.session_id)
+                    record = await self.store.run(run.id)
+                    if record is not None:  # the workspace's session follows its agent's
+                        await self.store.set_provider_session_id(record.session_id, session.session_id)
+                if isinstance(message, Result):
+                    result = message
+            ended = True
+        finally:
+            run._session = None
+            await self._close_session(session, node, at_once=not ended and run._pause is None)
         return result
+
+    async def _close_session(self, session: AgentSession, node: NodeHandle, *, at_once: bool) -> None:
+        """Abort the agent: at once when a limit, an abort or a failure ended its turn (a
+        limit ends what it bounds at the limit, not a stop policy's graces later); else
+        politely, as its session's stop policy says, but never past the cleanup deadline
+        (a shutdown's)."""
+        with anyio.CancelScope(shield=True):
+            if at_once:
+                await node.kill_processes()
+            async with anyio.create_task_group() as tg:
+
+                async def at_the_deadline() -> None:
+                    await anyio.sleep(self._cleanup_time())
+                    await node.kill_processes()
+
+                tg.start_soon(at_the_deadline)
+                await session.aclose()
+                tg.cancel_scope.cancel()
 
     async def _settle_pause(self, run: Run) -> None:
         """Save the pause's snapshot (once, even when settling is retried after a
