@@ -293,7 +293,10 @@ async def test_a_limit_ends_the_run_at_the_limit_not_a_stop_policy_later(
 ) -> None:
     async with Orchestrator(store) as plane:
         run = await plane.start(
-            "go", options=agent({"ignore_term": True}, {"stall": True}), **local(tmp_path), **limit
+            "go",
+            options=agent({"ignore_term": True}, {"stall": True}),
+            **local(tmp_path),
+            **limit,  # type: ignore[arg-type]
         )
         with anyio.fail_after(TIMEOUT):  # the graces alone would take two minutes
             assert await run.wait() == "error"
