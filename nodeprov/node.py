@@ -64,6 +64,7 @@ __all__ = [
     "abandoned",
     "default_owner",
     "expired",
+    "is_node_id",
     "owner_alive",
     "process_start_time",
     "secret_field",
@@ -78,7 +79,7 @@ LABEL_EXPIRES_AT = "nodeprov.expires-at"
 LABEL_PROVISION = "nodeprov.provision"
 """A digest of :attr:`NodeConfig.provision_key`: the mark of the provisioning that made the node."""
 
-_NODE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_NODE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 
 def process_start_time(pid: int) -> str | None:
@@ -166,6 +167,12 @@ def expired(labels: Mapping[str, str], now: datetime | None = None) -> str | Non
     return None
 
 
+def is_node_id(value: str) -> bool:
+    """Whether ``value`` is a valid node id (see :attr:`NodeConfig.node_id`). A node id read
+    back from a platform (a label, a tag, a record) is trusted only if it is one."""
+    return _NODE_ID.fullmatch(value) is not None  # not match(): "$" would let a trailing newline in
+
+
 def _new_node_id() -> str:
     return f"np-{secrets.token_hex(6)}"
 
@@ -238,7 +245,7 @@ class NodeConfig(BaseModel):
     @field_validator("node_id")
     @classmethod
     def _check_node_id(cls, value: str) -> str:
-        if not _NODE_ID.match(value):
+        if not is_node_id(value):
             raise ValueError("must be lowercase letters, digits and '-', at most 63 characters")
         return value
 
@@ -892,9 +899,14 @@ class NodeProvider(ABC, Generic[SettingsT]):
         done: set[str] = set()
         quiet_since = time.monotonic()
         while True:
+            listed = await self.list_nodes()
+            for info in listed:
+                if not is_node_id(info.node_id) and info.node_id not in done:
+                    done.add(info.node_id)
+                    logger.warning("not reaping %r (%s): not a node id", info.node_id, self.name)
             found = [
                 (info, reason)
-                for info in await self.list_nodes()
+                for info in listed
                 if info.node_id not in done
                 if (
                     reason := expired(info.labels, now)

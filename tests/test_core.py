@@ -3,7 +3,9 @@ NodeProvider add around a provider's hooks (a minimal in-test provider stands in
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -326,3 +328,38 @@ async def test_garbage_collection_goes_on_past_a_failed_destroy_and_reports_it()
     assert [(info.node_id, why) for info, why in report.failed] == [("n-1", "the platform refused")]
     spared = await provider.collect_garbage(spare={"n-0", "n-1", "n-2"})  # spared their owners' judgement
     assert sorted(info.node_id for info in spared.reaped) == ["n-0", "n-2"]  # never their lifetime
+
+
+def test_a_node_id_with_a_trailing_newline_is_refused() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="lowercase letters"):
+        NodeConfig(node_id="np-1\n")
+
+
+async def test_the_fake_provider_trusts_no_planted_record(tmp_path: Path) -> None:
+    """A record naming a directory outside the root (or not its own) is not a node: gc
+    never removes what it names."""
+    from nodeprov.testing.fake_provider import FakeProvider
+
+    root, victim = tmp_path / "root", tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious").write_text("keep me")
+    provider = FakeProvider.from_settings(root=str(root))
+    expired = NodeConfig(ttl=timedelta(seconds=-1)).resource_labels()
+    for name, node_id in (("planted", "../victim"), ("other", "np-000000000001")):
+        (root / name).mkdir(parents=True)
+        (root / name / "node.json").write_text(json.dumps({"node_id": node_id, "labels": expired}))
+    root.chmod(0o700)
+    assert await provider.list_nodes() == []
+    assert (await provider.collect_garbage()).reaped == []
+    assert (victim / "precious").read_text() == "keep me"
+
+
+async def test_the_fake_provider_refuses_a_root_others_can_write(tmp_path: Path) -> None:
+    from nodeprov.testing.fake_provider import FakeProvider
+
+    (tmp_path / "shared").mkdir(mode=0o777)
+    (tmp_path / "shared").chmod(0o777)
+    with pytest.raises(ConfigError, match="writable by group or others"):
+        await FakeProvider.from_settings(root=str(tmp_path / "shared")).list_nodes()

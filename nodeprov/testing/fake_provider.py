@@ -1,15 +1,21 @@
 """A fake provider, for fast tests of the layers above providers (runs, the CLI).
 
-Registered as ``fake``. A node is a directory under ``root``, listed from a JSON record
-file; a spawn is a plain child process of this control plane in its own process group.
-Unlike the real providers it contains nothing: it exists to make provisioning slow, failing
-or hanging on demand, so that races between runs, pauses and shutdowns can be driven many
-times quickly. Use the ``local`` provider for anything about processes on a node.
+Registered as ``fake`` in test processes only (the pytest plugin registers it; users never
+see it). A node is a directory under ``root``, listed from a JSON record file; a spawn is a
+plain child process of this control plane in its own process group. Unlike the real
+providers it contains nothing: it exists to make provisioning slow, failing or hanging on
+demand, so that races between runs, pauses and shutdowns can be driven many times quickly.
+Use the ``local`` provider for anything about processes on a node.
+
+What it reads back is checked as the local provider checks it: the root must be a private
+directory of this user's, a record counts only if its node id is valid and names its own
+directory, and nothing outside the root is removed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -24,13 +30,16 @@ import anyio.to_thread
 from anyio.abc import Process
 from pydantic import Field
 
-from ..errors import CommandNotFoundError, NodeGoneError, ProvisionError
+from ..errors import CommandNotFoundError, NodeGoneError, ProviderError, ProvisionError
 from ..node import NodeConfig, NodeHandle, NodeInfo, NodeProvider, ProviderSettings, Rollback, secret_field
+from ..roots import check_root, make_root, node_directory, strictly_inside
 from ..spawn import SpawnedProcess, SpawnOptions
 
 __all__ = ["FakeProvider", "FakeSettings"]
 
 _RECORD = "node.json"
+_WHAT = "fake provider root"
+logger = logging.getLogger("nodeprov.testing")
 
 
 class FakeSettings(ProviderSettings):
@@ -113,6 +122,10 @@ class _Node(NodeHandle):
         await anyio.sleep(self._settings.destroy_delay)
         for process in self._spawned:
             await process.kill()
+        root = self._settings.root
+        await anyio.to_thread.run_sync(check_root, root, _WHAT)
+        if not await anyio.to_thread.run_sync(strictly_inside, root, self._directory):
+            raise ProviderError(f"refusing to remove {self._directory}: not a directory inside {root}")
         await anyio.to_thread.run_sync(shutil.rmtree, self._directory, True)
 
 
@@ -123,10 +136,20 @@ class FakeProvider(NodeProvider[FakeSettings]):
     settings_model: ClassVar[type[ProviderSettings]] = FakeSettings
 
     async def _provision(self, config: NodeConfig) -> NodeHandle:
+        await anyio.to_thread.run_sync(make_root, self.settings.root, _WHAT)
         directory = self.settings.root / config.node_id
         async with Rollback() as rollback:
-            await anyio.Path(directory / "work").mkdir(parents=True)
+            try:
+                await anyio.Path(directory).mkdir(mode=0o700)
+            except FileExistsError:
+                mine = [
+                    r for r in await anyio.to_thread.run_sync(self._records) if r["node_id"] == config.node_id
+                ]
+                if mine and config.made_by_this(mine[0]["labels"]):
+                    return _Node(self, mine[0], directory)  # an earlier attempt of this provision
+                raise ProvisionError(f"node {config.node_id} exists already at {directory}") from None
             rollback.push(lambda: anyio.to_thread.run_sync(shutil.rmtree, directory, True))
+            await anyio.Path(directory / "work").mkdir()
             record = {"node_id": config.node_id, "labels": config.resource_labels()}
             await anyio.Path(directory / _RECORD).write_text(json.dumps(record))
             await anyio.sleep(self.settings.provision_delay)
@@ -147,8 +170,17 @@ class FakeProvider(NodeProvider[FakeSettings]):
         raise NodeGoneError(f"no fake node {node_id}")
 
     def _records(self) -> list[dict[str, Any]]:
+        """The records under the root; one whose node id is not a node id, or not its own
+        directory's name, is skipped: it could lead a destroy outside the root."""
+        root = self.settings.root
+        if not check_root(root, _WHAT):
+            return []
         records = []
-        for path in self.settings.root.glob(f"*/{_RECORD}"):
-            with suppress(OSError, ValueError):
-                records.append(json.loads(path.read_text()))
+        for path in root.glob(f"*/{_RECORD}"):
+            with suppress(OSError, ValueError, TypeError, KeyError):
+                record = json.loads(path.read_text())
+                if node_directory(root, record["node_id"]) == path.parent and not path.parent.is_symlink():
+                    records.append(record)
+                    continue
+                logger.warning("skipping %s: node id %r is not its directory's name", path, record["node_id"])
         return records
