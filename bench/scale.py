@@ -36,9 +36,13 @@ import anyio
 from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, ClaudeSDKClient, ResultMessage, TextBlock
 
 from nodeprov.agents import AgentText
+from nodeprov.registry import register_provider
 from nodeprov.runs import AgentMessage, Orchestrator, RunFinished
 from nodeprov.store import Store
 from nodeprov.testing import fake_agent_command
+from nodeprov.testing.fake_provider import FakeProvider
+
+register_provider("fake", FakeProvider)  # a test double: never an installed provider
 
 POSTGRES = os.environ.get(
     "NODEPROV_TEST_POSTGRES_URL", "postgresql://nodeprov:nodeprov@127.0.0.1:5432/nodeprov_test"

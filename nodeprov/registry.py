@@ -7,7 +7,9 @@ A provider distribution declares, in its ``pyproject.toml``::
     docker = "nodeprov_docker:DockerProvider"
 
 The core never imports a provider or agent module; it loads the entry point by name on
-demand, so their third-party dependencies are needed only when they are used.
+demand, so their third-party dependencies are needed only when they are used. Test doubles
+(the fake provider) are not entry points: a test process registers them with
+:func:`register_provider` (nodeprov's pytest plugin does), so users never see them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "get_provider",
     "provider_class",
     "provider_names",
+    "register_provider",
     "route_model",
 ]
 
@@ -44,16 +47,37 @@ DEFAULT_AGENT = "claude"
 _loaded: dict[tuple[str, str], Any] = {}
 
 
+# Registered in this process only (test doubles), beside the installed entry points.
+_registered: dict[tuple[str, str], Any] = {}
+
+
 def _entry_points(group: str) -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=group)}
 
 
+def register_provider(name: str, cls: type[NodeProvider[Any]]) -> None:
+    """Make ``cls`` provider ``name`` in this process only, beside the installed entry points:
+    how a test registers a test double (nodeprov's pytest plugin registers the fake
+    provider), which a user's CLI therefore never loads.
+
+    Raises:
+        ConfigError: an installed provider has that name, or ``cls`` is no provider class.
+    """
+    if name in _entry_points(ENTRY_POINT_GROUP):
+        raise ConfigError(f"an installed provider is named {name!r}")
+    if not (isinstance(cls, type) and issubclass(cls, NodeProvider)):
+        raise ConfigError(f"{cls!r} is not a NodeProvider class")
+    _registered[ENTRY_POINT_GROUP, name] = cls
+
+
 def _load(group: str, name: str, base: type, what: str) -> Any:
-    if (cached := _loaded.get((group, name))) is not None:
+    if (cached := _loaded.get((group, name)) or _registered.get((group, name))) is not None:
         return cached
     entry_point = _entry_points(group).get(name)
     if entry_point is None:
-        installed = ", ".join(sorted(_entry_points(group))) or "none"
+        installed = (
+            ", ".join(sorted({*_entry_points(group), *(n for g, n in _registered if g == group)})) or "none"
+        )
         raise ProviderNotFoundError(f"no {what} named {name!r} (installed: {installed})")
     try:
         loaded = entry_point.load()
@@ -66,8 +90,10 @@ def _load(group: str, name: str, base: type, what: str) -> Any:
 
 
 def provider_names() -> list[str]:
-    """Names of the installed providers, sorted. Imports none of them."""
-    return sorted(_entry_points(ENTRY_POINT_GROUP))
+    """Names of the installed providers (and of those registered in this process), sorted.
+    Imports none of them."""
+    registered = {name for group, name in _registered if group == ENTRY_POINT_GROUP}
+    return sorted({*_entry_points(ENTRY_POINT_GROUP), *registered})
 
 
 def provider_class(name: str) -> type[NodeProvider[Any]]:

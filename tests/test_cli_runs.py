@@ -27,9 +27,13 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/store.db"
 
 
+# The CLI as a process, with the fake provider registered (it is no installed provider).
+NODEPROV = [sys.executable, str(Path(__file__).with_name("cli_with_fakes.py"))]
+
+
 def nodeprov(tmp_path: Path, *args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "nodeprov", *args],
+        [*NODEPROV, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -97,7 +101,7 @@ def test_resume_defaults_to_the_runs_model_and_takes_settings(
 def test_resume_without_the_secret_settings_is_refused_then_takes_them(tmp_path: Path) -> None:
     started = subprocess.Popen(
         [
-            *(sys.executable, "-m", "nodeprov", "run", "--json", "--provider", "fake"),
+            *(*NODEPROV, "run", "--json", "--provider", "fake"),
             *("-s", f"root={tmp_path / 'nodes'}", "-s", "provision_delay=60", "-s", 'env={"TOKEN": "t"}'),
             "task",
         ],

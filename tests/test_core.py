@@ -363,3 +363,23 @@ async def test_the_fake_provider_refuses_a_root_others_can_write(tmp_path: Path)
     (tmp_path / "shared").chmod(0o777)
     with pytest.raises(ConfigError, match="writable by group or others"):
         await FakeProvider.from_settings(root=str(tmp_path / "shared")).list_nodes()
+
+
+def test_test_doubles_are_no_installed_providers() -> None:
+    """The fake provider is registered in test processes only: a user's CLI never lists it,
+    and a plain `nodeprov gc` never walks its root."""
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    assert "fake" not in {ep.name for ep in entry_points(group="nodeprov.providers")}
+    assert "fake" in provider_names()  # this process is a test: nodeprov's pytest plugin registered it
+    listed = subprocess.run(
+        [sys.executable, "-m", "nodeprov", "providers", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert listed.stdout.strip()
+    assert "fake" not in {json.loads(line)["name"] for line in listed.stdout.splitlines()}

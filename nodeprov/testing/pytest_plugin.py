@@ -13,6 +13,9 @@ Fixtures:
 :func:`require_engine` skips a test whose engine (Docker, sshd, the Claude CLI...) is
 missing, except in CI (``CI`` set to 1, yes, on or true, in any case), where a missing engine
 is a failure: CI installs them all, so a skip there would hide a broken set-up.
+
+It registers the fake provider (:mod:`nodeprov.testing.fake_provider`) as ``fake`` for the
+test process: a test double is never an installed provider that users see.
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ from nodeprov.testing.scripted_model import ScriptedModel
 from nodeprov.testing.scripted_responses import ScriptedResponses
 
 __all__ = ["local_node", "require_engine", "scripted_model", "scripted_responses"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from nodeprov.registry import register_provider
+    from nodeprov.testing.fake_provider import FakeProvider
+
+    register_provider("fake", FakeProvider)
 
 
 def require_engine(what: str, available: bool, how: str = "") -> None:
