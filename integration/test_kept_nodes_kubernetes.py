@@ -13,6 +13,7 @@ from nodeprov import NodeConfig
 from nodeprov.runs import NodeReady, Orchestrator
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Stall, Text
+from tests.test_seams import until_destroyed
 
 from .agents import TURN_TIMEOUT, require_claude_cli, run_options
 from .kubernetes import Cluster
@@ -52,9 +53,7 @@ async def test_a_kept_pod_goes_at_its_keep_time_and_the_run_resumes_on_a_new_one
     async with Orchestrator(store) as orchestrator:
         run_id, node_id = await _paused_with_its_pod_kept(orchestrator, scripted_model, settings)
         assert node_pods(kubernetes_cluster, node_id) != []
-        with anyio.fail_after(TURN_TIMEOUT):
-            while node_id not in (await orchestrator.reconcile()).destroyed:  # noqa: ASYNC110 - the database's clock
-                await anyio.sleep(0.2)
+        await until_destroyed(store, orchestrator, node_id)
         assert node_pods(kubernetes_cluster, node_id) == []
         before = len(scripted_model.agent_requests)
         scripted_model.extend([Text("it was cobalt")])

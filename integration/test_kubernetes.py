@@ -22,7 +22,7 @@ import pytest
 
 from nodeprov import NodeConfig, get_provider
 from nodeprov.errors import ConfigError, NodeGoneError, ProviderError, ProvisionError
-from nodeprov.node import LABEL_EXPIRES_AT, LABEL_NODE_ID, LABEL_OWNER, LABEL_SESSION_ID
+from nodeprov.node import LABEL_EXPIRES_AT, LABEL_NODE_ID, LABEL_OWNER, LABEL_PROVISION, LABEL_SESSION_ID
 from nodeprov.runs import Orchestrator
 from nodeprov.spawn import SpawnOptions
 from nodeprov.store import Store
@@ -72,6 +72,7 @@ async def test_a_pod_carries_labels_annotations_and_deadline_and_never_the_secre
         assert labels == {
             "app.kubernetes.io/managed-by": "nodeprov",
             LABEL_NODE_ID: node.node_id,
+            LABEL_PROVISION: config.provision_mark,
             "team": "infra",
             "purpose": "test",
         }  # the session id and "odd key" are no label values or keys: annotations only

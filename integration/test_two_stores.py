@@ -20,6 +20,7 @@ from nodeprov.node import NodeProvider
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run, RunState
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Stall, Text, fake_agent_command
+from tests.test_seams import until_destroyed
 
 from .agents import TURN_TIMEOUT, on_docker, require_claude_cli, run_options
 from .containers import node_containers
@@ -115,9 +116,7 @@ async def test_a_kept_docker_node_goes_at_its_keep_time(
         snapshot = await run.pause("human", "a short break", keep_node=True, keep_for=2.0)
         assert snapshot.node_kept
         assert node_containers(docker_client, node_id) != []
-        with anyio.fail_after(TURN_TIMEOUT):
-            while node_id not in (await plane.reconcile()).destroyed:  # noqa: ASYNC110 - the database's clock
-                await anyio.sleep(0.2)
+        await until_destroyed(store, plane, node_id)
         assert node_containers(docker_client, node_id) == []
         before = len(scripted_model.agent_requests)
         scripted_model.extend([Text("it was teal")])

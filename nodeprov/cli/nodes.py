@@ -19,6 +19,7 @@ import anyio
 import typer
 from anyio import AsyncFile
 from anyio.abc import ByteReceiveStream
+from rich.markup import escape
 
 from ..errors import ConfigError, NodeGoneError, NodeprovError, ProviderError
 from ..node import (
@@ -82,9 +83,12 @@ def providers(
         return rows
 
     rows = anyio.run(check_all)
+    asked_not_ready = provider is not None and not rows[0]["ready"]
     if json_output:
         for row in rows:
             emit(row)
+        if asked_not_ready:
+            raise typer.Exit(1)
         return
     table = []
     for row in rows:
@@ -93,6 +97,8 @@ def providers(
             details.append(f"✗ {row['error']}")
         table.append([row["name"], "yes" if row["ready"] else "[red]no[/]", "\n".join(details) or "-"])
     print_table(["provider", "ready", "requirements"], table, ids=("provider",))
+    if asked_not_ready:  # the one asked about cannot make nodes here
+        raise typer.Exit(1)
 
 
 async def _check(name: str, given: dict[str, Any]) -> dict[str, Any]:
@@ -127,10 +133,12 @@ async def _check(name: str, given: dict[str, Any]) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def _providers(name: str | None, settings: list[str] | None) -> AsyncIterator[list[NodeProvider[Any]]]:
+async def _providers(
+    name: str | None, settings: list[str] | None, skipped: list[str] | None = None
+) -> AsyncIterator[list[NodeProvider[Any]]]:
     """The named provider, or every installed one that its environment settings configure
-    (one that needs settings, such as ssh's host, is skipped until they are given); their
-    connections closed on exit."""
+    (one that needs settings, such as ssh's host, is skipped until they are given, and
+    ``skipped`` says why); their connections closed on exit."""
     if name is None and settings:
         raise ConfigError("--setting needs --provider")
     made = []
@@ -140,8 +148,10 @@ async def _providers(name: str | None, settings: list[str] | None) -> AsyncItera
         for each in provider_names():
             try:
                 made.append(provider_class(each).from_settings(**provider_settings(each, {})))
-            except ConfigError:
-                logger.info("provider %s is not configured here: skipped", each)
+            except NodeprovError as error:  # not configured here, or not loadable
+                logger.info("provider %s is not set up here: skipped", each)
+                if skipped is not None:
+                    skipped.append(f"{each}: skipped, not set up here ({_first_line(error)})")
     try:
         yield made
     finally:
@@ -214,23 +224,23 @@ def list_nodes(
 ) -> None:
     """List nodes (of every installed provider, or of one)."""
 
-    async def gather() -> tuple[list[NodeInfo], list[str]]:
+    async def gather() -> tuple[list[NodeInfo], list[str], list[str]]:
         found: list[NodeInfo] = []
-        problems: list[str] = []
-        async with _providers(provider, setting) as providers:
+        notes: list[str] = []
+        failed: list[str] = []
+        async with _providers(provider, setting, notes) as providers:
             for each in providers:
                 try:
                     found += await each.list_nodes()
-                except (ProviderError, ConfigError) as error:  # not reachable, or not set up here
+                except NodeprovError as error:
                     if provider:
                         raise
-                    problems.append(f"{each.name}: {error}")
-        return found, problems
+                    _sort_out(each.name, error, notes, failed)
+        return found, notes, failed
 
     with errors():
-        nodes, problems = anyio.run(gather)
-    for problem in problems:
-        err.print(f"[yellow]warning:[/] {problem}")
+        nodes, notes, failed = anyio.run(gather)
+    _say(notes, failed)
     if json_output:
         for info in nodes:
             emit(
@@ -241,7 +251,36 @@ def list_nodes(
                     "labels": dict(info.labels),
                 }
             )
-        return
+    else:
+        _list_table(nodes)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _first_line(error: BaseException) -> str:
+    """The error's first line, without the list of valid settings a settings error carries."""
+    line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return line.split(" (fields: ")[0]
+
+
+def _sort_out(name: str, error: NodeprovError, notes: list[str], failed: list[str]) -> None:
+    """A provider that failed in a command over every provider: one not set up here (a
+    ConfigError: no region, no kubeconfig, logged out) is a note; one that could not be
+    asked, a failure."""
+    if isinstance(error, ConfigError):
+        notes.append(f"{name}: skipped, not set up here ({_first_line(error)})")
+    else:
+        failed.append(f"{name}: {_first_line(error)}")
+
+
+def _say(notes: list[str], failed: list[str]) -> None:
+    for note in notes:
+        err.print(f"note: {escape(note)}", soft_wrap=True)
+    for failure in failed:
+        err.print(f"[yellow]warning:[/] {escape(failure)}", soft_wrap=True)
+
+
+def _list_table(nodes: list[NodeInfo]) -> None:
     print_table(
         ["node", "provider", "state", "owner", "session", "expires"],
         [
@@ -444,41 +483,75 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
     json_output: JsonOption = False,
 ) -> None:
     """Remove every node that has expired or whose owner is gone; live owners' nodes stay,
-    and so do nodes the store holds (kept for a paused run, or in use). Runs of dead control
-    planes are reconciled first."""
+    and so do nodes the store holds (kept for a paused run, or in use) until their lifetime
+    ends. Runs of dead control planes are reconciled first, with the secret settings of
+    NODEPROV_<PROVIDER>_* (and -s, for --provider). Providers not set up here are skipped
+    with a note; the exit status is 1 when a provider or a removal failed."""
 
-    async def collect() -> tuple[list[NodeInfo], list[str]]:
-        reaped: list[NodeInfo] = []
-        problems: list[str] = []
+    async def collect() -> tuple[list[dict[str, Any]], list[str], list[str]]:
+        removed: list[dict[str, Any]] = []
+        notes: list[str] = []
+        failed: list[str] = []
         from ..runs import Orchestrator  # only gc loads it (and the SDK)
 
-        async with await Store.open(store) as opened, Orchestrator(opened, reconcile_interval=0) as plane:
+        secrets = _secret_settings(provider, setting)
+        async with (
+            await Store.open(store) as opened,
+            Orchestrator(opened, reconcile_interval=0, provider_settings=secrets) as plane,
+        ):
             if not dry_run:
                 report = await plane.reconcile()
-                problems += [f"node {node_id}: {why}" for node_id, why in report.failed]
-            async with _providers(provider, setting) as providers:
+                removed += [{"node_id": node_id, "why": "its run is over"} for node_id in report.destroyed]
+                failed += [f"node {node_id}: {why}" for node_id, why in report.failed]
+            async with _providers(provider, setting, notes) as providers:
                 for each in providers:
                     try:
                         garbage = await plane.collect_garbage(each, dry_run=dry_run, settle=settle)
-                    except ProviderError as error:
-                        problems.append(f"{each.name}: {error}")
+                    except NodeprovError as error:
+                        if provider:
+                            raise
+                        _sort_out(each.name, error, notes, failed)
                         continue
-                    reaped += garbage.reaped
-                    problems += [f"{each.name}: node {info.node_id}: {why}" for info, why in garbage.failed]
-        return reaped, problems
+                    removed += [
+                        {
+                            "node_id": info.node_id,
+                            "provider": info.provider,
+                            "why": f"owner {info.labels.get(LABEL_OWNER, '?')}",
+                        }
+                        for info in garbage.reaped
+                    ]
+                    failed += [f"{each.name}: node {info.node_id}: {why}" for info, why in garbage.failed]
+        return removed, notes, failed
 
     with errors():
-        reaped, problems = anyio.run(collect)
+        removed, notes, failed = anyio.run(collect)
+    _say(notes, [])
     verb = "would remove" if dry_run else "removed"
-    for info in reaped:
+    for each in removed:
         if json_output:
-            emit({"node_id": info.node_id, "provider": info.provider, "removed": not dry_run})
+            emit({**each, "removed": not dry_run})
         else:
-            out.print(
-                f"{verb} {info.node_id} ({info.provider}, owner {info.labels.get(LABEL_OWNER, '?')})",
-                soft_wrap=True,
-            )
-    if not json_output and not reaped:
+            where = f"{each['provider']}, " if "provider" in each else ""
+            out.print(f"{verb} {each['node_id']} ({where}{escape(each['why'])})", soft_wrap=True)
+    if not json_output and not removed:
         out.print("nothing to remove")
-    if problems:
-        fail("; ".join(problems))
+    if failed:
+        fail(escape("; ".join(failed)))
+
+
+def _secret_settings(provider: str | None, setting: list[str] | None) -> dict[str, dict[str, Any]]:
+    """Per provider, the secret settings found here (NODEPROV_<PROVIDER>_*, and -s for the
+    named provider): what a reconcile needs of a run's provider settings that runs never
+    store (an SSH key's passphrase, a token). Only secrets: a run's other settings are its own."""
+    found: dict[str, dict[str, Any]] = {}
+    for name in [provider] if provider else provider_names():
+        try:
+            cls = provider_class(name)
+            given = provider_settings(name, parse_settings(setting) if provider else {})
+        except NodeprovError:
+            continue  # not loadable here: its runs' nodes cannot be reached from here either
+        if secrets := {
+            key: value for key, value in given.items() if key in cls.settings_model.secret_fields()
+        }:
+            found[name] = secrets
+    return found

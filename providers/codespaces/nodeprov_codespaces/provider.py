@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Collection
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, ClassVar
@@ -273,7 +274,7 @@ class CodespacesProvider(NodeProvider[CodespacesSettings]):
             NodeGoneError: there is none.
         """
         name = display_name(node_id)
-        found = [c for c in await self.codespaces() if c["displayName"] == name]
+        found = [c for c in await self.codespaces() if c["displayName"] == name and c["state"] not in _DEAD]
         if not found:
             raise NodeGoneError(f"no codespace for node {node_id}")
         if len(found) > 1:
@@ -298,10 +299,11 @@ class CodespacesProvider(NodeProvider[CodespacesSettings]):
         if nodes := self._nodes.pop(codespace, None):
             await nodes.link.aclose()
 
-    async def delete(self, node_id: str) -> None:
-        """Delete every codespace of ``node_id`` and confirm each is gone; fine if none is."""
+    async def delete(self, node_id: str, *, sparing: Collection[str] = ()) -> None:
+        """Delete every codespace of ``node_id`` (but those named in ``sparing``) and confirm
+        each is gone; fine if none is."""
         for codespace in await self.codespaces():
-            if _node_id(codespace) != node_id:
+            if _node_id(codespace) != node_id or codespace["name"] in sparing:
                 continue
             name = codespace["name"]
             with suppress(NodeGoneError):
@@ -384,25 +386,41 @@ class CodespacesProvider(NodeProvider[CodespacesSettings]):
         display = display_name(config.node_id)
         await _ensure_key(self._key)
         deadline = time.monotonic() + self.settings.ready_timeout
+        mine = [c for c in await self.codespaces() if _node_id(c) == config.node_id]
+        with suppress(NodeGoneError):
+            return await self._adopt(config, await self.find(config.node_id), deadline)
+        before = {str(c["name"]) for c in mine}
         async with Rollback(timeout=_DELETE_TIMEOUT + 30) as rollback:
-            # First: whatever a cancelled or failed provision made goes, found by its name.
-            rollback.push(functools.partial(self.delete, config.node_id))
-            try:
-                # A control plane that died after creating it left the codespace: adopt it.
-                name = str((await self.find(config.node_id))["name"])
-                logger.info("node %s: adopting codespace %s", config.node_id, name)
-                adopted = True
-            except NodeGoneError:
-                name = await self._launch(display, config.node_id)
-                adopted = False
+            # First: a codespace of this node that was not there before this provision is
+            # its own (a create GitHub accepted before it was cut off): it goes.
+            rollback.push(functools.partial(self.delete, config.node_id, sparing=before))
+            name = await self._launch(display, config.node_id)
             await self._until_available(name, deadline)
-            nodes = await self.ssh_to(name)
-            if adopted:
-                await nodes.forget(config.node_id)  # a half-made directory of a crashed provision
-            ssh = await nodes.create(config)
+            ssh = await (await self.ssh_to(name)).create(config)
             return CodespaceNode(
                 provider=self, node_id=config.node_id, codespace=name, state="Available", ssh=ssh
             )
+
+    async def _adopt(self, config: NodeConfig, codespace: dict[str, Any], deadline: float) -> CodespaceNode:
+        """A live codespace of this node: adopted if an earlier attempt of this provision made
+        it, as its node record says; anyone else's, or one whose record was never written (it
+        cannot tell), is left as it is."""
+        name = str(codespace["name"])
+        await self._until_available(name, deadline)
+        try:
+            ssh = await (await self.ssh_to(name)).attach(config.node_id)
+        except NodeGoneError:
+            ssh = None
+        if ssh is None or not config.made_by_this(ssh.labels):
+            raise ProvisionError(f"node {config.node_id} exists already (codespace {name})")
+        logger.info(
+            "node %s: adopting codespace %s, made by an earlier attempt of this provision",
+            config.node_id,
+            name,
+        )
+        return CodespaceNode(
+            provider=self, node_id=config.node_id, codespace=name, state="Available", ssh=ssh
+        )
 
     async def _launch(self, display: str, node_id: str) -> str:
         settings = self.settings
@@ -451,8 +469,9 @@ class CodespacesProvider(NodeProvider[CodespacesSettings]):
                         logger.warning("codespace %s: cannot read its node's record: %s", name, error)
             found.append(NodeInfo(node_id, self.name, labels, str(codespace["state"])))
 
+        codespaces = await self.codespaces()  # outside the task group: its errors stay nodeprov's
         async with anyio.create_task_group() as tg:
-            for codespace in await self.codespaces():
+            for codespace in codespaces:
                 if node_id := _node_id(codespace):
                     tg.start_soon(describe, codespace, node_id)
         return found

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import posixpath
 from collections.abc import Callable, Mapping
@@ -48,6 +49,8 @@ from nodeprov.spawn import (
     encode_arguments,
 )
 from nodeprov_docker.exec import STDERR, STDOUT, DockerProcess, ExecOutput
+
+logger = logging.getLogger("nodeprov.docker")
 
 T = TypeVar("T")
 
@@ -385,28 +388,14 @@ class DockerProvider(NodeProvider[DockerSettings]):
         labels = config.resource_labels()
         async with Rollback() as rollback:
             await self._ensure_image(client, settings.image)
-            # By name, before creating: a cancellation during create must not orphan it.
-            rollback.push(functools.partial(self.remove_container, name))
+            # By name, before creating: a cancellation during create must not orphan it. Only
+            # a container this provision made is removed, never another's of that name.
+            rollback.push(functools.partial(self._remove_own, name, config))
             try:
-                container = await _engine(
-                    client.api.create_container,
-                    settings.image,
-                    command=_keep_alive(config.ttl),
-                    name=name,
-                    labels=labels,
-                    environment=config.env,
-                    user=settings.user,
-                    working_dir=config.workdir or settings.workdir,
-                    detach=True,
-                    host_config=client.api.create_host_config(
-                        init=True,
-                        auto_remove=True,
-                        network_mode=settings.network_mode,
-                        nano_cpus=int(settings.cpus * 1e9) if settings.cpus else None,
-                        mem_limit=settings.memory,
-                        mounts=self._mounts(config.tools),
-                    ),
-                )
+                container = await self._create(client, config, name, labels)
+            except _ConflictError:
+                return await self._adopt(config, name)
+            try:
                 # Attached before start, as `docker run` does: output is never missed.
                 socket = await _hijack(
                     client.api.attach_socket, container["Id"], params={"stdout": 1, "stderr": 1, "stream": 1}
@@ -430,6 +419,66 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 tool_paths={name: f"{TOOLS_DIR}/{name}" for name in config.tools},
             )
         return node
+
+    async def _create(
+        self, client: docker.DockerClient, config: NodeConfig, name: str, labels: dict[str, str]
+    ) -> dict[str, Any]:
+        """Create the node's container (not started).
+
+        Raises:
+            _ConflictError: a container of that name exists.
+        """
+        settings = self.settings
+        try:
+            created: dict[str, Any] = await _engine(
+                client.api.create_container,
+                settings.image,
+                command=_keep_alive(config.ttl),
+                name=name,
+                labels=labels,
+                environment=config.env,
+                user=settings.user,
+                working_dir=config.workdir or settings.workdir,
+                detach=True,
+                host_config=client.api.create_host_config(
+                    init=True,
+                    auto_remove=True,
+                    network_mode=settings.network_mode,
+                    nano_cpus=int(settings.cpus * 1e9) if settings.cpus else None,
+                    mem_limit=settings.memory,
+                    mounts=self._mounts(config.tools),
+                ),
+            )
+        except _ConflictError:
+            raise
+        except NodeprovError as error:
+            raise ProvisionError(f"cannot create node {config.node_id}: {error}") from None
+        return created
+
+    async def _adopt(self, config: NodeConfig, name: str) -> NodeHandle:
+        """The container of that name, if an earlier attempt of this provision made it and it
+        runs; anyone else's is left as it is."""
+        api = (await self.client()).api
+        try:
+            found = await _ask(api.inspect_container, name)
+        except NodeGoneError:  # removed meanwhile: the name is free again
+            return await self._provision(config)
+        if not config.made_by_this(found["Config"]["Labels"] or {}):
+            raise ProvisionError(f"node {config.node_id} exists already (container {name})")
+        if not found["State"]["Running"]:  # ours, cut off before it started: made again
+            await self.remove_container(name)
+            return await self._provision(config)
+        logger.info("adopting node %s, made by an earlier attempt of this provision", config.node_id)
+        return await self.attach(config.node_id)
+
+    async def _remove_own(self, name: str, config: NodeConfig) -> None:
+        """Remove the container of that name if this provision made it."""
+        try:
+            found = await _ask((await self.client()).api.inspect_container, name)
+        except NodeGoneError:
+            return
+        if config.made_by_this(found["Config"]["Labels"] or {}):
+            await self.remove_container(name)
 
     async def _ensure_image(self, client: docker.DockerClient, image: str) -> None:
         pull = self.settings.pull

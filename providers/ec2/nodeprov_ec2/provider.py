@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import time
@@ -22,6 +23,7 @@ from nodeprov.errors import ConfigError, NodeGoneError, NodeprovError, ProviderE
 from nodeprov.node import (
     LABEL_EXPIRES_AT,
     LABEL_NODE_ID,
+    LABEL_PROVISION,
     NodeConfig,
     NodeHandle,
     NodeInfo,
@@ -93,6 +95,14 @@ class Ec2Settings(SshNodeSettings):
         default="standard", description="botocore's retry mode for throttled and failed calls."
     )
     max_attempts: int = Field(default=5, ge=1, description="Attempts per EC2 call, retries included.")
+
+
+def client_token(config: NodeConfig) -> str:
+    """EC2's idempotency token of the launch: the same for every attempt of one provision
+    (the node id and its provision mark), another for any other; 64 characters at most, as
+    EC2 requires, whatever the node id."""
+    digest = hashlib.sha256(f"{config.node_id}/{config.provision_mark}".encode()).hexdigest()
+    return f"nodeprov-{digest[:54]}"
 
 
 def _tags(labels: dict[str, str]) -> list[dict[str, str]]:
@@ -304,24 +314,26 @@ class Ec2Provider(NodeProvider[Ec2Settings]):
             raise ConfigError("the ec2 provider needs an AMI (setting 'image_id')")
         labels = config.resource_labels()
         deadline = time.monotonic() + settings.ready_timeout
+        found: dict[str, Any] | None = None
+        with suppress(NodeGoneError):
+            found = await self.instance(config.node_id)
+        if found is not None and not config.made_by_this(_labels(found)):
+            raise ProvisionError(f"node {config.node_id} exists already (instance {found['InstanceId']})")
         async with Rollback(timeout=300) as rollback:
-            # First: whatever a cancelled or failed provision made goes, found by its tag.
-            rollback.push(functools.partial(self.terminate, config.node_id))
-            try:
-                # A control plane that died after RunInstances left the instance: adopt it
-                # (EC2's ClientToken does the same within its own window; this holds always).
-                instance = await self.instance(config.node_id)
-                logger.info("node %s: adopting instance %s", config.node_id, instance["InstanceId"])
-                adopted = True
-            except NodeGoneError:
+            # First: whatever a cancelled or failed attempt of this provision made goes, found
+            # by its tags (never another provision's, of the same node id).
+            rollback.push(functools.partial(self.terminate, config.node_id, made_by=config))
+            if found is not None:
+                # This provision, cut off after RunInstances (a control plane that died, a
+                # retry): its instance is adopted, as EC2's ClientToken would within its window.
+                logger.info("node %s: adopting instance %s", config.node_id, found["InstanceId"])
+                instance = found
+            else:
                 instance = await self._launch(config, labels)
-                adopted = False
             instance = await self._until_state(instance["InstanceId"], {"running"}, deadline)
             nodes = await self.ssh_to(instance)
             await self.ssh_ready(nodes)
-            if adopted:
-                await nodes.forget(config.node_id)  # a half-made directory of a crashed provision
-            ssh = await nodes.create(config)
+            ssh = await nodes.create(config)  # adopts the node directory only if this provision made it
             where = {LABEL_WORKDIR: ssh.workdir, LABEL_NODE_DIR: ssh.directory}
             await self._make("create_tags", Resources=[instance["InstanceId"]], Tags=_tags(where))
             instance.setdefault("Tags", []).extend(_tags(where))
@@ -349,7 +361,7 @@ class Ec2Provider(NodeProvider[Ec2Settings]):
             MinCount=1,
             MaxCount=1,
             KeyName=key_name,
-            ClientToken=f"nodeprov-{config.node_id}",
+            ClientToken=client_token(config),
             UserData=_user_data(labels.get(LABEL_EXPIRES_AT), host_key),
             InstanceInitiatedShutdownBehavior="terminate",
             TagSpecifications=[
@@ -427,10 +439,14 @@ class Ec2Provider(NodeProvider[Ec2Settings]):
             await self._make("start_instances", InstanceIds=[instance_id])
         return await self._until_state(instance_id, {"running"}, deadline)
 
-    async def terminate(self, node_id: str) -> None:
-        """Terminate every instance of ``node_id``, confirm it twice, then delete the key
-        pair and security group nodeprov made for it. Fine if nothing is left."""
-        instances = await self._instances({"Name": f"tag:{LABEL_NODE_ID}", "Values": [node_id]})
+    async def terminate(self, node_id: str, *, made_by: NodeConfig | None = None) -> None:
+        """Terminate every instance of ``node_id`` (only those ``made_by`` that provision
+        made, when given), confirm it twice, then delete the key pair and security group
+        nodeprov made for it (likewise). Fine if nothing is left."""
+        mine: list[dict[str, Any]] = []
+        if made_by is not None:
+            mine = [{"Name": f"tag:{LABEL_PROVISION}", "Values": [made_by.provision_mark]}]
+        instances = await self._instances({"Name": f"tag:{LABEL_NODE_ID}", "Values": [node_id]}, *mine)
         ids = [instance["InstanceId"] for instance in instances]
         if ids:
             await self._ask("terminate_instances", InstanceIds=ids)
@@ -441,10 +457,14 @@ class Ec2Provider(NodeProvider[Ec2Settings]):
         name = f"nodeprov-{node_id}"
         if not self.settings.key_name:
             with suppress(NodeGoneError):
-                await self._ask("delete_key_pair", KeyName=name)
+                pairs = await self._ask(
+                    "describe_key_pairs", Filters=[{"Name": "key-name", "Values": [name]}, *mine]
+                )
+                for pair in pairs["KeyPairs"]:
+                    await self._ask("delete_key_pair", KeyPairId=pair["KeyPairId"])
         if not self.settings.security_group_ids:
             found = await self._ask(
-                "describe_security_groups", Filters=[{"Name": "group-name", "Values": [name]}]
+                "describe_security_groups", Filters=[{"Name": "group-name", "Values": [name]}, *mine]
             )
             for group in found["SecurityGroups"]:
                 await self._delete_group(group["GroupId"])

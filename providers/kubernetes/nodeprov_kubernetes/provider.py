@@ -399,17 +399,19 @@ class KubernetesProvider(NodeProvider[KubernetesSettings]):
         body = self._manifest(config, name, labels, workdir, tool_paths)
         try:
             async with Rollback() as rollback:
-                rollback.push(functools.partial(self.delete_pod, name, None))
                 # Shielded: a create cut short here may still happen on the server, after the
                 # rollback's delete.
                 with anyio.CancelScope(shield=True):
                     try:
-                        await call(
+                        created = await call(
                             core.create_namespaced_pod(namespace, body, _request_timeout=REQUEST_TIMEOUT),
                             f"creating pod {namespace}/{name}",
                         )
+                        uid = created.metadata.uid
                     except ConflictError:
-                        await self._adopt(name, config.node_id)
+                        uid = await self._adopt(name, config)
+                # By uid: the pod this provision made, never another of that name.
+                rollback.push(functools.partial(self.delete_pod, name, uid))
                 pod = await self._ready(name, config.node_id)
                 pod_env = await self._pod_environment(name)
                 await call(
@@ -533,12 +535,16 @@ class KubernetesProvider(NodeProvider[KubernetesSettings]):
             "spec": _pruned(spec),
         }
 
-    async def _adopt(self, name: str, node_id: str) -> None:
-        """A pod of this name exists: a provision of this node retried after a crash made
-        it, or it belongs to something else (refused)."""
+    async def _adopt(self, name: str, config: NodeConfig) -> str:
+        """A pod of this name exists: adopted (its uid returned) if an earlier attempt of
+        this provision made it (its labels carry the provision's mark), else refused and
+        left as it is."""
         pod = await self.read_pod(name)
-        if (pod.metadata.labels or {}).get(LABEL_NODE_ID) != node_id:
-            raise ProvisionError(f"a pod named {name} exists and is not node {node_id}'s")
+        labels = json.loads((pod.metadata.annotations or {}).get(ANNOTATION_LABELS) or "{}")
+        if not config.made_by_this(labels):
+            raise ProvisionError(f"node {config.node_id} exists already (pod {name})")
+        logger.info("adopting node %s, made by an earlier attempt of this provision", config.node_id)
+        return str(pod.metadata.uid)
 
     async def _ready(self, name: str, node_id: str) -> Any:
         """Wait for the pod to be ready, watching it; fail early, saying why, when it cannot be."""

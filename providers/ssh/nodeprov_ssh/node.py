@@ -82,6 +82,13 @@ MARKER = "NODEPROV_NODE"
 """In the environment of every process of an SSH node: the node's directory. Destroy ends
 every process that carries it, wherever it moved (a process group or session of its own)."""
 
+# $1: the node directory; $2: a provision's mark; $3: DESTROY. The node is destroyed only if
+# that provision made it: a rollback never touches another's node of the same id.
+DESTROY_OWN = """\
+[ -f "$1/provision" ] && [ "$(cat -- "$1/provision")" = "$2" ] || exit 0
+exec /bin/sh -c "$3" nodeprov-destroy "$1" 0
+"""
+
 # $1: the provider's root (relative to the login's home). Made 0700 if missing; refused
 # unless it is a directory of this user's that nobody else can write to. Prints it, absolute.
 PREPARE_ROOT = """\
@@ -93,10 +100,17 @@ case $(ls -ld .) in ?????w*|????????w*) echo "$1 is writable by group or others"
 pwd -P
 """
 
-# $1: the node directory; $2: the workdir asked for (empty: the node's own). Prints the workdir.
+# $1: the node directory; $2: the workdir asked for (empty: the node's own); $3: the
+# provision's mark, kept in the directory at once. Prints the workdir. Exits 3 when the
+# directory exists, 5 when it exists and this provision made it (an earlier attempt of it).
 CREATE = """\
 umask 077
-mkdir -- "$1" || exit 3
+if ! mkdir -- "$1" 2>/dev/null; then
+  [ -d "$1" ] || { echo "cannot make $1" >&2; exit 1; }
+  [ -f "$1/provision" ] && [ "$(cat -- "$1/provision")" = "$3" ] && exit 5
+  exit 3
+fi
+printf '%s\\n' "$3" >"$1/provision" || exit 1
 mkdir -- "$1/home" || exit 1
 if [ -z "$2" ]; then
   mkdir -- "$1/work" && printf '%s\\n' "$1/work"

@@ -26,6 +26,7 @@ from nodeprov_ssh.node import (
     CREATE,
     DEFAULT_PATH,
     DESTROY,
+    DESTROY_OWN,
     LIST,
     PREPARE_ROOT,
     READ_RECORD,
@@ -123,12 +124,16 @@ class SshNodes:
         """Make the node's directory, its record, its tools and its watchdog; undone on failure."""
         root = await self.root()
         directory = posixpath.join(root, config.node_id)
+        mark = config.provision_mark
         async with Rollback() as rollback:
-            # Pushed first: a cancellation while the directory is made must not leave it.
-            rollback.push(lambda: run_script(self.link, DESTROY, directory, "0"))
+            # Pushed first: a cancellation while the directory is made must not leave it. It
+            # removes only a directory this provision made, never another's of that id.
+            rollback.push(lambda: run_script(self.link, DESTROY_OWN, directory, mark, DESTROY))
             code, out, error = await run_script(
-                self.link, CREATE, directory, config.workdir or "", makes=True
+                self.link, CREATE, directory, config.workdir or "", mark, makes=True
             )
+            if code == 5:
+                return await self._adopt(config, directory)
             if code == 3:
                 raise ProvisionError(f"node {config.node_id} exists already on {self.link.host}")
             if code == 4:
@@ -162,13 +167,24 @@ class SshNodes:
                 )
             return self.node(record, directory)
 
-    async def forget(self, node_id: str) -> None:
-        """Remove what a node of this id left under the root (a provision that died half-way),
-        ending its recorded processes; nothing if there is none."""
-        directory = posixpath.join(await self.root(), node_id)
-        code, _, error = await run_script(self.link, DESTROY, directory, "0")
+    async def _adopt(self, config: NodeConfig, directory: str) -> SshNode:
+        """The node an earlier attempt of this provision made: adopted once its record is
+        there; cut off before that, its directory is removed and the node made again."""
+        try:
+            node = await self.attach(config.node_id)
+        except NodeGoneError:
+            node = None
+        if node is not None and config.made_by_this(node.labels):
+            logger.info(
+                "adopting node %s on %s, made by an earlier attempt of this provision",
+                config.node_id,
+                self.link.host,
+            )
+            return node
+        code, _, error = await run_script(self.link, DESTROY_OWN, directory, config.provision_mark, DESTROY)
         if code != 0:
             raise ProviderError(f"cannot remove {directory} on {self.link.host}: {said(code, error)}")
+        return await self.create(config)
 
     async def records(self) -> list[NodeRecord]:
         """The record of every node under the root. One whose node id is not its directory's
