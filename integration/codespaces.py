@@ -48,6 +48,13 @@ class Codespaces:
         }
 
 
+def node_of(display_name: str) -> str | None:
+    """The node id in a codespace's display name (``nodeprov-NODE_ID.MARK``), if nodeprov's."""
+    if not display_name.startswith("nodeprov-"):
+        return None
+    return display_name.removeprefix("nodeprov-").partition(".")[0]
+
+
 def node_directory(node_id: str) -> Path:
     return Path(pwd.getpwnam(UNPRIVILEGED).pw_dir) / ROOT / node_id
 
@@ -55,9 +62,10 @@ def node_directory(node_id: str) -> Path:
 def _on_host(script: str, github: FakeGitHub, codespace: str) -> None:
     """Run ``script`` on the node directory of ``codespace``, as its machine would."""
     node = github.codespaces.get(codespace)
-    if node is None or not node.display_name.startswith("nodeprov-"):
+    node_id = node_of(node.display_name) if node is not None else None
+    if node_id is None:
         return
-    directory = node_directory(node.display_name.removeprefix("nodeprov-"))
+    directory = node_directory(node_id)
     subprocess.run(["sh", "-c", script, "emulated", str(directory), "0"], check=True, timeout=60)
 
 

@@ -130,6 +130,9 @@ class FakeGitHub:
     - ``create_status``: 201 (created, ``Available``), or 202 (``Provisioning``; each later
       ``GET`` of it counts down ``starting_polls``, then it is ``Available``).
     - ``stuck``: created or started codespaces stay ``Starting``, never ``Available``.
+    - ``create_delay``: seconds a create waits, once its request has arrived (it is in
+      ``requests``), before the codespace is made and the answer sent: a client cut off
+      meanwhile never hears of the codespace GitHub makes after all.
     - ``failures``: answers injected in place of the real ones (4xx, 5xx).
     - ``on_stop``/``on_delete``: called with the codespace's name when it stops or goes
       (the test machine plays the codespace's machine: stopping ends its processes).
@@ -144,6 +147,8 @@ class FakeGitHub:
         self.create_status = 201
         self.starting_polls = 2
         self.stuck = False
+        self.create_delay = 0.0
+        self.made = 0  # codespaces made by creates, over the fake's life
         self.on_stop: Callable[[str], None] = lambda name: None
         self.on_delete: Callable[[str], None] = lambda name: None
         self.lock = threading.Lock()
@@ -241,6 +246,7 @@ class FakeGitHub:
             polls_left=10**9 if self.stuck else self.starting_polls,
         )
         self.codespaces[name] = codespace
+        self.made += 1
         return self.create_status, codespace.view()
 
     def _on(self, codespace: Codespace, method: str, action: str) -> tuple[int, Any]:
@@ -291,6 +297,9 @@ class _Handler(BaseHTTPRequestHandler):
                     self.command, unquote(parts.path), parse_qs(parts.query), body, dict(self.headers.items())
                 )
             )
+        if self.command == "POST" and unquote(parts.path) == "/user/codespaces":
+            time.sleep(fake.create_delay)  # this server's own thread, outside the lock
+        with fake.lock:
             if self.headers.get("Authorization") != f"token {TOKEN}":
                 status, answer = 401, {"message": "Bad credentials"}
             else:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from .cli import nodeprov_with
-from .codespaces import Codespaces, running_codespaces
+from .codespaces import Codespaces, node_of, running_codespaces
 from .github import Failure
 from .sshd import Sshd
 
@@ -47,7 +47,7 @@ def test_providers_provision_exec_destroy(either: Codespaces) -> None:
     assert made.returncode == 0, made.stderr
     node_id = json.loads(made.stdout)["node_id"]
     try:
-        assert [c.display_name for c in either.github.live()] == [f"nodeprov-{node_id}"]
+        assert [node_of(c.display_name) for c in either.github.live()] == [node_id]
         listed = nodeprov(either, "list", "-p", "codespaces", "--json")
         assert node_id in [json.loads(line)["node_id"] for line in listed.stdout.splitlines()]
         done = nodeprov(either, "exec", node_id, "-p", "codespaces", "--", "printf", "%s\\0", "a;b", "$(id)")

@@ -19,9 +19,10 @@ from nodeprov.runs import NodeReady, NodeReleased, Orchestrator
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import run, unique_marker
+from nodeprov_codespaces.provider import display_name
 
 from .agents import require_claude_cli, run_options, until_tool_runs
-from .codespaces import REPO, Codespaces, node_directory, running_codespaces
+from .codespaces import REPO, Codespaces, node_directory, node_of, running_codespaces
 from .github import TOKEN, Failure
 from .sshd import Sshd
 
@@ -35,7 +36,7 @@ def codespaces(sshd: Sshd, tmp_path: Path) -> Iterator[Codespaces]:
 
 
 def _ours(codespaces: Codespaces, node_id: str) -> list[str]:
-    return [c.name for c in codespaces.github.live() if c.display_name == f"nodeprov-{node_id}"]
+    return [c.name for c in codespaces.github.live() if node_of(c.display_name) == node_id]
 
 
 async def test_create_asks_gh_exactly_what_the_settings_say(codespaces: Codespaces) -> None:
@@ -56,7 +57,7 @@ async def test_create_asks_gh_exactly_what_the_settings_say(codespaces: Codespac
             "create",
             f"--repo={REPO}",
             "--machine=basicLinux32gb",
-            f"--display-name=nodeprov-{config.node_id}",
+            f"--display-name={display_name(config)}",
             "--idle-timeout=15m",
             "--retention-period=90m",
             "--branch=feature/x",
@@ -67,7 +68,7 @@ async def test_create_asks_gh_exactly_what_the_settings_say(codespaces: Codespac
     (posted,) = codespaces.github.seen("POST", "/user/codespaces")
     assert posted.body["idle_timeout_minutes"] == 15
     assert posted.body["retention_period_minutes"] == 90
-    assert posted.body["display_name"] == f"nodeprov-{config.node_id}"
+    assert posted.body["display_name"] == display_name(config)
     assert (posted.body["ref"], posted.body["machine"]) == ("feature/x", "basicLinux32gb")
     assert posted.headers["Authorization"] == f"token {TOKEN}"
     ssh = [c for c in codespaces.gh.commands() if c[:2] == ["codespace", "ssh"]]
@@ -177,7 +178,7 @@ async def test_a_provision_after_a_crash_adopts_the_codespace_left(codespaces: C
             "create",
             f"--repo={REPO}",
             "--machine=basicLinux32gb",
-            f"--display-name=nodeprov-{config.node_id}",
+            f"--display-name={display_name(config)}",
         ],
         env={**os.environ, "GITHUB_API_URL": codespaces.github.url, "GH_ENTERPRISE_TOKEN": TOKEN},
     )
@@ -189,6 +190,53 @@ async def test_a_provision_after_a_crash_adopts_the_codespace_left(codespaces: C
         assert _ours(codespaces, config.node_id) == [left]
         assert (await run(node, "true"))[0] == 0
     assert _ours(codespaces, config.node_id) == []
+
+
+async def test_a_failed_codespace_of_the_node_is_never_adopted(codespaces: Codespaces) -> None:
+    """GitHub lists a codespace of this very provision as Failed: a fresh one is made, and
+    the failed one is left to GitHub."""
+    config = NodeConfig()
+    created = await anyio.run_process(
+        [
+            codespaces.gh.gh,
+            "codespace",
+            "create",
+            f"--repo={REPO}",
+            "--machine=basicLinux32gb",
+            f"--display-name={display_name(config)}",
+        ],
+        env={**os.environ, "GITHUB_API_URL": codespaces.github.url, "GH_ENTERPRISE_TOKEN": TOKEN},
+    )
+    failed = created.stdout.decode().strip()
+    codespaces.github.codespaces[failed].state = "Failed"
+    async with (
+        get_provider("codespaces", **codespaces.settings()) as provider,
+        await provider.provision(config) as node,
+    ):
+        assert node.codespace != failed  # type: ignore[attr-defined]
+        assert (await run(node, "true"))[0] == 0
+    assert [c.name for c in codespaces.github.live() if c.state == "Failed"] == [failed]
+
+
+async def test_a_create_cut_off_in_flight_is_found_and_deleted(codespaces: Codespaces) -> None:
+    """The provision is cancelled while its create request is on its way (GitHub makes the
+    codespace a moment later, and gh never says its name): the rollback looks again, finds
+    the codespace and deletes it."""
+    codespaces.github.create_delay = 3.0
+    config = NodeConfig()
+    async with (
+        get_provider("codespaces", **codespaces.settings()) as provider,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(provider.provision, config)
+        with anyio.fail_after(60):
+            while not codespaces.github.seen("POST", "/user/codespaces"):  # noqa: ASYNC110 - gh's requests
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()  # the rollback, shielded, runs before the task group ends
+    with anyio.fail_after(60):
+        while codespaces.github.made == 0:  # noqa: ASYNC110 - the fake's own thread
+            await anyio.sleep(0.05)
+    assert _ours(codespaces, config.node_id) == []  # made after all, and deleted
 
 
 async def test_gc_deletes_codespaces_no_live_lease_owns_and_never_others(

@@ -11,7 +11,7 @@ import pytest
 from nodeprov import get_provider
 from nodeprov.testing.conformance import AnyProvider, Leftovers, ProviderConformance
 
-from .codespaces import ROOT, Codespaces, running_codespaces
+from .codespaces import ROOT, Codespaces, node_of, running_codespaces
 from .sshd import UNPRIVILEGED, Sshd
 from .test_ssh_conformance import spawning_as_on_ssh, ssh_leftovers
 
@@ -39,7 +39,7 @@ class _CodespacesConformance(ProviderConformance):
         on_host = ssh_leftovers(UNPRIVILEGED, ROOT)
 
         async def find(node_id: str) -> list[str]:
-            named = [c.name for c in codespaces.github.live() if c.display_name == f"nodeprov-{node_id}"]
+            named = [c.name for c in codespaces.github.live() if node_of(c.display_name) == node_id]
             return named + await on_host(node_id)
 
         return find

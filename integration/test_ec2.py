@@ -122,8 +122,8 @@ CRASHING = textwrap.dedent("""
     from nodeprov import NodeConfig, NodeHandle, get_provider
 
     async def main() -> None:
-        settings, node_id = json.load(sys.stdin), sys.argv[1]
-        await get_provider("ec2", **settings).provision(NodeConfig(node_id=node_id))
+        given = json.load(sys.stdin)  # settings and config may hold secrets: never in argv
+        await get_provider("ec2", **given["settings"]).provision(NodeConfig.model_validate(given["config"]))
         print("provisioned", flush=True)
         await anyio.sleep(3600)
 
@@ -137,9 +137,11 @@ async def test_a_control_plane_killed_while_provisioning_then_a_retry_leaves_one
 ) -> None:
     settings = ec2_settings(moto, sshd)
     config = NodeConfig()
-    child = await anyio.open_process([sys.executable, "-c", CRASHING, config.node_id], stdin=PIPE)
+    child = await anyio.open_process([sys.executable, "-c", CRASHING], stdin=PIPE)
     assert child.stdin is not None
-    await child.stdin.send(json.dumps(settings).encode())  # settings may hold secrets: not in argv
+    await child.stdin.send(
+        json.dumps({"settings": settings, "config": config.model_dump(mode="json")}).encode()
+    )
     await child.stdin.aclose()
     await anyio.sleep(delay)
     child.kill()
@@ -277,3 +279,12 @@ async def test_a_paused_run_stops_its_kept_instance_and_the_resume_starts_it(
     assert "which bird?" in seen
     assert await _live(moto, snapshot.node_id) == []
     await terminate_on_host(snapshot.node_id)
+
+
+def test_the_client_token_is_one_per_provision_and_within_ec2s_limit() -> None:
+    from nodeprov_ec2.provider import client_token
+
+    longest = NodeConfig(node_id="n" * 63)
+    assert len(client_token(longest)) <= 64  # EC2 refuses a longer one
+    assert client_token(longest) == client_token(longest.model_copy())  # a retry of this provision
+    assert client_token(longest) != client_token(NodeConfig(node_id=longest.node_id))  # another one

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeprov import get_provider
+from nodeprov import NodeConfig, get_provider
 from nodeprov.errors import ConfigError, NodeGoneError, ProviderError
 from nodeprov_codespaces.provider import display_name, gh_environment, gh_error
 
@@ -21,11 +21,13 @@ def test_settings_need_a_repository_and_a_machine_and_forbid_the_unknown() -> No
         get_provider("codespaces", repo="o/r", machine="m", idle_timeout_minutes=100000)
 
 
-def test_a_display_name_holds_the_node_id_within_githubs_limit() -> None:
-    assert display_name("np-0123456789ab") == "nodeprov-np-0123456789ab"
-    assert len(display_name("n" * 39)) == 48
+def test_a_display_name_holds_the_node_id_and_the_provisions_mark_within_githubs_limit() -> None:
+    config = NodeConfig(node_id="np-0123456789ab")
+    assert display_name(config) == f"nodeprov-np-0123456789ab.{config.provision_mark[:8]}"
+    assert display_name(config) != display_name(NodeConfig(node_id=config.node_id))  # another provision
+    assert len(display_name(NodeConfig(node_id="n" * 30))) == 48
     with pytest.raises(ConfigError, match="too long"):
-        display_name("n" * 40)
+        display_name(NodeConfig(node_id="n" * 31))
 
 
 @pytest.mark.parametrize(

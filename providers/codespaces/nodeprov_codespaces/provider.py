@@ -35,8 +35,12 @@ from nodeprov_ssh.command import CommandLink
 logger = logging.getLogger("nodeprov.codespaces")
 
 DISPLAY_PREFIX = "nodeprov-"
-"""Every codespace nodeprov makes is named ``nodeprov-NODE_ID`` (codespaces carry no labels)."""
+"""Every codespace nodeprov makes is named ``nodeprov-NODE_ID.MARK``, MARK the first digits
+of its provision's mark (codespaces carry no labels): how nodeprov finds its own, and how a
+retried provision tells the codespace its earlier attempt made from another's."""
+_MARK_DIGITS = 8
 _MAX_DISPLAY_NAME = 48  # GitHub's limit, which gh checks
+MAX_NODE_ID = _MAX_DISPLAY_NAME - len(DISPLAY_PREFIX) - 1 - _MARK_DIGITS
 MIN_GH = (2, 20, 0)
 """The oldest gh known to have every ``codespace create`` flag used here."""
 _TRANSITIONAL = {
@@ -52,6 +56,7 @@ _TRANSITIONAL = {
 _DEAD = {"Failed", "Deleted", "Unavailable", "Archived", "Moved"}
 _STOPPED = {"Shutdown", "ShuttingDown"}
 _DELETE_TIMEOUT = 120.0
+_CREATE_SETTLE = 20.0  # how long a create request cut off in flight may still make a codespace
 _LIST_FIELDS = "name,displayName,state,repository,createdAt"
 
 
@@ -108,21 +113,30 @@ class CodespacesSettings(SshSessionSettings, SshNodeFields):
     )
 
 
-def display_name(node_id: str) -> str:
-    """The display name of the codespace of ``node_id``.
+def display_name(config: NodeConfig) -> str:
+    """The display name of the codespace of node ``config.node_id``, made by that provision.
 
     Raises:
         ConfigError: the node id is too long for one.
     """
-    name = DISPLAY_PREFIX + node_id
-    if len(name) > _MAX_DISPLAY_NAME:
-        raise ConfigError(f"node id {node_id!r} is too long for a codespace (at most {48 - 9} characters)")
-    return name
+    if len(config.node_id) > MAX_NODE_ID:
+        raise ConfigError(
+            f"node id {config.node_id!r} is too long for a codespace (at most {MAX_NODE_ID} characters)"
+        )
+    return f"{DISPLAY_PREFIX}{config.node_id}.{config.provision_mark[:_MARK_DIGITS]}"
 
 
 def _node_id(codespace: dict[str, Any]) -> str | None:
+    """The node id a codespace's display name names, if nodeprov made it."""
     name = str(codespace.get("displayName") or "")
-    return name[len(DISPLAY_PREFIX) :] if name.startswith(DISPLAY_PREFIX) else None
+    if not name.startswith(DISPLAY_PREFIX):
+        return None
+    return name[len(DISPLAY_PREFIX) :].partition(".")[0] or None
+
+
+def _made_by(codespace: dict[str, Any], config: NodeConfig) -> bool:
+    """Whether ``config``'s provision made the codespace (its display name carries the mark)."""
+    return str(codespace.get("displayName") or "") == display_name(config)
 
 
 def gh_environment(settings: CodespacesSettings) -> dict[str, str]:
@@ -209,7 +223,7 @@ class CodespaceNode(MachineNode):
         return await self._provider.ssh_to(self.codespace)  # gh starts a stopped codespace
 
     async def _remove(self) -> None:
-        await self._provider.delete(self.node_id)
+        await self._provider.delete_codespace(self.codespace)
 
     def _attached(self, ssh: SshNode) -> None:
         super()._attached(ssh)
@@ -273,8 +287,7 @@ class CodespacesProvider(NodeProvider[CodespacesSettings]):
         Raises:
             NodeGoneError: there is none.
         """
-        name = display_name(node_id)
-        found = [c for c in await self.codespaces() if c["displayName"] == name and c["state"] not in _DEAD]
+        found = [c for c in await self.codespaces() if _node_id(c) == node_id and c["state"] not in _DEAD]
         if not found:
             raise NodeGoneError(f"no codespace for node {node_id}")
         if len(found) > 1:
@@ -303,13 +316,15 @@ class CodespacesProvider(NodeProvider[CodespacesSettings]):
         """Delete every codespace of ``node_id`` (but those named in ``sparing``) and confirm
         each is gone; fine if none is."""
         for codespace in await self.codespaces():
-            if _node_id(codespace) != node_id or codespace["name"] in sparing:
-                continue
-            name = codespace["name"]
-            with suppress(NodeGoneError):
-                await self.gh("codespace", "delete", "-c", name, "--force")
-            await self._until_gone(name)
-            await self._forget(name)
+            if _node_id(codespace) == node_id and codespace["name"] not in sparing:
+                await self.delete_codespace(str(codespace["name"]))
+
+    async def delete_codespace(self, name: str) -> None:
+        """Delete the codespace ``name`` and confirm it is gone; fine if it is."""
+        with suppress(NodeGoneError):
+            await self.gh("codespace", "delete", "-c", name, "--force")
+        await self._until_gone(name)
+        await self._forget(name)
 
     async def _until_gone(self, codespace: str) -> None:
         deadline = time.monotonic() + _DELETE_TIMEOUT
@@ -383,41 +398,50 @@ class CodespacesProvider(NodeProvider[CodespacesSettings]):
             raise ProvisionError(f"cannot provision node {config.node_id}: {error}") from None
 
     async def _create(self, config: NodeConfig) -> CodespaceNode:
-        display = display_name(config.node_id)
+        display = display_name(config)
         await _ensure_key(self._key)
         deadline = time.monotonic() + self.settings.ready_timeout
         mine = [c for c in await self.codespaces() if _node_id(c) == config.node_id]
         with suppress(NodeGoneError):
             return await self._adopt(config, await self.find(config.node_id), deadline)
         before = {str(c["name"]) for c in mine}
-        async with Rollback(timeout=_DELETE_TIMEOUT + 30) as rollback:
+        launched: list[str] = []
+        async with Rollback(timeout=_DELETE_TIMEOUT + _CREATE_SETTLE + 30) as rollback:
             # First: a codespace of this node that was not there before this provision is
             # its own (a create GitHub accepted before it was cut off): it goes.
-            rollback.push(functools.partial(self.delete, config.node_id, sparing=before))
+            rollback.push(functools.partial(self._delete_new, config.node_id, before, launched))
             name = await self._launch(display, config.node_id)
+            launched.append(name)
             await self._until_available(name, deadline)
             ssh = await (await self.ssh_to(name)).create(config)
             return CodespaceNode(
                 provider=self, node_id=config.node_id, codespace=name, state="Available", ssh=ssh
             )
 
+    async def _delete_new(self, node_id: str, before: Collection[str], launched: list[str]) -> None:
+        """Delete the codespaces of ``node_id`` that were not there before a provision. If its
+        create was cut off before gh said what it made, GitHub may still make it (the request
+        was on its way): look again for a while."""
+        await self.delete(node_id, sparing=before)
+        settled = time.monotonic() + _CREATE_SETTLE
+        while not launched and time.monotonic() < settled:
+            await anyio.sleep(1.0)
+            await self.delete(node_id, sparing=before)
+
     async def _adopt(self, config: NodeConfig, codespace: dict[str, Any], deadline: float) -> CodespaceNode:
         """A live codespace of this node: adopted if an earlier attempt of this provision made
-        it, as its node record says; anyone else's, or one whose record was never written (it
-        cannot tell), is left as it is."""
+        it (a control plane that died after creating it), its node directory made or adopted
+        likewise; anyone else's is left as it is."""
         name = str(codespace["name"])
-        await self._until_available(name, deadline)
-        try:
-            ssh = await (await self.ssh_to(name)).attach(config.node_id)
-        except NodeGoneError:
-            ssh = None
-        if ssh is None or not config.made_by_this(ssh.labels):
+        if not _made_by(codespace, config):
             raise ProvisionError(f"node {config.node_id} exists already (codespace {name})")
         logger.info(
             "node %s: adopting codespace %s, made by an earlier attempt of this provision",
             config.node_id,
             name,
         )
+        await self._until_available(name, deadline)
+        ssh = await (await self.ssh_to(name)).create(config)
         return CodespaceNode(
             provider=self, node_id=config.node_id, codespace=name, state="Available", ssh=ssh
         )

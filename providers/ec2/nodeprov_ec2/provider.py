@@ -461,7 +461,7 @@ class Ec2Provider(NodeProvider[Ec2Settings]):
                     "describe_key_pairs", Filters=[{"Name": "key-name", "Values": [name]}, *mine]
                 )
                 for pair in pairs["KeyPairs"]:
-                    await self._ask("delete_key_pair", KeyPairId=pair["KeyPairId"])
+                    await self._ask("delete_key_pair", KeyName=pair["KeyName"])
         if not self.settings.security_group_ids:
             found = await self._ask(
                 "describe_security_groups", Filters=[{"Name": "group-name", "Values": [name]}, *mine]
