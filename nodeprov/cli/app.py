@@ -17,6 +17,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 
 from ..errors import ConfigError, NodeprovError
 from ..node import NodeProvider
@@ -51,7 +52,8 @@ def _setup(
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    """Print ``message`` (plain text: never read as markup) as the one error line; exit ``code``."""
+    err.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 import anyio
 import anyio.abc
+from rich.markup import escape
 
 from ..errors import NodeprovError, RunStateError
 from ..runs import Orchestrator, PauseKind, Run
@@ -113,10 +114,10 @@ async def _reconcile(orchestrator: Orchestrator) -> None:
     try:
         report = await orchestrator.reconcile()
     except NodeprovError as error:
-        err.print(f"[yellow]warning:[/] reconcile: {error}")
+        err.print(f"[yellow]warning:[/] reconcile: {escape(str(error))}")
         return
     for node_id, why in report.failed:
-        err.print(f"[yellow]warning:[/] reconcile: node {node_id}: {why}")
+        err.print(f"[yellow]warning:[/] reconcile: node {node_id}: {escape(why)}")
 
 
 async def _pause_on_signals(active: Run, keep_node: bool, tg: anyio.abc.TaskGroup) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from rich.markup import escape
+
 from ..agents.messages import AgentText, ErrorMessage, Message, Notice, Result, Thinking, ToolResult, ToolUse
 from ..runs import AgentMessage, NodeReady, NodeReleased, RunEvent, RunFinished, RunPaused, RunStarted
 from .render import emit, out
@@ -13,21 +15,19 @@ def render_message(message: Message) -> None:
     if isinstance(message, AgentText):
         out.print(message.text, markup=False)
     elif isinstance(message, Thinking):
-        out.print(f"[dim italic]{_escape(message.text[:500])}[/]")
+        out.print(f"[dim italic]{escape(message.text[:500])}[/]")
     elif isinstance(message, ToolUse):
-        out.print(f"[cyan]→ {_escape(message.name)}[/] {_escape(json.dumps(dict(message.input))[:300])}")
+        out.print(f"[cyan]→ {escape(message.name)}[/] {escape(json.dumps(dict(message.input))[:300])}")
     elif isinstance(message, ToolResult):
-        out.print(f"[{'red' if message.is_error else 'dim'}]← {_escape(message.output[:500])}[/]")
+        out.print(f"[{'red' if message.is_error else 'dim'}]← {escape(message.output[:500])}[/]")
     elif isinstance(message, ErrorMessage):
-        out.print(f"[red]agent error: {_escape(message.message)}[/]")
+        out.print(f"[red]agent error: {escape(message.message)}[/]")
     elif isinstance(message, Notice) and message.session_id:
-        out.print(f"[dim]agent session {message.session_id} ({message.subtype})[/]", soft_wrap=True)
+        out.print(
+            f"[dim]agent session {escape(message.session_id)} ({escape(message.subtype)})[/]", soft_wrap=True
+        )
     elif isinstance(message, Result) and message.structured is not None:
         out.print(json.dumps(message.structured), markup=False, soft_wrap=True)
-
-
-def _escape(text: str) -> str:
-    return text.replace("[", "\\[")
 
 
 def show_event(event: RunEvent, json_output: bool) -> None:
@@ -36,7 +36,7 @@ def show_event(event: RunEvent, json_output: bool) -> None:
     elif isinstance(event, AgentMessage):
         render_message(event.message)
     elif isinstance(event, RunStarted):
-        out.print(f"[dim]agent {event.agent} on a {event.provider} node[/]", soft_wrap=True)
+        out.print(f"[dim]agent {escape(event.agent)} on a {escape(event.provider)} node[/]", soft_wrap=True)
     elif isinstance(event, NodeReady):
         how = (
             "reused"
@@ -47,9 +47,12 @@ def show_event(event: RunEvent, json_output: bool) -> None:
     elif isinstance(event, NodeReleased):
         out.print(f"[dim]node {event.node_id} {'kept' if event.kept else 'destroyed'}[/]", soft_wrap=True)
     elif isinstance(event, RunPaused):
-        out.print(f"paused ({event.pause_kind}): {event.reason}")
+        out.print(f"paused ({escape(event.pause_kind)}): {escape(event.reason)}")
     elif isinstance(event, RunFinished):
         colour = {"ok": "green", "paused": "yellow"}.get(event.outcome, "red")
-        out.print(f"\nresult: [{colour}]{event.outcome}[/]" + (f": {event.error}" if event.error else ""))
+        out.print(
+            f"\nresult: [{colour}]{escape(event.outcome)}[/]"
+            + (f": {escape(event.error)}" if event.error else "")
+        )
         if event.agent_session_id:
             out.print(f"session: {event.agent_session_id}", soft_wrap=True)

@@ -20,6 +20,7 @@ import typer
 from anyio import AsyncFile
 from anyio.abc import ByteReceiveStream
 from rich.markup import escape
+from rich.text import Text
 
 from ..errors import ConfigError, NodeGoneError, NodeprovError, ProviderError
 from ..node import (
@@ -95,7 +96,8 @@ def providers(
         details = [f"{'✓' if r['ok'] else '✗'} {r['name']}: {r['detail']}" for r in row["requirements"]]
         if row["error"]:
             details.append(f"✗ {row['error']}")
-        table.append([row["name"], "yes" if row["ready"] else "[red]no[/]", "\n".join(details) or "-"])
+        ready = Text("yes") if row["ready"] else Text("no", style="red")
+        table.append([row["name"], ready, "\n".join(details) or "-"])
     print_table(["provider", "ready", "requirements"], table, ids=("provider",))
     if asked_not_ready:  # the one asked about cannot make nodes here
         raise typer.Exit(1)
@@ -536,7 +538,7 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
     if not json_output and not removed:
         out.print("nothing to remove")
     if failed:
-        fail(escape("; ".join(failed)))
+        fail("; ".join(failed))
 
 
 def _secret_settings(provider: str | None, setting: list[str] | None) -> dict[str, dict[str, Any]]:

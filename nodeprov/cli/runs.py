@@ -393,7 +393,7 @@ def status(run_id: RunOption, store: StoreOption = None, json_output: JsonOption
         return
     for key, value in body.items():
         if key != "snapshots":
-            out.print(f"{key:>16}: {value if value is not None else ''}", soft_wrap=True)
+            out.print(f"{key:>16}: {value if value is not None else ''}", soft_wrap=True, markup=False)
     for snapshot in body["snapshots"]:
         out.print(
             f"        snapshot: {snapshot['pause_kind']} at {snapshot['created_at'][:19]} "
