@@ -66,9 +66,7 @@ async def _stored_runs(tmp_path: Path, count: int, *, events: bool = False) -> l
                 happened = [
                     RunStarted(run_id=run_id, seq=1, at=stamp, prompt=MARKUP, provider="local"),
                     AgentMessage(run_id=run_id, seq=2, at=stamp, message=AgentText(text=MARKUP)),
-                    AgentMessage(
-                        run_id=run_id, seq=3, at=stamp, message=ToolUse(id="t", name=MARKUP, input={"x": MARKUP})
-                    ),
+                    AgentMessage(run_id=run_id, seq=3, at=stamp, message=ToolUse("t", MARKUP, {"m": MARKUP})),
                     AgentMessage(
                         run_id=run_id,
                         seq=4,
