@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
 
 import anyio
 import docker
@@ -12,7 +15,7 @@ import pytest
 from anyio.streams.text import TextReceiveStream
 
 from nodeprov import LABEL_NODE_ID
-from nodeprov.runs import NodeReady, NodeReleased, Orchestrator
+from nodeprov.runs import AgentMessage, NodeReady, NodeReleased, Orchestrator
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
@@ -54,9 +57,7 @@ async def test_pause_and_resume_on_docker(
         assert first_node is not None
         assert bool(containers_of_run(docker_client, [first_node])) is keep_node
         released = [e async for e in run.events() if isinstance(e, NodeReleased)][-1]
-        assert (released.kept, released.suspended) == (keep_node, keep_node)
-        if keep_node:  # suspended while the run waits: the container is paused
-            assert _paused(docker_client, first_node)
+        assert (released.kept, released.suspended) == (keep_node, False)  # Docker nodes are not suspended
 
         before = len(scripted_model.agent_requests)
         scripted_model.extend([Text("it was teal")])
@@ -74,9 +75,39 @@ async def test_pause_and_resume_on_docker(
     assert containers_of_run(docker_client, [first_node, ready.node_id]) == []
 
 
-def _paused(client: docker.DockerClient, node_id: str) -> bool:
-    container = client.api.containers(filters={"label": f"{LABEL_NODE_ID}={node_id}"})[0]
-    return bool(client.api.inspect_container(container["Id"])["State"]["Paused"])
+async def test_a_kept_node_ends_at_its_lifetime_with_no_control_plane_left(
+    store: Store, scripted_model: ScriptedModel, base_image: str, docker_client: docker.DockerClient
+) -> None:
+    """A kept node's container runs on (it is not paused: a paused container's clock would
+    freeze with it), so the engine ends it at its lifetime whether or not anyone is left."""
+    from nodeprov import NodeConfig
+    from nodeprov.testing import Stall
+
+    scripted_model.extend([Stall()])
+    async with Orchestrator(store) as orchestrator:
+        run = await orchestrator.start(
+            "wait",
+            options=run_options(scripted_model),
+            node_config=NodeConfig(ttl=timedelta(seconds=8)),
+            **on_docker(base_image),
+        )
+        ready = [e async for e in _until_agent(run) if isinstance(e, NodeReady)][-1]
+        snapshot = await run.pause("human", "kept for later", keep_node=True)
+        assert snapshot.node_kept
+    assert containers_of_run(docker_client, [ready.node_id]) != []  # kept, and nobody is left
+
+    async def gone() -> bool:
+        return containers_of_run(docker_client, [ready.node_id]) == []
+
+    assert await wait_until(gone, 120)
+
+
+async def _until_agent(run: Any) -> AsyncIterator[Any]:
+    """The run's events until its agent has said something."""
+    async for event in run.events():
+        yield event
+        if isinstance(event, AgentMessage):
+            return
 
 
 CONTROL_PLANE = textwrap.dedent("""

@@ -58,6 +58,7 @@ async def test_environment_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert seen == {
             "PATH": "/bin",
             "HOME": node.base_env["HOME"],
+            "TMPDIR": node.base_env["TMPDIR"],  # the node's own
             "NODEPROV_PASSED": "yes",
             "NODE_LEVEL": "1",
             "SPAWN_LEVEL": "2",

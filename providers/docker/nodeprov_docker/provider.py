@@ -54,6 +54,7 @@ logger = logging.getLogger("nodeprov.docker")
 
 T = TypeVar("T")
 
+_LOCAL_SOCKET = "unix:///var/run/docker.sock"  # the engine docker-py finds without DOCKER_HOST
 TOOLS_DIR = "/opt/nodeprov/tools"
 """Where the executables of NodeConfig.tools are mounted, read-only, one per name."""
 _SENTINEL = b"\x1enodeprov "
@@ -168,10 +169,10 @@ async def _hijack(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Socket
 
 
 class DockerNode(NodeHandle):
-    """A node that is a container; see :mod:`nodeprov_docker`. Suspending it pauses the
-    container (its processes freeze, its memory and files stay); waking unpauses it."""
-
-    can_suspend: ClassVar[bool] = True
+    """A node that is a container; see :mod:`nodeprov_docker`. It cannot be suspended: a
+    paused container's main process, which sleeps out the node's lifetime, would freeze with
+    it, and nothing on the engine would end the container at its lifetime (a kept node
+    keeps running, idle, and ends on time)."""
 
     def __init__(
         self,
@@ -257,7 +258,7 @@ class DockerNode(NodeHandle):
         except _ConflictError as error:
             if "paused" in str(error):
                 raise NodeSuspendedError(
-                    f"node {self.node_id} is suspended (its container is paused)"
+                    f"node {self.node_id}: its container was paused (not by nodeprov): unpause it first"
                 ) from None
             raise NodeGoneError(f"node {self.node_id}: its container is not running") from None
 
@@ -319,21 +320,6 @@ class DockerNode(NodeHandle):
             )["Id"]
             await self._in_container(api.exec_start, exec_id)
 
-    async def _suspend(self) -> None:
-        if not await self._paused():
-            api = (await self._provider.client()).api
-            await self._in_container(api.pause, self.container_id)
-
-    async def _wake(self) -> None:
-        if await self._paused():
-            api = (await self._provider.client()).api
-            await self._in_container(api.unpause, self.container_id)
-
-    async def _paused(self) -> bool:
-        api = (await self._provider.client()).api
-        inspected = await self._in_container(api.inspect_container, self.container_id)
-        return bool(inspected["State"]["Paused"])
-
     async def _destroy(self) -> None:
         await self._provider.remove_container(self.container_id)
 
@@ -355,7 +341,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
         # Only what can be seen without asking the engine (no command-line client is needed).
         if host := os.environ.get("DOCKER_HOST"):
             return [Requirement("Docker engine", True, f"DOCKER_HOST={host}")]
-        socket = Path("/var/run/docker.sock")
+        socket = Path(_LOCAL_SOCKET.removeprefix("unix://"))
         found = socket.exists()
         return [
             Requirement(
@@ -364,6 +350,11 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 str(socket) if found else "no socket: start dockerd or set DOCKER_HOST",
             )
         ]
+
+    def resolved_settings(self) -> DockerSettings:
+        """The engine made explicit: ``docker_host``, else ``DOCKER_HOST``, else the local socket."""
+        host = self.settings.docker_host or os.environ.get("DOCKER_HOST") or _LOCAL_SOCKET
+        return self.settings.model_copy(update={"docker_host": host})
 
     async def client(self) -> docker.DockerClient:
         """The engine client, made on first use (it asks the engine for its API version)."""
@@ -570,7 +561,6 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 if posixpath.dirname(m["Destination"]) == TOOLS_DIR
             },
         )
-        node.suspended = bool(container["State"]["Paused"])
         return node
 
     async def probe(self) -> None:

@@ -130,14 +130,15 @@ class Api:
             if sniffio.current_async_library() != "asyncio":
                 raise ConfigError("the kubernetes provider runs on asyncio (kubernetes-asyncio)")
             configuration = k8s.Configuration()
+            if not self._settings.in_cluster:
+                # Asked first: kubernetes-asyncio logs a warning of its own for a missing file.
+                paths = self._settings.kubeconfig or os.environ.get("KUBECONFIG") or _DEFAULT_KUBECONFIG
+                if not _any_file(paths):  # a stat or two
+                    raise ConfigError(f"no usable Kubernetes configuration: no kubeconfig at {paths}")
             try:
                 if self._settings.in_cluster:
                     k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
                 else:
-                    # Asked first: kubernetes-asyncio logs a warning of its own for a missing file.
-                    paths = self._settings.kubeconfig or os.environ.get("KUBECONFIG") or _DEFAULT_KUBECONFIG
-                    if not _any_file(paths):  # a stat or two
-                        raise ConfigError(f"no usable Kubernetes configuration: no kubeconfig at {paths}")
                     # A small local file, read once: not worth a worker thread.
                     await k8s_config.load_kube_config(
                         config_file=self._settings.kubeconfig,
@@ -199,6 +200,25 @@ class Api:
         for api in (core, exec_api):
             if api is not None:
                 await api.api_client.close()
+
+
+def resolved_kubeconfig(settings: KubernetesSettings) -> KubernetesSettings:
+    """``settings`` with the kubeconfig file(s) and context made explicit: the file from
+    ``KUBECONFIG`` or ``~/.kube/config``, absolute, and the file's current context (unless
+    the settings name them, or the cluster is the one the control plane runs in). Left as
+    they are when there is no readable kubeconfig: nothing can be made there anyway."""
+    if settings.in_cluster:
+        return settings
+    paths = settings.kubeconfig or os.environ.get("KUBECONFIG") or _DEFAULT_KUBECONFIG
+    files = os.pathsep.join(os.path.abspath(os.path.expanduser(p)) for p in paths.split(os.pathsep) if p)
+    context = settings.context
+    if context is None and _any_file(files):
+        try:
+            _, current = k8s_config.list_kube_config_contexts(config_file=files)
+        except (ConfigException, OSError, ValueError, KeyError):
+            return settings
+        context = (current or {}).get("name")
+    return settings.model_copy(update={"kubeconfig": files, "context": context})
 
 
 def _any_file(paths: str) -> bool:

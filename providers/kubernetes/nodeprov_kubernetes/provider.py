@@ -58,6 +58,7 @@ from nodeprov_kubernetes.api import (
     ForbiddenError,
     UnreachableError,
     call,
+    resolved_kubeconfig,
 )
 from nodeprov_kubernetes.exec import STDERR, STDOUT, V5, ExecChannel, PodProcess, exit_status
 from nodeprov_kubernetes.settings import KubernetesSettings
@@ -325,6 +326,10 @@ class KubernetesProvider(NodeProvider[KubernetesSettings]):
         self.api = Api(settings)
         self.exec_protocol = ""
         """What the API server's exec spoke last ("" before the first exec)."""
+
+    def resolved_settings(self) -> KubernetesSettings:
+        """The kubeconfig file and context made explicit (see :func:`resolved_kubeconfig`)."""
+        return resolved_kubeconfig(self.settings)
 
     @classmethod
     def requirements(cls) -> list[Requirement]:

@@ -4,8 +4,8 @@ import errno
 import functools
 import logging
 import os
+import re
 import secrets
-import shutil
 import signal
 import stat
 import sys
@@ -46,7 +46,9 @@ logger = logging.getLogger("nodeprov.local")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RECORD_FILE = "node.json"
 GROUPS_FILE = "process-groups"
+TMP_DIR = "tmp"
 TOMBSTONE = ".destroying-"
+_MADE = ("home", TMP_DIR, GROUPS_FILE, RECORD_FILE)  # what a node makes beside a workdir of the user's
 """Prefix of a node directory being removed (renamed out of the way first)."""
 
 SUPERVISED = sys.platform == "linux" and bool(sys.executable)
@@ -264,7 +266,14 @@ class LocalNode(NodeHandle):
             provider=LocalProvider.name,
             labels=record.labels,
             workdir=record.workdir,
-            base_env={"PATH": settings.path, "HOME": str(home), **inherited, **record.env},
+            # A temporary directory of its own, gone with the node (the host's /tmp is not the node's).
+            base_env={
+                "PATH": settings.path,
+                "HOME": str(home),
+                "TMPDIR": str(directory / TMP_DIR),
+                **inherited,
+                **record.env,
+            },
             tool_paths=record.tools,  # used in place: the node is on this machine
             file_roots=(str(directory), record.workdir),
         )
@@ -392,12 +401,15 @@ class LocalNode(NodeHandle):
         for tombstone in await anyio.to_thread.run_sync(self._tombstones, root):
             await self._end_processes(tombstone)
             # The user's own workdir stays; only what the node made goes.
+            made = [tombstone] if self._owns_workdir else [tombstone / name for name in _MADE]
             try:
-                if self._owns_workdir:
-                    await anyio.to_thread.run_sync(_remove_tree, tombstone)
-                else:
-                    for made in ("home", GROUPS_FILE, RECORD_FILE):
-                        await anyio.to_thread.run_sync(_remove_tree, tombstone / made)
+                left = [path for each in made for path in await anyio.to_thread.run_sync(_remove_tree, each)]
+                if left:
+                    raise ProviderError(
+                        f"node {self.node_id}: left in place, for it crosses into other file systems "
+                        f"(mount points inside it: {', '.join(left)}); unmount them and destroy again"
+                    )
+                if not self._owns_workdir:
                     await anyio.Path(tombstone).rmdir()
             except FileNotFoundError:
                 pass  # removed by a destroy running beside this one: destroyed is destroyed
@@ -499,11 +511,60 @@ async def _abandon(process: Process, sig: int = _supervisor.KILL_ALL, *, read_st
     return stderr.decode(errors="replace").strip()[-1000:]
 
 
-def _remove_tree(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():  # a symlink goes, not what it points to
-        shutil.rmtree(path)
-    else:
+def _remove_tree(path: Path) -> list[str]:
+    """Remove ``path``: a file or symlink itself (not what it points to), a directory with all
+    it holds, but never across a file-system boundary. A mount point inside (a bind mount
+    too, on the same file system) is left, with the directories above it, and named in the
+    result: what is mounted there is not the node's to delete."""
+    try:
+        top = os.lstat(path)
+    except FileNotFoundError:
+        return []
+    if not stat.S_ISDIR(top.st_mode):
         path.unlink(missing_ok=True)
+        return []
+    mounts, left = _mount_points(), []
+
+    def clear(directory: str) -> bool:
+        """Empty ``directory`` within the boundary; whether it is empty now."""
+        empty = True
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                info = entry.stat(follow_symlinks=False)
+                if not stat.S_ISDIR(info.st_mode):
+                    with suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                elif info.st_dev != top.st_dev or os.path.realpath(entry.path) in mounts:
+                    left.append(entry.path)
+                    empty = False
+                elif clear(entry.path):
+                    with suppress(FileNotFoundError):
+                        os.rmdir(entry.path)
+                else:
+                    empty = False
+        return empty
+
+    if path.resolve().as_posix() in mounts:
+        return [str(path)]
+    if clear(str(path)):
+        with suppress(FileNotFoundError):
+            os.rmdir(path)
+    return left
+
+
+def _mount_points() -> set[str]:
+    """The mount points of this process's mount namespace (from ``/proc``; none where there
+    is none: then the device check alone tells other file systems apart)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return set()
+    # Field 5 is the mount point, with space, tab, newline and backslash escaped in octal.
+    return {
+        re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])
+        for line in lines
+        if len(fields := line.split()) > 4
+    }
 
 
 def _check_root(root: Path) -> bool:
@@ -568,6 +629,10 @@ class LocalProvider(NodeProvider[LocalSettings]):
         """``settings.root``, absolute."""
         return Path(os.path.abspath(self.settings.root))
 
+    def resolved_settings(self) -> LocalSettings:
+        """The root made explicit and absolute (its default comes from XDG_RUNTIME_DIR or HOME)."""
+        return self.settings.model_copy(update={"root": self.root})
+
     async def _provision(self, config: NodeConfig) -> NodeHandle:
         await anyio.to_thread.run_sync(_make_root, self.root)
         directory = anyio.Path(self.root) / config.node_id
@@ -578,8 +643,9 @@ class LocalProvider(NodeProvider[LocalSettings]):
                 return await self._adopt(config, directory)
             except OSError as error:
                 raise ProvisionError(f"cannot create node directory {directory}: {error}") from None
-            rollback.push(lambda: anyio.to_thread.run_sync(shutil.rmtree, str(directory), True))
+            rollback.push(lambda: anyio.to_thread.run_sync(_remove_tree, Path(directory)))
             await (directory / "home").mkdir()
+            await (directory / TMP_DIR).mkdir()
             if config.workdir is None:
                 workdir, owns = directory / "work", True
                 await workdir.mkdir()
