@@ -324,7 +324,7 @@ class CodexSession(AgentSession):
                     chunk = b""
             if waiting.cancelled_caught:
                 if converter.running_tools:
-                    quiet_since = anyio.current_time()  # a command of the agent's is running
+                    quiet_since = anyio.current_time()  # a tool of the agent's is running
                     continue
                 raise DeadlineError(
                     f"codex said nothing for {quiet_limit:g} s while waiting for its model"
@@ -476,6 +476,12 @@ class _Converter:
             return [Notice("todo_list", "\n".join(lines), raw=event)]
         if item_type == "error":
             return [ErrorMessage(str(item.get("message") or ""), raw=event)] if done else []
+        # Any other item is work under way until it completes (a command, a file change, an
+        # MCP tool call, a web search, a kind a later Codex adds): silence then is not the model's.
+        if done:
+            self.running_tools.discard(item_id)
+        else:
+            self.running_tools.add(item_id)
         tool = _tool(item)
         if tool is None:
             return [Notice(f"item.{item_type}", raw=event)] if done else []
@@ -484,11 +490,8 @@ class _Converter:
             self.started.add(item_id)
             messages.append(ToolUse(item_id, tool[0], tool[1], raw=event))
         if done:
-            self.running_tools.discard(item_id)
             output, failed = _tool_output(item)
             messages.append(ToolResult(item_id, output, failed, raw=event))
-        elif item_type == "command_execution":
-            self.running_tools.add(item_id)
         return messages
 
 
