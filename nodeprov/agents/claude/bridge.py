@@ -160,6 +160,16 @@ def _loads(line: str) -> dict[str, Any]:
     return message  # type: ignore[no-any-return]
 
 
+NOISE_GRACE = 60.0
+"""Seconds an agent that printed what is not its protocol has to say something of it."""
+
+
+def _last_words(stderr_tail: str) -> str:
+    """The last line of an agent's stderr, for an error's one line."""
+    last = stderr_tail.strip().splitlines()[-1:] if stderr_tail.strip() else []
+    return f" (its stderr ends: {last[0][:300]})" if last else ""
+
+
 def _parse(line: str) -> dict[str, Any] | None:
     """One line of NDJSON; blank and non-JSON lines (debug noise, as the SDK skips) are None."""
     line = line.strip()
@@ -230,6 +240,8 @@ class NodeTransport(Transport):
         self._write_lock = anyio.Lock()
         self._stderr_task: TaskHandle | None = None
         self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self._unanswered: dict[str, str] = {}  # an initialize sent to the CLI: id -> subtype
+        self._noise: str | None = None  # output that is not the protocol, since the last message
         self._failure: AgentError | None = None
 
     @classmethod
@@ -318,6 +330,8 @@ class NodeTransport(Transport):
                 raise AgentError("the agent process is not connected")
             if self._input_ended and process.returncode is None:
                 raise AgentError("cannot write to the agent process: its input was ended (end_input)")
+            if '"initialize"' in data:  # the CLI owes an answer: see _check_exit
+                self._note_request(data)
             if process.returncode is None:
                 try:
                     await process.stdin.send(data.encode())
@@ -369,7 +383,7 @@ class NodeTransport(Transport):
         parts: list[bytes] = []  # the line being received, when it spans chunks
         pending = 0
         try:
-            async for chunk in process.stdout:
+            while chunk := await self._next_chunk(process):
                 # Decode each chunk's complete lines in one go: a newline byte never falls
                 # inside a UTF-8 sequence, so the block is whole characters.
                 end = chunk.rfind(b"\n")
@@ -387,7 +401,14 @@ class NodeTransport(Transport):
                 for line in _decode(block).split("\n"):
                     # The hot path: one message, no stray whitespace.
                     message = _loads(line) if line.startswith("{") else _parse(line)
-                    if message is None or (self._transcripts is not None and await self._mirrored(message)):
+                    if message is None:
+                        if line.strip():
+                            self._noise = line.strip()
+                        continue
+                    self._noise = None
+                    if message.get("type") == "control_response":
+                        self._answered(message)
+                    if self._transcripts is not None and await self._mirrored(message):
                         continue
                     yield message
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -425,8 +446,46 @@ class NodeTransport(Transport):
                 )
             )
 
+    async def _next_chunk(self, process: SpawnedProcess) -> bytes:
+        """The next piece of stdout (empty at its end). Once the agent has printed what is
+        not its protocol, it must say something of it within :data:`NOISE_GRACE` seconds:
+        a program that prints noise and then waits (for a prompt nobody answers, say) is no
+        agent at work, and would otherwise hold the run for ever."""
+        try:
+            if self._noise is None:
+                return await process.stdout.receive()
+            with anyio.move_on_after(NOISE_GRACE):
+                return await process.stdout.receive()
+        except anyio.EndOfStream:
+            return b""
+        raise self._fail(
+            AgentOutputError(
+                f"the agent printed what is not its protocol ({self._noise[:200]!r}) and then "
+                f"nothing for {NOISE_GRACE:g} s" + _last_words(self.stderr_tail)
+            )
+        )
+
+    def _note_request(self, data: str) -> None:
+        with suppress(ValueError, AttributeError, TypeError):
+            for line in data.splitlines():
+                sent = json.loads(line) if line.strip() else {}
+                # initialize: the SDK waits a minute for its answer; the others end with the turn.
+                if (
+                    sent.get("type") == "control_request"
+                    and (sent.get("request") or {}).get("subtype") == "initialize"
+                ):
+                    self._unanswered[str(sent.get("request_id"))] = "initialize"
+
+    def _answered(self, message: dict[str, Any]) -> None:
+        response = message.get("response")
+        if isinstance(response, dict):
+            self._unanswered.pop(str(response.get("request_id")), None)
+
     async def _check_exit(self, process: SpawnedProcess) -> None:
-        """After stdout EOF: the process must exit, and with status 0."""
+        """After stdout EOF: the process must exit, with status 0, having answered every
+        control request sent to it (one that exits first, say before answering
+        ``initialize``, fails here, at once, rather than leaving the SDK to wait a minute for
+        the answer)."""
         with anyio.move_on_after(self._exit_timeout):
             await process.wait()
         code = process.returncode
@@ -438,10 +497,12 @@ class NodeTransport(Transport):
                     stderr_tail=self.stderr_tail,
                 )
             )
-        if code != 0:
+        if code != 0 or self._unanswered:
+            pending = sorted(set(self._unanswered.values()))
+            before = f" before answering {', '.join(pending)}" if pending else ""
             raise self._fail(
                 AgentExitError(
-                    f"the agent process exited with status {code}",
+                    f"the agent process exited with status {code}{before}" + _last_words(self.stderr_tail),
                     exit_code=code,
                     stderr_tail=self.stderr_tail,
                 )

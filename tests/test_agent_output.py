@@ -1,0 +1,66 @@
+"""An agent whose output is not its protocol ends the turn clearly and soon: one that exits
+before answering anything (say, before ``initialize``) at once, with its status and its last
+words on stderr; one that prints noise and then nothing, once its grace is up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from nodeprov import NodeHandle, get_agent
+from nodeprov.agents.claude import bridge
+from nodeprov.errors import AgentExitError, AgentOutputError
+from nodeprov.testing import fake_agent_command
+
+pytestmark = pytest.mark.anyio
+
+
+def _script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "not-claude"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o700)
+    return str(path)
+
+
+async def test_an_agent_that_exits_before_answering_is_reported_at_once(
+    tmp_path: Path, local_node: NodeHandle
+) -> None:
+    cli = _script(tmp_path, "echo 'claude: cannot read the settings file' >&2; exit 0")
+    agent = get_agent("claude", {"cli_path": cli})
+    with anyio.fail_after(30):  # the SDK's own wait for `initialize` is a minute
+        async with agent.session(local_node) as session:
+            with pytest.raises(AgentExitError, match="exited with status 0 before answering initialize") as raised:
+                async for _ in session.turn("go"):
+                    pass
+    assert "cannot read the settings file" in str(raised.value).splitlines()[0]
+
+
+async def test_noise_then_silence_ends_the_turn(
+    tmp_path: Path, local_node: NodeHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent answers, prints a line that is not its protocol, and waits for ever."""
+    monkeypatch.setattr(bridge, "NOISE_GRACE", 1.0)
+    steps = [{"garbage": "Please log in at https://example.invalid and press Enter:"}, {"stall": True}]
+    options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
+    agent = get_agent("claude", options)
+    with anyio.fail_after(30):
+        async with agent.session(local_node) as session:
+            with pytest.raises(
+                AgentOutputError, match=r"not its protocol .*Please log in.* and then nothing"
+            ):
+                async for _ in session.turn("go"):
+                    pass
+
+
+async def test_noise_followed_by_the_protocol_is_no_failure(
+    tmp_path: Path, local_node: NodeHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bridge, "NOISE_GRACE", 1.0)
+    steps = [{"garbage": "a warning the CLI printed"}, {"sleep": 0.1}, {"text": "done"}]
+    options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
+    async with get_agent("claude", options).session(local_node) as session:
+        messages = [message async for message in session.turn("go")]
+    assert type(messages[-1]).__name__ == "Result"
