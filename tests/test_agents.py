@@ -137,13 +137,14 @@ def test_options_keep_no_secret_and_reject_unknown_fields() -> None:
 
 
 @pytest.mark.anyio
-async def test_codex_argv_keeps_a_hostile_prompt_a_prompt(tmp_path: Path) -> None:
-    hostile = "--help; $(rm -rf /) `id` 'quote\" resume"
+async def test_codex_argv_carries_no_prompt(tmp_path: Path) -> None:
+    """The prompt goes on stdin (``-``): never in an argument vector, which ``ps`` and a
+    cluster's audit log show and the kernel caps."""
     provider = get_provider("local", root=tmp_path / "nodes")
     async with await provider.provision() as node:
         agent = get_agent("codex", {"model": "gpt-5", "permission": "read-only", "model_provider": {"base_url": "http://127.0.0.1:1/v1", "env_key": "K"}})  # fmt: skip
-        argv = agent.command(node, hostile, resume="th-1", schema_file=None)  # type: ignore[attr-defined]
-    assert argv[-2:] == ["--", hostile]
+        argv = agent.command(node, resume="th-1", schema_file=None)  # type: ignore[attr-defined]
+    assert argv[-2:] == ["--", "-"]
     assert argv[argv.index("resume") + 1] == "th-1"
     assert argv[argv.index("--sandbox") + 1] == "read-only"
     assert (

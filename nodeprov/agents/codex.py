@@ -55,7 +55,7 @@ from typing import Any, ClassVar, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import AgentExitError, AgentOutputError, DeadlineError, NodeprovError
+from ..errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ..node import NodeHandle
 from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy, guard_stdin
 from . import (
@@ -96,7 +96,9 @@ _MAX_LINE = 16 * 1024 * 1024
 _WRAPPER = """\
 home=$1 err=$2; shift 2
 mkdir -p "$home/nodeprov" && chmod 700 "$home" || exit 1
-(trap '' TERM; exec "$@" 2>"$err") &
+exec 3<&0
+(trap '' TERM; exec "$@" <&3 3<&- 2>"$err") &
+exec 3<&-
 child=$!
 trap 'kill -INT "$child" 2>/dev/null' TERM INT HUP
 while :; do
@@ -112,7 +114,9 @@ fails). Codex starts each
 command in a session of its own, out of reach of a signal to the turn's process group,
 and on SIGTERM dies leaving them running; on SIGINT it stops them and exits. So Codex
 ignores SIGTERM, and the wrapper (the group's leader) turns a stop signal into that
-SIGINT. Codex's stdin is /dev/null (that of a background job), as it should be."""
+SIGINT. Codex's stdin is the wrapper's (saved on fd 3: a background job's would be
+/dev/null), and carries the prompt: never an argument, which ``ps`` and a cluster's audit
+log would show, and which the kernel caps (``E2BIG`` past 128 KiB)."""
 
 
 class ModelProvider(BaseModel):
@@ -193,10 +197,9 @@ class CodexAgent(Agent[CodexOptions]):
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", workspace)[:40]
         return f"{_PROJECT_PREFIX}{safe}-{hashlib.sha256(workspace.encode()).hexdigest()[:12]}"
 
-    def command(
-        self, node: NodeHandle, prompt: str, *, resume: str | None, schema_file: str | None
-    ) -> list[str]:
-        """The argument vector of one turn: ``codex exec`` (or ``codex exec resume ID``)."""
+    def command(self, node: NodeHandle, *, resume: str | None, schema_file: str | None) -> list[str]:
+        """The argument vector of one turn: ``codex exec`` (or ``codex exec resume ID``),
+        which reads its prompt from stdin (``-``)."""
         options = self.options
         argv = [self.cli_on(node), "exec", "--json", *_QUIET, *_SANDBOX[options.permission]]
         argv += ["--cd", node.node_path(options.cwd or node.workdir)]
@@ -215,7 +218,7 @@ class CodexAgent(Agent[CodexOptions]):
             argv += ["--output-schema", schema_file]
         if resume is not None:
             argv += ["resume", resume]
-        return [*argv, "--", prompt]  # after "--": a prompt is never read as an option or command
+        return [*argv, "--", "-"]  # the prompt comes on stdin
 
     async def import_state(
         self, node: NodeHandle, session_id: str, project_key: str, archive: SessionArchive
@@ -271,7 +274,9 @@ class CodexSession(AgentSession):
             schema_file = f"{home}/nodeprov/schema-{hashlib.sha256(schema).hexdigest()[:16]}.json"
             await node.write_file(schema_file, schema)
         self._stderr_file = f"{home}/nodeprov/stderr-{secrets.token_hex(8)}.log"
-        argv = self._agent.command(node, prompt, resume=self.session_id, schema_file=schema_file)
+        if "\x00" in prompt:
+            raise ConfigError("a prompt cannot hold a NUL character")
+        argv = self._agent.command(node, resume=self.session_id, schema_file=schema_file)
         # The workspace's home is made private; stderr goes to a file there, which no full
         # pipe can stall and which is read back only when the turn fails.
         prepared = ["-c", _WRAPPER, "nodeprov-codex", home, self._stderr_file, *argv]
@@ -288,7 +293,8 @@ class CodexSession(AgentSession):
         async with await node.spawn(spawn) as process:
             self._process = process
             try:
-                await process.stdin.send(f"{marker}\n".encode())
+                # The prompt, then the end of input (the guard's marker: a line of its own).
+                await process.stdin.send(f"{prompt}\n{marker}\n".encode())
                 await process.stderr.aclose()
                 result: Result | None = None
                 async for batch in self._messages(process, options.no_output_timeout or float("inf")):
