@@ -329,3 +329,30 @@ async def test_a_server_that_refuses_posix_rename_still_replaces_files(sshd: Ssh
                 assert await read_all(node, "deep/file") == payload
             assert await run(node, "stat", "-c", "%a", "deep/file") == (0, b"640\n", b"")
             assert await run(node, "ls", "-A", "deep") == (0, b"file\n", b"")
+
+
+async def test_an_ssh_config_that_turns_host_key_checking_off_is_refused(sshd: Sshd, tmp_path: Path) -> None:
+    """``UserKnownHostsFile none`` in the user's SSH config would let any host key in,
+    silently: refused unless the settings turn checking off themselves."""
+    from nodeprov_ssh import SshHostKeyError
+
+    config = tmp_path / "config"
+    config.write_text(
+        f"Host box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
+        f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile none\n"
+    )
+    settings = {
+        "host": "box",
+        "config_files": [str(config)],
+        "use_agent": False,
+        "root": ROOT,
+        "connect_timeout": 10,
+    }
+    async with get_provider("ssh", **settings) as provider:
+        with pytest.raises(SshHostKeyError, match="UserKnownHostsFile none"):
+            await provider.provision()
+    async with (
+        get_provider("ssh", **settings, insecure_skip_host_key_check=True) as provider,
+        await provider.provision() as node,  # said so: checking is off, with a warning
+    ):
+        assert (await run(node, "true"))[0] == 0

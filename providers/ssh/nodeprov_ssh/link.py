@@ -5,7 +5,9 @@ drops. asyncssh's exceptions stop here; callers see nodeprov's."""
 from __future__ import annotations
 
 import functools
+import getpass
 import logging
+import os
 import socket
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -168,6 +170,31 @@ def connect_options(settings: SshSessionSettings) -> dict[str, Any]:
     return options
 
 
+def _refuse_silent_known_hosts(host: str, options: dict[str, Any]) -> None:
+    """Refuse an OpenSSH config that turns host-key checking off for ``host`` without the
+    settings saying so: ``UserKnownHostsFile none`` (asyncssh then checks nothing). Host-key
+    checking is off only when ``insecure_skip_host_key_check`` says it is.
+
+    Raises:
+        SshHostKeyError: the config turns it off.
+    """
+    from asyncssh.config import SSHClientConfig
+
+    paths = options["config"] or [os.path.expanduser("~/.ssh/config")]
+    paths = [path for path in paths if os.path.isfile(os.path.expanduser(path))]
+    if not paths:
+        return
+    try:
+        config = SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(), None, host, None)
+    except (OSError, ValueError, asyncssh.Error) as error:
+        raise ConfigError(f"{host}: cannot read the SSH config ({error})") from None
+    if config.get("UserKnownHostsFile", None) == []:  # "none"
+        raise SshHostKeyError(
+            f"{host}: the SSH config's UserKnownHostsFile none turns host-key checking off: "
+            "refused; give known_hosts or host_key, or set insecure_skip_host_key_check=true to mean it"
+        )
+
+
 @contextmanager
 def mapped_errors(host: str) -> Iterator[None]:
     """asyncssh's and the socket's exceptions, as nodeprov's. A lost connection is
@@ -296,6 +323,8 @@ class Link:
     async def _direct(self) -> _Connection:
         if getattr(self.settings, "insecure_skip_host_key_check", False):
             logger.warning("INSECURE: not checking the SSH host key of %s", self.host)
+        elif self._options.get("config", None) is not None and "known_hosts" not in self._options:
+            await anyio.to_thread.run_sync(_refuse_silent_known_hosts, self.host, self._options)
         with mapped_errors(self.host):
             # asyncssh's own connect_timeout covers the TCP connect and the login.
             connection = await asyncssh.connect(self.host, **self._options)
