@@ -356,3 +356,21 @@ async def test_an_ssh_config_that_turns_host_key_checking_off_is_refused(sshd: S
         await provider.provision() as node,  # said so: checking is off, with a warning
     ):
         assert (await run(node, "true"))[0] == 0
+
+
+async def test_a_tool_planted_in_the_cache_is_never_run_by_a_later_node(
+    provider: NodeProvider[Any], tmp_path: Path
+) -> None:
+    """The tool cache belongs to the login, so a node's agent can write to it: a later node
+    checks the cached copy's content and gets the tool copied again when it changed."""
+    tool = tmp_path / "hello"
+    tool.write_text("#!/bin/sh\necho the real tool\n")
+    tool.chmod(0o755)
+    async with await provider.provision(NodeConfig(tools={"hello": str(tool)})) as first:
+        cached = first.tool_paths["hello"]
+        code, _, _ = await run(first, "sh", "-c", f"printf '#!/bin/sh\\necho planted\\n' > {cached}")
+        assert code == 0  # a process of the node rewrote the shared copy
+        assert (await run(first, cached))[1] == b"planted\n"
+    async with await provider.provision(NodeConfig(tools={"hello": str(tool)})) as later:
+        assert later.tool_paths["hello"] == cached
+        assert (await run(later, later.tool_paths["hello"]))[1] == b"the real tool\n"

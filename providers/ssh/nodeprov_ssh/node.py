@@ -153,7 +153,6 @@ READ_RECORD = """[ -f "$1/node.json" ] || exit 3; exec cat -- "$1/node.json" """
 
 # $1: where the tool goes; $2: its size in bytes (a copy cut short is not kept). Stdin: the bytes.
 UPLOAD = """\
-[ -x "$1" ] && { cat >/dev/null; exit 0; }
 umask 022
 mkdir -p -- "${1%/*}" && cat >"$1.$$" && [ "$(wc -c <"$1.$$")" -eq "$2" ] && chmod 755 "$1.$$" &&
   mv -f -- "$1.$$" "$1" || { rm -f -- "$1.$$"; exit 1; }
@@ -423,6 +422,10 @@ def _digest(path: str, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()
 
 
+# $1: a cached tool. Prints its SHA-256 (sha256sum's line), or fails if there is none.
+_CACHED_DIGEST = """[ -x "$1" ] && [ ! -L "$1" ] && exec sha256sum -- "$1" """
+
+
 async def upload_tool(link: Link, root: str, name: str, path: str) -> str:
     """Copy the executable ``path`` of this machine to the host, once per content, under
     ``root/.tools``; return where it lies there.
@@ -437,9 +440,15 @@ async def upload_tool(link: Link, root: str, name: str, path: str) -> str:
         raise ProviderError(f"tool {name!r}: cannot read {path}: {error}") from None
     digest = await anyio.to_thread.run_sync(_digest, path, info.st_size, info.st_mtime_ns)
     remote = posixpath.join(root, TOOLS_DIR, f"{digest[:24]}-{name}")
-    code, _, _ = await run_script(link, '[ -x "$1" ]', remote)
-    if code == 0:
+    # The cache is the login's, and so writable by every node's processes: a copy is used
+    # only while its content is still this one, checked for each node that gets it.
+    code, out, _ = await run_script(link, _CACHED_DIGEST, remote)
+    if code == 0 and out.split(b" ", 1)[0].decode(errors="replace") == digest:
         return remote
+    if code == 0:
+        logger.warning(
+            "tool %r: the copy at %s:%s was changed since it was made: copied again", name, link.host, remote
+        )
     session = await link.open(script_line(UPLOAD, remote, str(info.st_size)))
     try:
         async with await anyio.open_file(path, "rb") as file:
