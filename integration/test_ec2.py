@@ -288,3 +288,19 @@ def test_the_client_token_is_one_per_provision_and_within_ec2s_limit() -> None:
     assert len(client_token(longest)) <= 64  # EC2 refuses a longer one
     assert client_token(longest) == client_token(longest.model_copy())  # a retry of this provision
     assert client_token(longest) != client_token(NodeConfig(node_id=longest.node_id))  # another one
+
+
+async def test_a_wrong_host_key_fails_the_provision_at_once(moto: str, sshd: Sshd, tmp_path: Path) -> None:
+    """The instance answers with a host key that is not the one made for it (the test sshd
+    has its own): waiting cannot make it right, so provision fails at once, leaving nothing."""
+    from nodeprov_ssh import SshHostKeyError
+
+    (tmp_path / "known_hosts").write_text("")
+    settings = ec2_settings(
+        moto, sshd, host_key=None, known_hosts=str(tmp_path / "known_hosts"), ready_timeout=600
+    )
+    config = NodeConfig()
+    async with get_provider("ec2", **settings) as provider:
+        with anyio.fail_after(60), pytest.raises(SshHostKeyError):  # not ready_timeout's ten minutes
+            await provider.provision(config)
+    assert await _live(moto, config.node_id) == []

@@ -32,7 +32,7 @@ from nodeprov.node import (
     Requirement,
     Rollback,
 )
-from nodeprov_ssh import Link, MachineNode, SshNode, SshNodes, SshNodeSettings
+from nodeprov_ssh import Link, MachineNode, SshHostKeyError, SshNode, SshNodes, SshNodeSettings
 from nodeprov_ssh.node import MARKER
 
 logger = logging.getLogger("nodeprov.ec2")
@@ -284,13 +284,17 @@ class Ec2Provider(NodeProvider[Ec2Settings]):
 
     async def ssh_ready(self, nodes: SshNodes) -> None:
         """Wait, with backoff, until the instance's sshd lets us in (a booting instance
-        refuses, then its keys arrive), within ``ready_timeout``."""
+        refuses, then its keys arrive), within ``ready_timeout``. A host key that is not the
+        instance's fails at once: waiting cannot make it right, and it may be someone
+        else's machine answering at that address."""
         deadline = time.monotonic() + self.settings.ready_timeout
         delay = 0.5
         while True:
             try:
                 await nodes.root()
                 return
+            except SshHostKeyError:
+                raise
             except NodeprovError as error:
                 if time.monotonic() + delay > deadline:
                     raise ProvisionError(f"{nodes.link.host} did not answer SSH in time: {error}") from None
