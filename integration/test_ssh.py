@@ -374,3 +374,16 @@ async def test_a_tool_planted_in_the_cache_is_never_run_by_a_later_node(
     async with await provider.provision(NodeConfig(tools={"hello": str(tool)})) as later:
         assert later.tool_paths["hello"] == cached
         assert (await run(later, later.tool_paths["hello"]))[1] == b"the real tool\n"
+
+
+async def test_an_encrypted_key_without_its_passphrase_is_a_clear_config_error(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    """A passphrase is a secret, never stored: a reconcile that was not given it says so at
+    once, naming the setting, instead of trying again and again."""
+    key = tmp_path / "locked"
+    await anyio.run_process(["ssh-keygen", "-q", "-t", "ed25519", "-N", "open sesame", "-f", str(key)])
+    settings = sshd.settings(UNPRIVILEGED, root=ROOT, key_files=[str(key)])
+    async with get_provider("ssh", **settings) as provider:
+        with anyio.fail_after(30), pytest.raises(ConfigError, match="passphrase"):
+            await provider.list_nodes()

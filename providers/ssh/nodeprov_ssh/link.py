@@ -214,7 +214,14 @@ def mapped_errors(host: str) -> Iterator[None]:
         raise ProviderError(f"{host}: the SSH server refused a session ({error.reason})") from None
     except asyncssh.DisconnectError as error:
         raise NodeGoneError(f"{host}: the SSH connection was closed ({error.reason})") from None
-    except (asyncssh.Error, asyncssh.KeyImportError) as error:
+    except asyncssh.KeyImportError as error:
+        if "passphrase" in str(error).lower():  # a secret never stored: a reconcile must be given it
+            raise ConfigError(
+                f"{host}: a key file is encrypted and no passphrase was given ({error}): set the "
+                "setting passphrase (-s passphrase=... or NODEPROV_<PROVIDER>_PASSPHRASE)"
+            ) from None
+        raise ConfigError(f"{host}: a key file cannot be read: {error}") from None
+    except asyncssh.Error as error:
         raise ProviderError(f"{host}: SSH failed: {error}") from None
     except TimeoutError:
         raise ProviderError(f"{host}: no SSH answer in time") from None
