@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
@@ -343,36 +344,61 @@ class ReleasedStdout(ByteReceiveStream):
 
 
 # The stdin guard (see guard_stdin). Positional parameters: marker, grace, term_grace, the
-# PWD and SHLVL the command must see ("=value", or empty for none), then the command.
+# PWD and SHLVL the command must see ("=value", or empty for none), the guard's mark, the
+# watcher's script (_GUARD_WATCH), then the command.
 _GUARD_SCRIPT = """\
 command -v awk >/dev/null || { echo "nodeprov-guard: no awk on this node" >&2; exit 127; }
 nodeprov_guard_dir=$(mktemp -d) || exit 126
 mkfifo "$nodeprov_guard_dir/in" || { rm -rf "$nodeprov_guard_dir"; exit 126; }
 exec 3<&0
-(
-  trap '' TERM HUP INT
-  exec 4>"$nodeprov_guard_dir/in"
-  rm -rf "$nodeprov_guard_dir"
-  NODEPROV_GUARD_MARKER=$1 LC_ALL=C awk -W interactive '
-    $0 "" == ENVIRON["NODEPROV_GUARD_MARKER"] { exit }
-    { print; fflush() }' <&3 >&4 &
-  exec 4>&-
-  wait $!
-  cat <&3 >/dev/null
-  nap() { sleep "$1" || sleep "$((${1%%.*} + 1))"; }
-  kill -0 $$ || exit 0
-  nap "$2"
-  kill -0 $$ || exit 0
-  kill -TERM -$$ || kill -TERM $$
-  nap "$3"
-  kill -KILL -$$ || kill -KILL $$
-) >/dev/null 2>&1 &
+if command -v setsid >/dev/null; then
+  setsid /bin/sh -c "$7" nodeprov-guard-watch $$ "$nodeprov_guard_dir" "$1" "$2" "$3" "$6" >/dev/null 2>&1 &
+else
+  /bin/sh -c "$7" nodeprov-guard-watch $$ "$nodeprov_guard_dir" "$1" "$2" "$3" "$6" >/dev/null 2>&1 &
+fi
 exec <"$nodeprov_guard_dir/in" 3<&-
 case $4 in =*) export PWD="${4#=}" ;; *) unset PWD ;; esac
 case $5 in =*) export SHLVL="${5#=}" ;; *) unset SHLVL ;; esac
+export NODEPROV_GUARD="$6"
 unset nodeprov_guard_dir
-shift 5
+shift 7
 exec "$@"
+"""
+
+# The guard's watcher, in a session of its own where setsid is there (so that a stop signal
+# the control plane sends the command's process group cannot end it before it has swept).
+# Positional parameters: the command's pid, the FIFO's directory, the marker, grace,
+# term_grace, the guard's mark. Its fd 3 is the channel.
+_GUARD_WATCH = """\
+trap '' TERM HUP INT
+exec 4>"$2/in"
+rm -rf "$2"
+NODEPROV_GUARD_MARKER=$3 LC_ALL=C awk -W interactive '
+  $0 "" == ENVIRON["NODEPROV_GUARD_MARKER"] { exit }
+  { print; fflush() }' <&3 >&4 &
+exec 4>&-
+wait $!
+cat <&3 >/dev/null
+nap() { sleep "$1" || sleep "$((${1%%.*} + 1))"; }
+if kill -0 "$1"; then
+  nap "$4"
+  if kill -0 "$1"; then
+    kill -TERM -"$1" || kill -TERM "$1"
+    nap "$5"
+  fi
+fi
+# Whatever the command started carries its mark, wherever it went (a session of its own, a
+# daemon): found through /proc, with no ps on the node. The watcher does not carry it.
+for round in 1 2 3 4 5; do
+  found=
+  for environ in /proc/[0-9]*/environ; do
+    tr '\\000' '\\n' <"$environ" 2>/dev/null | grep -qxF -e "NODEPROV_GUARD=$6" || continue
+    pid=${environ#/proc/}; kill -KILL "${pid%/environ}" 2>/dev/null && found=1
+  done
+  [ -n "$found" ] || break
+done
+kill -KILL -"$1" 2>/dev/null || kill -KILL "$1" 2>/dev/null
+exit 0
 """
 GUARD_NAME = "nodeprov-guard"
 
@@ -395,7 +421,14 @@ def guard_stdin(options: SpawnOptions, *, marker: str, grace: float, term_grace:
     - when the channel reaches EOF while the command still runs, waits ``grace`` seconds,
       sends SIGTERM to the command's process group, waits ``term_grace`` seconds, then
       sends SIGKILL. After the channel closes, the command is therefore gone within
-      ``grace + term_grace`` seconds (plus scheduling), whatever it does.
+      ``grace + term_grace`` seconds (plus scheduling), whatever it does;
+    - and, once the command is gone (ended, stopped, or killed by the control plane), kills
+      every process that carries the guard's mark: the command's environment gets one
+      variable more than asked, ``NODEPROV_GUARD`` (a random value per spawn), which what
+      it starts inherits wherever it goes (a session of its own, as Claude Code's Bash tool;
+      a daemon), found through ``/proc`` with no ``ps`` on the node. The watcher runs in a
+      session of its own where ``setsid`` is there, so that a stop signal to the command's
+      process group cannot end it first.
 
     The command is ``exec``'d by the wrapper, so it keeps the spawned pid, leads the spawn's
     process group, and its exit status (or the signal that killed it) is what the caller
@@ -403,16 +436,17 @@ def guard_stdin(options: SpawnOptions, *, marker: str, grace: float, term_grace:
     command's stdout or stderr open), ignores SIGTERM, SIGHUP and SIGINT (group signals
     meant for the command), and exits once the channel is closed and the command gone.
     The environment the command gets is ``options.env`` over the node's, as without the
-    wrapper: the ``PWD`` and ``SHLVL`` a shell sets are put back.
+    wrapper (the ``PWD`` and ``SHLVL`` a shell sets are put back), and the guard's mark.
 
     Limits: the relay is for line-oriented text such as stream-json. A last line without a
     newline gets one; awk may not pass NUL bytes. mawk (Debian's awk) copies a long line
     once per 4 KiB read: a 1 MB line costs 0.06 s, a 10 MB line 9 s. A command that stops
     reading its stdin while the control plane keeps writing blocks the relay, and the
     channel's EOF is then seen only once the relay can write again. The node needs
-    ``/bin/sh``, ``awk``, ``mktemp``, ``mkfifo``, ``cat``, ``sleep`` and ``rm`` (all in a
-    minimal Debian and in busybox); a fractional ``sleep`` is rounded up where ``sleep``
-    takes whole seconds only.
+    ``/bin/sh``, ``awk``, ``mktemp``, ``mkfifo``, ``cat``, ``sleep``, ``rm``, ``tr``,
+    ``grep`` and ``/proc`` (all in a minimal Debian and in busybox), and uses ``setsid``
+    where there is one; a fractional ``sleep`` is rounded up where ``sleep`` takes whole
+    seconds only.
 
     Raises:
         ConfigError: an empty marker, one with a line break, or a negative or non-finite
@@ -427,7 +461,8 @@ def guard_stdin(options: SpawnOptions, *, marker: str, grace: float, term_grace:
         return f"{value:.3f}".rstrip("0").rstrip(".")
 
     kept = ["=" + options.env[name] if name in options.env else "" for name in ("PWD", "SHLVL")]
-    args = [seconds(grace), seconds(term_grace), *kept, *options.argv]
+    mark = secrets.token_hex(12)
+    args = [seconds(grace), seconds(term_grace), *kept, mark, _GUARD_WATCH, *options.argv]
     return SpawnOptions(
         "/bin/sh", ["-c", _GUARD_SCRIPT, GUARD_NAME, marker, *args], cwd=options.cwd, env=options.env
     )

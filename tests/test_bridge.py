@@ -64,7 +64,7 @@ def unguard(options: SpawnOptions, policy: StopPolicy) -> list[str]:
     """The command inside the stdin guard that ``options`` run; checks the guard's settings."""
     assert options.argv[:2] == ["/bin/sh", "-c"]
     assert options.argv[3] == GUARD_NAME
-    marker, grace, term_grace, _pwd, _shlvl, *inner = options.argv[4:]
+    marker, grace, term_grace, _pwd, _shlvl, _mark, _watcher, *inner = options.argv[4:]
     assert marker.startswith("nodeprov-end-input-")
     assert len(marker) > len("nodeprov-end-input-") + 16
     # The guard acts only after the stop policy's own EOF and SIGTERM steps.
@@ -197,8 +197,8 @@ async def test_command_and_env_match_the_sdk_transport(
     set_by_sdk = {k: v for k, v in sdk_env.items() if os.environ.get(k) != v}
     set_by_sdk.pop("LC_CTYPE", None)  # Python's own locale coercion in the recorder
     assert {k: our_env.get(k) for k in set_by_sdk} == set_by_sdk
-    # ...and nothing else does, least of all this process's environment.
-    assert set(our_env) - set(set_by_sdk) - set(node.base_env) - {"LC_CTYPE"} == set()
+    # ...and nothing else does, least of all this process's environment: only the guard's mark.
+    assert set(our_env) - set(set_by_sdk) - set(node.base_env) - {"LC_CTYPE"} == {"NODEPROV_GUARD"}
     assert canary not in json.dumps(our_env)
 
 

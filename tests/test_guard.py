@@ -180,14 +180,23 @@ def environment(out: bytes) -> dict[str, str]:
     return dict(item.split("=", 1) for item in out.decode().split("\0") if item)
 
 
+def without_mark(env: dict[str, str]) -> dict[str, str]:
+    """``env`` less the guard's mark, which must be there: 24 hexadecimal digits."""
+    mark = env.pop("NODEPROV_GUARD", "")
+    assert len(mark) == 24, mark
+    assert int(mark, 16) >= 0
+    return env
+
+
 async def test_hostile_arguments_environment_and_marker_pass_verbatim(node: NodeHandle) -> None:
     out = await output_of(await spawn_guarded(node, "printf", "%s\\0", *HOSTILE_STRINGS))
     assert out.decode().split("\0")[:-1] == HOSTILE_STRINGS
 
     env = {f"NODEPROV_H{i}": value for i, value in enumerate(HOSTILE_STRINGS)}
     out = await output_of(await spawn_guarded(node, "env", "-0", env=env))
-    # Exactly what the process would get without the guard: no PWD or SHLVL of the shell's.
-    assert environment(out) == {**node.base_env, **env}
+    # Exactly what the process would get without the guard (no PWD or SHLVL of the shell's),
+    # and the guard's mark, which finds what the process starts wherever it goes.
+    assert without_mark(environment(out)) == {**node.base_env, **env}
 
     marker = "end $(touch /tmp/nodeprov-pwned) `x` '\" \\ * ~ \u00e9"
     process = await spawn_guarded(node, "cat", marker=marker)
@@ -199,7 +208,7 @@ async def test_hostile_arguments_environment_and_marker_pass_verbatim(node: Node
 async def test_a_pwd_and_shlvl_given_are_kept(node: NodeHandle) -> None:
     env = {"PWD": "/logical/path", "SHLVL": "7"}
     out = await output_of(await spawn_guarded(node, "env", "-0", env=env))
-    assert environment(out) == {**node.base_env, **env}
+    assert without_mark(environment(out)) == {**node.base_env, **env}
 
 
 @pytest.mark.parametrize(
