@@ -120,3 +120,13 @@ async def until_tool_runs(marker: str) -> None:
         return bool(host_processes_matching(marker))
 
     assert await wait_until(running, 90), "the agent's tool never started"
+
+
+async def until_model_asked(model: ScriptedModel, count: int = 1) -> None:
+    """Wait until ``model`` has had ``count`` requests of the agent's own: the turn that
+    answers each is taken, so a pause after this cannot leave it to the next drive."""
+
+    async def asked() -> bool:
+        return len(model.agent_requests) >= count
+
+    assert await wait_until(asked, TURN_TIMEOUT), "the agent never asked its model"

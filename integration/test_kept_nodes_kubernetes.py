@@ -15,7 +15,7 @@ from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Stall, Text
 from tests.test_seams import until_destroyed
 
-from .agents import TURN_TIMEOUT, require_claude_cli, run_options
+from .agents import TURN_TIMEOUT, require_claude_cli, run_options, until_model_asked
 from .kubernetes import Cluster
 from .pods import node_pods, pod_settings
 
@@ -40,6 +40,7 @@ async def _paused_with_its_pod_kept(
                 node_id = event.node_id
             if run.agent_session_id is not None:
                 break
+    await until_model_asked(model)  # its Stall taken: the resume gets the next turn
     snapshot = await run.pause("human", "a short break", keep_node=True, keep_for=3.0)
     assert snapshot.node_kept
     return run.id, node_id

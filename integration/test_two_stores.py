@@ -22,7 +22,7 @@ from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Stall, Text, fake_agent_command
 from tests.test_seams import until_destroyed
 
-from .agents import TURN_TIMEOUT, on_docker, require_claude_cli, run_options
+from .agents import TURN_TIMEOUT, on_docker, require_claude_cli, run_options, until_model_asked
 from .containers import node_containers
 
 pytestmark = pytest.mark.anyio
@@ -113,6 +113,7 @@ async def test_a_kept_docker_node_goes_at_its_keep_time(
             "remember: the colour is teal", options=run_options(scripted_model), **on_docker(base_image)
         )
         node_id = await agent_started(run)
+        await until_model_asked(scripted_model)  # its Stall taken: the resume gets the next turn
         snapshot = await run.pause("human", "a short break", keep_node=True, keep_for=2.0)
         assert snapshot.node_kept
         assert node_containers(docker_client, node_id) != []
