@@ -64,3 +64,14 @@ async def test_noise_followed_by_the_protocol_is_no_failure(
     async with get_agent("claude", options).session(local_node) as session:
         messages = [message async for message in session.turn("go")]
     assert type(messages[-1]).__name__ == "Result"
+
+
+def test_a_bad_option_names_the_field_and_the_reason_in_one_line() -> None:
+    from nodeprov.errors import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        get_agent("claude", {"max_turns": -3, "colour": "red"})
+    (line,) = str(raised.value).splitlines()
+    assert "max_turns: Input should be greater than 0" in line
+    assert "colour: Extra inputs are not permitted" in line
+    assert "validation error" not in line

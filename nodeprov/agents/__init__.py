@@ -242,7 +242,14 @@ class Agent(ABC, Generic[OptionsT]):
         try:
             return cls(cls.options_model(**dict(values or {})))  # type: ignore[arg-type]
         except ValidationError as error:
-            raise ConfigError(f"invalid options for agent {cls.name}: {error}") from None
+            problems = "; ".join(
+                f"{'.'.join(map(str, each['loc'])) or 'options'}: {each['msg']}"
+                for each in error.errors(include_url=False)
+            )
+            allowed = ", ".join(cls.options_model.model_fields)
+            raise ConfigError(
+                f"invalid options for agent {cls.name}: {problems} (options: {allowed})"
+            ) from None
 
     @classmethod
     def local_cli(cls) -> str | None:
