@@ -51,3 +51,49 @@ def test_an_unreachable_platform_is_one_error_line(
     assert lines[0].startswith("error: cannot provision node ")
     assert "127.0.0.1:9" in lines[0]
     assert "remain" not in done.stderr
+
+
+def test_a_hanging_docker_engine_is_not_ready_within_the_probe_limit(tmp_path: Path) -> None:
+    """An engine that accepts connections and never answers: `providers` says so once its
+    10 s probe limit is up (the client's own wait for the engine's version was a minute)."""
+    import socket
+    import threading
+
+    path = tmp_path / "hanging.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(16)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nodeprov",
+                "providers",
+                "-p",
+                "docker",
+                "-s",
+                f"docker_host=unix://{path}",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=40,  # the old wait was over sixty seconds
+            check=False,
+        )
+    finally:
+        server.close()
+        for each in held:
+            each.close()
+    assert done.returncode == 1
+    assert "no answer within 10 s" in done.stdout

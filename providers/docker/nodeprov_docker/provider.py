@@ -364,7 +364,9 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 if host is not None and not host.startswith(("unix://", "tcp://", "http://")):
                     raise ConfigError(f"docker_host {host!r}: only unix:// and tcp:// engines are supported")
                 make = functools.partial(docker.DockerClient, base_url=host) if host else docker.from_env
-                client = await _engine(make)
+                # It asks the engine for its API version: abandoned, not waited for, when its
+                # caller gives up (an engine that hangs would hold a probe for a minute).
+                client = await _ask(make)
                 if client.api.base_url.startswith("https"):
                     raise ConfigError("TLS Docker engines are not supported (the exec socket is used raw)")
                 self._client = client
