@@ -87,7 +87,7 @@ def test_codex_events_become_messages() -> None:
     messages = [m for event in events for m in converter.convert(event)]
     assert [type(m).__name__ for m in messages] == [
         "Notice", "Notice", "Thinking", "ToolUse", "ToolResult", "ToolUse", "ToolResult", "ToolUse",
-        "ToolResult", "ToolUse", "ToolResult", "Notice", "ErrorMessage", "Notice", "ErrorMessage",
+        "ToolResult", "ToolUse", "ToolResult", "Notice", "Notice", "Notice", "ErrorMessage",
         "AgentText", "Result",
     ]  # fmt: skip
     assert messages[0] == Notice("thread.started", session_id="th-1")
@@ -97,6 +97,7 @@ def test_codex_events_become_messages() -> None:
     assert messages[7] == ToolUse("i3", "mcp:db/q", {"sql": "1"})
     assert messages[8] == ToolResult("i3", "no db", is_error=True)
     assert messages[11] == Notice("todo_list", "[x] a\n[ ] b")
+    assert messages[12] == Notice("warning", "item failed")  # Codex's error items are not fatal
     assert messages[13] == Notice("error", "Reconnecting... 1/5", retry=True)
     assert messages[-1] == Result(
         False, "all done", session_id="th-1", usage={"input_tokens": 7, "output_tokens": 2}

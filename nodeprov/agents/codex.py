@@ -22,7 +22,10 @@ item ``mcp_tool_call``                 :class:`ToolUse` ``mcp:SERVER/TOOL`` and
 item ``web_search``                    :class:`ToolUse` ``web_search`` (``query``) and
                                        :class:`ToolResult`
 item ``todo_list`` (any update)        :class:`Notice` ``todo_list`` (the list as text)
-item ``error``                         :class:`ErrorMessage`
+item ``error``                         :class:`Notice` ``warning``: Codex's error items
+                                       are not fatal (say, ``Model metadata ... not
+                                       found`` for a model of a custom endpoint, on
+                                       every turn of runs that succeed)
 ``turn.completed``                     :class:`Result` (``usage``; ``text``: the last
                                        agent message)
 ``turn.failed``                        :class:`Result` with ``is_error``
@@ -480,8 +483,8 @@ class _Converter:
                 f"[{'x' if i.get('completed') else ' '}] {i.get('text')}" for i in item.get("items") or []
             ]
             return [Notice("todo_list", "\n".join(lines), raw=event)]
-        if item_type == "error":
-            return [ErrorMessage(str(item.get("message") or ""), raw=event)] if done else []
+        if item_type == "error":  # not fatal: the turn goes on (a failure is turn.failed)
+            return [Notice("warning", str(item.get("message") or ""), raw=event)] if done else []
         # Any other item is work under way until it completes (a command, a file change, an
         # MCP tool call, a web search, a kind a later Codex adds): silence then is not the model's.
         if done:
