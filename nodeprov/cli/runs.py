@@ -292,14 +292,22 @@ def logs(
     """Show a run's events, from any process (they are kept in the store)."""
 
     async def show() -> None:
-        from ..runs import Orchestrator  # see the imports
+        from ..runs import Orchestrator, RunState  # see the imports
         from .events import show_event
 
         async with await Store.open(store) as opened:
             # Reading needs no lease: a reader owns nothing.
             reader = Orchestrator(opened)
+            finished = False
             async for event in reader.events(run_id, after=after, follow=follow):
                 show_event(event, json_output)
+                finished = event.kind == "run.finished"
+            record = await opened.run(run_id)
+            if follow and not finished and record is not None and RunState(record.state).live:
+                fail(
+                    f"run {run_id}'s control plane is gone (its lease expired): nobody drives it; "
+                    "`nodeprov gc` (or any control plane's reconcile) ends it"
+                )
 
     with errors():
         anyio.run(show)

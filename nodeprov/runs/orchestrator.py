@@ -1022,8 +1022,10 @@ class Orchestrator:
     async def events(self, run_id: str, *, after: int = 0, follow: bool = True) -> AsyncIterator[RunEvent]:
         """The events of any run, from any process: those above sequence ``after``, then, with
         ``follow``, new ones as they are written, until the run's drive ends with nobody
-        driving it (checked every ``poll_interval``). A server forwarding server-sent events
-        passes the client's ``Last-Event-ID`` as ``after``.
+        driving it (checked every ``poll_interval``), or its control plane is known to be
+        gone (its lease expired or was released: nobody will write more; a reconcile ends the
+        run). A server forwarding server-sent events passes the client's ``Last-Event-ID``
+        as ``after``.
 
         Raises:
             RunStateError: there is no such run.
@@ -1053,6 +1055,9 @@ class Orchestrator:
             record = await self.store.run(run_id)
             if ended and record is not None and not RunState(record.state).live:
                 return
+            orphaned = record is not None and RunState(record.state).live and run_id not in self._runs
+            if orphaned and record is not None and (await self._owner_check())(record.owner) is False:
+                return  # its control plane is gone: nobody will write more (reconcile ends it)
             await anyio.sleep(self._poll_interval)
 
     # -- across processes --------------------------------------------------------------
