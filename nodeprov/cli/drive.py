@@ -87,20 +87,26 @@ Start = Callable[[Orchestrator, dict[str, Any]], Awaitable[Run]]
 
 async def drive_run(request: RunRequest, start: Start) -> str:
     """Start (or resume) a run with ``start(orchestrator, options)``, show its events, pause
-    it on Ctrl-C, SIGTERM or SIGHUP; return its outcome."""
+    it on Ctrl-C, SIGTERM or SIGHUP; return its outcome. A signal that comes while the run
+    starts pauses it as soon as it exists (keeping its node with ``--keep-node``)."""
     async with _model_options(request.model, request.agent, request.prompt) as model_options:
         env = {**model_options.get("env", {}), **request.options["env"]}
         options = {**request.options, **model_options, "env": env}
         async with await Store.open(request.store) as store, Orchestrator(store) as orchestrator:
             await _reconcile(orchestrator)
-            active = await start(orchestrator, options)
-            if not request.json_output:
-                out.print(f"[dim]run {active.id}[/]", soft_wrap=True)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_pause_on_signals, active, request.keep_node, tg)
-                async for event in active.events():
-                    show_event(event, request.json_output)
-                tg.cancel_scope.cancel()
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+                async with anyio.create_task_group() as tg:
+                    started: list[Run] = []
+                    running = anyio.Event()
+                    tg.start_soon(_pause_on_signals, signals, started, running, request.keep_node, tg)
+                    active = await start(orchestrator, options)
+                    started.append(active)
+                    running.set()
+                    if not request.json_output:
+                        out.print(f"[dim]run {active.id}[/]", soft_wrap=True)
+                    async for event in active.events():
+                        show_event(event, request.json_output)
+                    tg.cancel_scope.cancel()
             outcome = await active.wait()
     if outcome == "paused" and not request.json_output:
         err.print(f"paused: resume with `nodeprov resume {active.id}`", soft_wrap=True)
@@ -120,19 +126,36 @@ async def _reconcile(orchestrator: Orchestrator) -> None:
         err.print(f"[yellow]warning:[/] reconcile: node {node_id}: {escape(why)}")
 
 
-async def _pause_on_signals(active: Run, keep_node: bool, tg: anyio.abc.TaskGroup) -> None:
+async def _pause_on_signals(
+    signals: AsyncIterator[int],
+    started: list[Run],
+    running: anyio.Event,
+    keep_node: bool,
+    tg: anyio.abc.TaskGroup,
+) -> None:
     """Ctrl-C pauses (kind human); SIGTERM and SIGHUP, sent by `timeout`, systemd, a closed
-    terminal or a CI cancel, pause too (kind system). The pause runs beside this loop, so a
-    second signal is seen while it takes its time, and aborts at once."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-        async for signum in signals:
-            human = signum == signal.SIGINT
-            err.print(f"[yellow]pausing ({'Ctrl-C' if human else signum.name} again to abort)...[/]")
-            reason = "interrupted from the terminal" if human else f"nodeprov received {signum.name}"
-            tg.start_soon(_pause, active, "human" if human else "system", reason, keep_node)
-            break
-        async for signum in signals:
-            _abort(active, signum)
+    terminal or a CI cancel, pause too (kind system). One that comes while the run starts
+    pauses it once it exists. The pause runs beside this loop, so a second signal is seen
+    while it takes its time, and aborts at once."""
+    async for signum in signals:
+        human = signum == signal.SIGINT
+        name = "Ctrl-C" if human else signal.Signals(signum).name
+        err.print(f"[yellow]pausing ({name} again to abort)...[/]")
+        reason = "interrupted from the terminal" if human else f"nodeprov received {name}"
+
+        tg.start_soon(
+            _pause_when_started, started, running, "human" if human else "system", reason, keep_node
+        )
+        break
+    async for signum in signals:
+        _abort(started[0] if started else None, signum)
+
+
+async def _pause_when_started(
+    started: list[Run], running: anyio.Event, kind: PauseKind, reason: str, keep_node: bool
+) -> None:
+    await running.wait()
+    await _pause(started[0], kind, reason, keep_node)
 
 
 async def _pause(active: Run, kind: PauseKind, reason: str, keep_node: bool) -> None:
@@ -140,11 +163,12 @@ async def _pause(active: Run, kind: PauseKind, reason: str, keep_node: bool) -> 
         await active.pause(kind, reason, keep_node=keep_node)
 
 
-def _abort(active: Run, signum: int) -> NoReturn:
+def _abort(active: Run | None, signum: int) -> NoReturn:
     """Leave now, skipping the orchestrator's orderly shutdown (which may wait on the agent):
     the agent stops by itself once its control plane is gone, and reconcile or `nodeprov gc`
     settles the run and its node once this process's lease has expired."""
-    err.print(f"aborted: run {active.id} is left to reconcile (`nodeprov gc`)", soft_wrap=True)
+    which = f"run {active.id}" if active is not None else "the run being started"
+    err.print(f"aborted: {which} is left to reconcile (`nodeprov gc`)", soft_wrap=True)
     with suppress(OSError):
         sys.stdout.flush()
         sys.stderr.flush()

@@ -8,6 +8,7 @@ import logging
 import os
 import posixpath
 import re
+import signal
 import socket
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -16,6 +17,7 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 import anyio
+import anyio.abc
 import typer
 from anyio import AsyncFile
 from anyio.abc import ByteReceiveStream
@@ -348,29 +350,43 @@ async def _exec(node_id: str, provider: str | None, setting: list[str] | None, o
 
 
 async def _exec_on(node: NodeHandle, options: SpawnOptions) -> int:
+    """Run ``options`` on ``node``, relaying this process's stdin and the process's stdout and
+    stderr; its exit status. Ctrl-C, SIGTERM or SIGHUP (a terminal closed, `timeout`, a CI
+    cancel) stop the process on the node, as its stop policy says but with no grace for its
+    stdin, and return ``-SIGNAL``: never does this end and leave it running there."""
     stdout, stderr = (anyio.wrap_file(f) for f in (sys.stdout.buffer, sys.stderr.buffer))
-    async with await node.spawn(options) as process:
+    stopped_by: list[int] = []
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async with await node.spawn(options) as process:
 
-        async def feed() -> None:
-            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                async with aclosing(_stdin_chunks()) as chunks:
-                    async for chunk in chunks:
-                        await process.stdin.send(chunk)
-            await process.stdin.aclose()
+            async def feed() -> None:
+                with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    async with aclosing(_stdin_chunks()) as chunks:
+                        async for chunk in chunks:
+                            await process.stdin.send(chunk)
+                await process.stdin.aclose()
 
-        async def copy(source: ByteReceiveStream, sink: AsyncFile[bytes]) -> None:
-            async for chunk in source:
-                await sink.write(chunk)
-                await sink.flush()
+            async def copy(source: ByteReceiveStream, sink: AsyncFile[bytes]) -> None:
+                async for chunk in source:
+                    await sink.write(chunk)
+                    await sink.flush()
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(feed)
-            async with anyio.create_task_group() as outputs:
-                outputs.start_soon(copy, process.stdout, stdout)
-                outputs.start_soon(copy, process.stderr, stderr)
-            code = await process.wait()
-            tg.cancel_scope.cancel()  # the process is done: stop waiting for our stdin
-    return code
+            async def stop_on_a_signal(tg: anyio.abc.TaskGroup) -> None:
+                async for signum in signals:
+                    stopped_by.append(signum)
+                    process.stop_policy = dataclasses.replace(process.stop_policy, eof_grace=0.0)
+                    tg.cancel_scope.cancel()  # leaving `async with process` stops it
+                    return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(feed)
+                tg.start_soon(stop_on_a_signal, tg)
+                async with anyio.create_task_group() as outputs:
+                    outputs.start_soon(copy, process.stdout, stdout)
+                    outputs.start_soon(copy, process.stderr, stderr)
+                code = await process.wait()
+                tg.cancel_scope.cancel()  # the process is done: stop waiting for our stdin
+    return -stopped_by[0] if stopped_by else code
 
 
 def _remote(arg: str) -> tuple[str, str] | None:
