@@ -309,3 +309,30 @@ async def test_a_limit_ends_the_run_at_the_limit_not_a_stop_policy_later(
             assert await run.wait() == "error"
         assert "deadline" in (run.error or "") or "no progress" in (run.error or "")
     assert nodes_on_disk(tmp_path) == set()
+
+
+async def test_status_says_a_run_of_a_switched_workspace_is_not_resumable(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    async with Orchestrator(store) as plane:
+        run = await plane.start("go", options=agent({"stall": True}), **local(tmp_path))
+        await running(run)
+        await run.pause("human", "kept", keep_node=True)
+    await store.active_session("default", "codex")  # the workspace moves to another agent
+
+    def status() -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "nodeprov", "status", run.id, "--json", "--store", store.url],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        return dict(json.loads(done.stdout))
+
+    shown = await anyio.to_thread.run_sync(status)
+    assert shown["resumable"] is False
+    assert [s["resumable"] for s in shown["snapshots"]] == [False]

@@ -382,17 +382,24 @@ def sessions(store: StoreOption = None, json_output: JsonOption = False) -> None
 def status(run_id: RunOption, store: StoreOption = None, json_output: JsonOption = False) -> None:
     """Show a run and its snapshots."""
 
-    async def load() -> tuple[RunRecord, list[SnapshotRecord]]:
+    async def load() -> tuple[RunRecord, list[SnapshotRecord], str | None]:
         async with await Store.open(store) as opened:
-            return await _record(opened, run_id), await opened.snapshots(run_id)
+            record = await _record(opened, run_id)
+            sessions = await opened.sessions(record.workspace_id)
+            archived = any(s.id == record.session_id and s.state != "active" for s in sessions)
+            why_not = "its workspace switched to another agent" if archived else None
+            if record.state not in ("paused", "failed"):
+                why_not = f"it is {record.state}"
+            return record, await opened.snapshots(run_id), why_not
 
     with errors():
-        record, snapshots = anyio.run(load)
+        record, snapshots, why_not = anyio.run(load)
     body = {
         **_run_json(record),
+        "resumable": why_not is None and any(s.used_at is None for s in snapshots),
         "snapshots": [
             {k: v for k, v in dataclasses.asdict(s).items() if k != "token"}
-            | {"resumable": s.used_at is None}
+            | {"resumable": s.used_at is None and why_not is None}
             for s in snapshots
         ],
     }
@@ -400,13 +407,21 @@ def status(run_id: RunOption, store: StoreOption = None, json_output: JsonOption
         emit(body)
         return
     for key, value in body.items():
-        if key != "snapshots":
+        if key not in ("snapshots", "resumable"):
             out.print(f"{key:>16}: {value if value is not None else ''}", soft_wrap=True, markup=False)
     for snapshot in body["snapshots"]:
+        said = (
+            "resumable"
+            if snapshot["resumable"]
+            else "used"
+            if snapshot["used_at"]
+            else f"not resumable: {why_not}"
+        )
         out.print(
             f"        snapshot: {snapshot['pause_kind']} at {snapshot['created_at'][:19]} "
-            f"({snapshot['reason']}) {'resumable' if snapshot['resumable'] else 'used'}",
+            f"({snapshot['reason']}) {said}",
             soft_wrap=True,
+            markup=False,
         )
 
 
