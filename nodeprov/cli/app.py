@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from ..errors import ConfigError, NodeprovError
 from ..node import NodeProvider
-from ..registry import provider_class
+from ..registry import provider_class, provider_names
 from .render import err
 
 SCRIPTED = "scripted"
@@ -136,7 +136,7 @@ def provider_settings(name: str, given: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ProviderNotFoundError, ConfigError: as :func:`~nodeprov.registry.provider_class`.
     """
-    prefix = f"NODEPROV_{name.upper().replace('-', '_')}_"
+    prefix = _env_prefix(name)
     found: dict[str, Any] = {}
     for field in provider_class(name).settings_model.model_fields:
         raw = os.environ.get(prefix + field.upper())
@@ -183,3 +183,28 @@ AgentOptionsOption = Annotated[
 ProviderOption = Annotated[str | None, typer.Option("--provider", "-p", help="Provider name (default: all).")]
 RunOption = Annotated[str, typer.Argument(metavar="RUN", help="Run id.")]
 NodeOption = Annotated[str, typer.Argument(metavar="NODE", help="Node id.")]
+
+
+def secret_settings(provider: str | None, setting: list[str] | None) -> dict[str, dict[str, Any]]:
+    """Per provider, the secret settings found here (NODEPROV_<PROVIDER>_*, and -s for the
+    named provider): what a reconcile needs of a run's provider settings that runs never
+    store (an SSH key's passphrase, a token). Only secrets: a run's other settings are its own."""
+    found: dict[str, dict[str, Any]] = {}
+    names = [provider] if provider else provider_names()
+    for name in names:
+        if name != provider and not any(key.startswith(_env_prefix(name)) for key in os.environ):
+            continue  # nothing set for it here: not worth importing it
+        try:
+            cls = provider_class(name)
+            given = provider_settings(name, parse_settings(setting) if provider else {})
+        except NodeprovError:
+            continue  # not loadable here: its runs' nodes cannot be reached from here either
+        if secrets := {
+            key: value for key, value in given.items() if key in cls.settings_model.secret_fields()
+        }:
+            found[name] = secrets
+    return found
+
+
+def _env_prefix(provider: str) -> str:
+    return f"NODEPROV_{provider.upper().replace('-', '_')}_"

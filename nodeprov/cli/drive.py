@@ -22,7 +22,7 @@ from ..runs import Orchestrator, PauseKind, Run
 from ..store import Store
 from ..testing.scripted_model import ScriptedModel, Text, ToolUse
 from ..testing.scripted_responses import ExecCommand, ResponsesText, ScriptedResponses
-from .app import SCRIPTED, fail
+from .app import SCRIPTED, fail, secret_settings
 from .events import show_event
 from .render import err, out
 
@@ -92,7 +92,11 @@ async def drive_run(request: RunRequest, start: Start) -> str:
     async with _model_options(request.model, request.agent, request.prompt) as model_options:
         env = {**model_options.get("env", {}), **request.options["env"]}
         options = {**request.options, **model_options, "env": env}
-        async with await Store.open(request.store) as store, Orchestrator(store) as orchestrator:
+        secrets = secret_settings(None, None)  # what a reconcile of others' runs may need
+        async with (
+            await Store.open(request.store) as store,
+            Orchestrator(store, provider_settings=secrets) as orchestrator,
+        ):
             await _reconcile(orchestrator)
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
                 async with anyio.create_task_group() as tg:

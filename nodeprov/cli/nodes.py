@@ -51,6 +51,7 @@ from .app import (
     parse_pair,
     parse_settings,
     provider_settings,
+    secret_settings,
 )
 from .render import emit, err, out, print_table
 
@@ -512,7 +513,7 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
         failed: list[str] = []
         from ..runs import Orchestrator  # only gc loads it (and the SDK)
 
-        secrets = _secret_settings(provider, setting)
+        secrets = secret_settings(provider, setting)
         async with (
             await Store.open(store) as opened,
             Orchestrator(opened, reconcile_interval=0, provider_settings=secrets) as plane,
@@ -555,21 +556,3 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
         out.print("nothing to remove")
     if failed:
         fail("; ".join(failed))
-
-
-def _secret_settings(provider: str | None, setting: list[str] | None) -> dict[str, dict[str, Any]]:
-    """Per provider, the secret settings found here (NODEPROV_<PROVIDER>_*, and -s for the
-    named provider): what a reconcile needs of a run's provider settings that runs never
-    store (an SSH key's passphrase, a token). Only secrets: a run's other settings are its own."""
-    found: dict[str, dict[str, Any]] = {}
-    for name in [provider] if provider else provider_names():
-        try:
-            cls = provider_class(name)
-            given = provider_settings(name, parse_settings(setting) if provider else {})
-        except NodeprovError:
-            continue  # not loadable here: its runs' nodes cannot be reached from here either
-        if secrets := {
-            key: value for key, value in given.items() if key in cls.settings_model.secret_fields()
-        }:
-            found[name] = secrets
-    return found

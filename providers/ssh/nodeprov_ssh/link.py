@@ -214,6 +214,8 @@ def mapped_errors(host: str) -> Iterator[None]:
         raise ProviderError(f"{host}: the SSH server refused a session ({error.reason})") from None
     except asyncssh.DisconnectError as error:
         raise NodeGoneError(f"{host}: the SSH connection was closed ({error.reason})") from None
+    except asyncssh.KeyEncryptionError as error:  # a passphrase that is wrong
+        raise ConfigError(f"{host}: a key file cannot be decrypted: {error}") from None
     except asyncssh.KeyImportError as error:
         if "passphrase" in str(error).lower():  # a secret never stored: a reconcile must be given it
             raise ConfigError(
