@@ -387,3 +387,33 @@ async def test_an_encrypted_key_without_its_passphrase_is_a_clear_config_error(
     async with get_provider("ssh", **settings) as provider:
         with anyio.fail_after(30), pytest.raises(ConfigError, match="passphrase"):
             await provider.list_nodes()
+
+
+async def test_spawns_that_time_out_in_their_handshake_leave_nothing(sshd: Sshd) -> None:
+    """Each spawn gets less time than its handshake takes: every one fails, and none leaves
+    its command running, or its session open (the connection stays usable)."""
+    from nodeprov.errors import SpawnError
+
+    marker = unique_marker()
+    settings = sshd.settings(UNPRIVILEGED, root=ROOT, spawn_timeout=0.001)
+    async with get_provider("ssh", **settings) as provider, await provider.provision() as node:
+        link = provider.nodes.link  # type: ignore[attr-defined]
+        before = sum(entry.sessions for entry in link._connections)  # an SFTP session keeps its place
+        failed = 0
+        for _ in range(12):
+            try:
+                process = await node.spawn(SpawnOptions("sleep", [marker]))
+            except SpawnError:
+                failed += 1
+            else:
+                await process.aclose()
+        assert failed > 0
+
+        async def none_left() -> bool:
+            return not host_processes_matching(f"sleep {marker}")
+
+        async def sessions_closed() -> bool:
+            return sum(entry.sessions for entry in link._connections) == before
+
+        assert await wait_until(none_left, 30), host_processes_matching(f"sleep {marker}")
+        assert await wait_until(sessions_closed, 30)  # every session of those spawns closed

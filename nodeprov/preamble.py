@@ -76,7 +76,10 @@ fi
 cd -- "$__np_cwd" 2>/dev/null || {{ printf '\\036nodeprov nocwd\\n'; exit 126; }}
 unset PWD OLDPWD
 __np_extra=
-while IFS= read -r __np_line && [ -n "$__np_line" ]; do
+while :; do
+  # The channel closed before the environment's end: the spawn was given up. Never run.
+  IFS= read -r __np_line || exit 124
+  [ -n "$__np_line" ] || break
   case ${{__np_line%%=*}} in
     [!A-Za-z_]*|*[!A-Za-z0-9_]*) __np_extra="$__np_extra$__np_line
 " ;;

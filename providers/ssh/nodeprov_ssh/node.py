@@ -25,6 +25,7 @@ from nodeprov.errors import (
     NodeFileError,
     NodeFileNotFoundError,
     NodeGoneError,
+    NodeprovError,
     ProviderError,
     SpawnError,
 )
@@ -51,6 +52,7 @@ RECORD_FILE = "node.json"
 PROCESSES_FILE = "processes"
 TOOLS_DIR = ".tools"
 _SCRIPT_TIMEOUT = 60.0
+_GIVE_UP = 15.0  # for a timed-out spawn to say whether it started, and be ended if it did
 _CHUNK = 256 * 1024
 _EXCLUSIVE = asyncssh.FXF_WRITE | asyncssh.FXF_CREAT | asyncssh.FXF_EXCL
 
@@ -253,14 +255,18 @@ class SshNode(NodeHandle):
         # Shielded, and bounded instead: a cancellation after the session opened would
         # orphan the process. The core kills what a cancelled spawn returns.
         with anyio.CancelScope(shield=True):
+            # Opened whole (bounded by the link's own timeouts): a session cut off while it
+            # opens would be left open, out of reach.
+            session = await self.link.open(command)
             try:
                 with anyio.fail_after(self._spawn_timeout):
-                    session = await self.link.open(command)
                     await session.send(environment)
                     pid, start, pipe = await self._handshake(session, options)
             except TimeoutError:
+                await self._give_up(session, options)
                 raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
             except anyio.BrokenResourceError:
+                session.close()
                 raise NodeGoneError(f"{self.link.host}: the SSH connection was lost") from None
         stdout = None
         if pipe:
@@ -278,6 +284,20 @@ class SshNode(NodeHandle):
             signal_group=functools.partial(self._signal_group, pid, start),
             stop_policy=self._stop_policy,
         )
+
+    async def _give_up(self, session: Session, options: SpawnOptions) -> None:
+        """A spawn that ran out of time leaves nothing: its stdin ends (a preamble still
+        reading the environment exits, never running the command); a command that started
+        meanwhile (its report on the way) has its group killed; the session is closed."""
+        with anyio.move_on_after(_GIVE_UP):
+            session.write_eof()
+            try:
+                pid, start, _ = await self._handshake(session, options)
+            except (NodeprovError, anyio.BrokenResourceError):
+                pass  # it ended without starting the command
+            else:
+                await self._signal_group(pid, start, "KILL")
+        session.close()
 
     async def _handshake(self, session: Session, options: SpawnOptions) -> tuple[int, str, str]:
         """Read the preamble's report: (pid, start time, stdout pipe); raise if the command
