@@ -413,7 +413,7 @@ async def test_spawns_that_time_out_in_their_handshake_leave_nothing(sshd: Sshd)
             return not host_processes_matching(f"sleep {marker}")
 
         async def sessions_closed() -> bool:
-            return sum(entry.sessions for entry in link._connections) == before
+            return bool(sum(entry.sessions for entry in link._connections) == before)
 
         assert await wait_until(none_left, 30), host_processes_matching(f"sleep {marker}")
         assert await wait_until(sessions_closed, 30)  # every session of those spawns closed
