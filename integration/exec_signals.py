@@ -18,9 +18,9 @@ from .cli import settings_environment
 
 def exec_then_signal(
     provider: str, settings: Mapping[str, object], node_id: str, signum: signal.Signals
-) -> tuple[int, str]:
+) -> tuple[int, str, str]:
     """Run ``sleep MARKER`` on ``node_id`` through `nodeprov exec`, send it ``signum`` once the
-    sleep runs, and return (its exit status, MARKER)."""
+    sleep runs, and return (its exit status, MARKER, its stderr)."""
     marker = unique_marker()
     process = subprocess.Popen(
         [sys.executable, "-m", "nodeprov", "exec", node_id, "-p", provider, "--", "sleep", marker],
@@ -31,21 +31,24 @@ def exec_then_signal(
     )
     try:
         deadline = time.monotonic() + 60
-        while not _on_the_node(marker, process.pid):
+        while not _on_the_node(marker):
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "the command never started on the node"
             time.sleep(0.05)
         process.send_signal(signum)
-        process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
-    return process.returncode, marker
+    return process.returncode, marker, stderr.decode(errors="replace")
 
 
-def _on_the_node(marker: str, cli: int) -> list[str]:
-    """The ``sleep MARKER`` processes but the CLI's own (its argument vector has it too)."""
-    return [found for found in host_processes_matching(f"sleep {marker}") if not found.startswith(f"{cli}:")]
+def _on_the_node(marker: str) -> list[str]:
+    """The ``sleep MARKER`` processes themselves. Not any process whose arguments hold it: the
+    CLI's children between fork and exec (asyncssh runs ldconfig at import) show the CLI's
+    arguments, and a signal sent then would come before the CLI handles any."""
+    wanted = f"sleep {marker}"
+    return [found for found in host_processes_matching(wanted) if found.partition(": ")[2] == wanted]
 
 
 def gone_soon(marker: str) -> bool:

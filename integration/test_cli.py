@@ -99,7 +99,8 @@ def test_run_human_output(tmp_path: Path) -> None:
 def test_agent_failure_is_one_line_and_nonzero(tmp_path: Path) -> None:
     done = nodeprov(tmp_path, "run", "-s", f"root={tmp_path / 'nodes'}", "-o", "cli_path=/bin/false", "hi")
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == ["error: the agent process exited with status 1"]
+    said = "error: the agent process exited with status 1 before answering initialize"
+    assert done.stderr.strip().splitlines() == [said]
     assert list((tmp_path / "nodes").iterdir()) == []
 
 

@@ -31,8 +31,8 @@ async def test_a_signal_to_exec_stops_the_process_on_the_node(
 
     provider, settings = where
     async with get_provider(provider, **settings) as made, await made.provision() as node:
-        code, marker = await anyio.to_thread.run_sync(
+        code, marker, stderr = await anyio.to_thread.run_sync(
             exec_then_signal, provider, settings, node.node_id, signum
         )
-        assert code == 128 + signum
+        assert code == 128 + signum, stderr
         assert await anyio.to_thread.run_sync(gone_soon, marker)

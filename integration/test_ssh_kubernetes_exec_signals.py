@@ -20,10 +20,10 @@ pytestmark = pytest.mark.anyio
 
 async def _check(provider: str, settings: dict[str, object], signum: signal.Signals) -> None:
     async with get_provider(provider, **settings) as made, await made.provision() as node:
-        code, marker = await anyio.to_thread.run_sync(
+        code, marker, stderr = await anyio.to_thread.run_sync(
             exec_then_signal, provider, settings, node.node_id, signum
         )
-        assert code == 128 + signum
+        assert code == 128 + signum, stderr
         assert await anyio.to_thread.run_sync(gone_soon, marker)
 
 

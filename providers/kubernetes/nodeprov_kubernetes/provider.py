@@ -185,6 +185,18 @@ class KubernetesNode(NodeHandle):
             return await self._provider.api.exec(self.pod, self.namespace, argv)
         except NodeGoneError:
             raise NodeGoneError(f"node {self.node_id}: its pod is gone or not running") from None
+        except UnreachableError:
+            # The kubelet answers an exec into a pod it is deleting HTTP 500: ask the pod.
+            gone = await self._pod_gone_if_known()
+            if gone is not None:
+                raise gone from None
+            raise
+
+    async def _pod_gone_if_known(self) -> NodeGoneError | None:
+        try:
+            return await self._pod_gone()
+        except NodeprovError:
+            return None
 
     async def _handshake(self, channel: ExecChannel, options: SpawnOptions) -> list[str]:
         """Read the preamble's report: [pid, start, pipe, relay, relay start]; raise if the
