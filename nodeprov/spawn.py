@@ -351,16 +351,19 @@ command -v awk >/dev/null || { echo "nodeprov-guard: no awk on this node" >&2; e
 nodeprov_guard_dir=$(mktemp -d) || exit 126
 mkfifo "$nodeprov_guard_dir/in" || { rm -rf "$nodeprov_guard_dir"; exit 126; }
 exec 3<&0
+nodeprov_guard_start=$(awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$$/stat" 2>/dev/null)
 if command -v setsid >/dev/null; then
-  setsid /bin/sh -c "$7" nodeprov-guard-watch $$ "$nodeprov_guard_dir" "$1" "$2" "$3" "$6" >/dev/null 2>&1 &
+  setsid /bin/sh -c "$7" nodeprov-guard-watch $$ "$nodeprov_guard_dir" "$1" "$2" "$3" "$6" \
+    "$nodeprov_guard_start" >/dev/null 2>&1 &
 else
-  /bin/sh -c "$7" nodeprov-guard-watch $$ "$nodeprov_guard_dir" "$1" "$2" "$3" "$6" >/dev/null 2>&1 &
+  /bin/sh -c "$7" nodeprov-guard-watch $$ "$nodeprov_guard_dir" "$1" "$2" "$3" "$6" \
+    "$nodeprov_guard_start" >/dev/null 2>&1 &
 fi
 exec <"$nodeprov_guard_dir/in" 3<&-
 case $4 in =*) export PWD="${4#=}" ;; *) unset PWD ;; esac
 case $5 in =*) export SHLVL="${5#=}" ;; *) unset SHLVL ;; esac
 export NODEPROV_GUARD="$6"
-unset nodeprov_guard_dir
+unset nodeprov_guard_dir nodeprov_guard_start
 shift 7
 exec "$@"
 """
@@ -368,9 +371,18 @@ exec "$@"
 # The guard's watcher, in a session of its own where setsid is there (so that a stop signal
 # the control plane sends the command's process group cannot end it before it has swept).
 # Positional parameters: the command's pid, the FIFO's directory, the marker, grace,
-# term_grace, the guard's mark. Its fd 3 is the channel.
+# term_grace, the guard's mark, the command's start time (empty without /proc). Its fd 3 is
+# the channel. The pid is signalled only while it is still the command's: once the command
+# is gone, its number may be another process's, the leader of a group of its own.
 _GUARD_WATCH = """\
 trap '' TERM HUP INT
+ours() {
+  if [ -n "$7" ]; then
+    [ "$(awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$1/stat" 2>/dev/null)" = "$7" ]
+  else
+    kill -0 "$1" 2>/dev/null
+  fi
+}
 exec 4>"$2/in"
 rm -rf "$2"
 NODEPROV_GUARD_MARKER=$3 LC_ALL=C awk -W interactive '
@@ -380,9 +392,9 @@ exec 4>&-
 wait $!
 cat <&3 >/dev/null
 nap() { sleep "$1" || sleep "$((${1%%.*} + 1))"; }
-if kill -0 "$1"; then
+if ours "$@"; then
   nap "$4"
-  if kill -0 "$1"; then
+  if ours "$@"; then
     kill -TERM -"$1" || kill -TERM "$1"
     nap "$5"
   fi
@@ -397,7 +409,10 @@ for round in 1 2 3 4 5; do
   done
   [ -n "$found" ] || break
 done
-kill -KILL -"$1" 2>/dev/null || kill -KILL "$1" 2>/dev/null
+# What is left of the command's group (a group with members keeps its number).
+if ours "$@" || [ ! -e "/proc/$1" ]; then
+  kill -KILL -"$1" 2>/dev/null || kill -KILL "$1" 2>/dev/null
+fi
 exit 0
 """
 GUARD_NAME = "nodeprov-guard"
