@@ -28,6 +28,7 @@ from nodeprov import (
     AgentOutputError,
     ConfigError,
     NodeConfig,
+    NodeGoneError,
     NodeHandle,
     SpawnedProcess,
     SpawnOptions,
@@ -419,3 +420,39 @@ async def test_option_secrets_reach_the_cli_as_private_files_not_arguments(
     finally:
         await transport.close()
     assert not [path for _, _, path, _ in files if await anyio.Path(path).exists()]
+
+
+async def test_a_stop_that_fails_still_removes_the_option_files(node: NodeHandle, tmp_path: Path) -> None:
+    """Stopping the CLI on a node that stopped answering raises in the provider: the close
+    neither raises nor skips removing the 0600 files that hold the option secrets."""
+    spawn = node.spawn
+
+    async def spawn_failing_to_stop(options: SpawnOptions) -> SpawnedProcess:
+        process = await spawn(options)
+        if cli not in options.argv:  # not the agent: the file writes, the removal
+            return process
+        stop = process.aclose
+
+        async def aclose() -> None:
+            await stop()
+            raise NodeGoneError(f"node {node.node_id}: the exec connection was lost")
+
+        process.aclose = aclose  # type: ignore[method-assign]
+        return process
+
+    report = tmp_path / "report"
+    cli = script(
+        tmp_path,
+        "cli",
+        f"""while [ "$1" != --settings ]; do shift; done
+        echo "$2" > {report}.tmp; mv {report}.tmp {report}; exec cat >/dev/null""",
+    )
+    node.spawn = spawn_failing_to_stop  # type: ignore[method-assign]
+    options = ClaudeAgentOptions(cli_path=cli, settings=json.dumps({"env": {"TOKEN": "secret"}}))
+    transport = NodeTransport.for_node(node, options, stop_policy=FAST_STOP)
+    await transport.connect()
+    assert await wait_until(lambda: anyio.Path(report).exists(), 10)
+    settings_file = anyio.Path(report.read_text().strip())
+    assert await settings_file.exists()
+    await transport.close()
+    assert not await settings_file.exists()

@@ -548,7 +548,9 @@ class NodeTransport(Transport):
         """Stop the CLI (stdin EOF, then SIGTERM, then SIGKILL) and release everything.
 
         Idempotent, shielded, and bounded by the stop policy's total plus a few seconds,
-        whatever the process or its node does.
+        whatever the process or its node does. Never raises: a node that is gone or out of
+        reach is logged (its process is gone, or ends with its node's lifetime), and the
+        option files are removed all the same where the node still answers.
         """
         with anyio.CancelScope(shield=True):
             self._ready = False
@@ -558,10 +560,14 @@ class NodeTransport(Transport):
             with anyio.move_on_after(5):
                 async with self._write_lock:
                     pass  # let a write in progress finish before stdin is closed
-            await process.aclose()
-            await self._remove_option_files()
-            task, self._stderr_task = self._stderr_task, None
-            if task is not None:
-                with anyio.move_on_after(1):
-                    await task.wait()
-                task.cancel()
+            try:
+                await process.aclose()
+            except NodeprovError as error:  # its node is gone or out of reach: nothing to stop
+                logger.warning("stopping the agent process: %s", error)
+            finally:
+                await self._remove_option_files()
+                task, self._stderr_task = self._stderr_task, None
+                if task is not None:
+                    with anyio.move_on_after(1):
+                        await task.wait()
+                    task.cancel()
