@@ -126,7 +126,7 @@ def _engine(docker_client: docker.DockerClient) -> None:
 def test_providers_probes_the_engine() -> None:
     def docker_row(env: dict[str, str]) -> dict[str, object]:
         done = subprocess.run(
-            [sys.executable, "-m", "nodeprov", "providers", "--json"],
+            [sys.executable, "-m", "nodeprov", "providers", "--probe-timeout", "120", "--json"],
             capture_output=True,
             text=True,
             timeout=60,

@@ -26,9 +26,13 @@ def nodeprov(moto: str, sshd: Sshd, *args: str, **more: object) -> subprocess.Co
 
 
 def test_providers_provision_exec_destroy(moto: str, sshd: Sshd) -> None:
-    ready = json.loads(nodeprov(moto, sshd, "providers", "-p", "ec2", "--json").stdout)
+    ready = json.loads(
+        nodeprov(moto, sshd, "providers", "--probe-timeout", "120", "-p", "ec2", "--json").stdout
+    )
     assert (ready["ready"], ready["error"]) == (True, "")
-    missing = nodeprov(moto, sshd, "providers", "-p", "ec2", "--json", image_id="ami-0000nodeprov")
+    missing = nodeprov(
+        moto, sshd, "providers", "--probe-timeout", "120", "-p", "ec2", "--json", image_id="ami-0000nodeprov"
+    )
     assert "no AMI" in json.loads(missing.stdout)["error"]
 
     made = nodeprov(moto, sshd, "provision", "-p", "ec2", "--ttl", "1", "--json")

@@ -126,7 +126,7 @@ async def test_gc_says_what_reconcile_removed(tmp_path: Path, bare: dict[str, st
 
 
 def test_providers_fails_when_the_asked_provider_is_not_ready(bare: dict[str, str]) -> None:
-    asked = nodeprov(bare, "providers", "-p", "ec2", "--json")
+    asked = nodeprov(bare, "providers", "--probe-timeout", "120", "-p", "ec2", "--json")
     assert asked.returncode == 1
     assert json.loads(asked.stdout)["ready"] is False
-    assert nodeprov(bare, "providers", "-p", "local").returncode == 0
+    assert nodeprov(bare, "providers", "--probe-timeout", "120", "-p", "local").returncode == 0

@@ -23,7 +23,16 @@ def nodeprov(cluster: Cluster, image: str, *args: str, **more: Any) -> subproces
 
 def test_providers_says_what_is_wrong(kubernetes_cluster: Cluster, base_image: str) -> None:
     ready = json.loads(
-        nodeprov(kubernetes_cluster, base_image, "providers", "-p", "kubernetes", "--json").stdout
+        nodeprov(
+            kubernetes_cluster,
+            base_image,
+            "providers",
+            "--probe-timeout",
+            "120",
+            "-p",
+            "kubernetes",
+            "--json",
+        ).stdout
     )
     assert (ready["ready"], ready["error"]) == (True, "")
     assert ready["requirements"][0]["detail"] == str(kubernetes_cluster.kubeconfig)
@@ -32,7 +41,17 @@ def test_providers_says_what_is_wrong(kubernetes_cluster: Cluster, base_image: s
         ({"kubeconfig": str(kubernetes_cluster.viewer_kubeconfig)}, "may not create pods"),
         ({"context": "nodeprov-no-such-context"}, "nodeprov-no-such-context"),
     ):
-        done = nodeprov(kubernetes_cluster, base_image, "providers", "-p", "kubernetes", "--json", **more)
+        done = nodeprov(
+            kubernetes_cluster,
+            base_image,
+            "providers",
+            "--probe-timeout",
+            "120",
+            "-p",
+            "kubernetes",
+            "--json",
+            **more,
+        )
         row = json.loads(done.stdout)
         assert not row["ready"]
         assert says in row["error"], row
@@ -76,7 +95,17 @@ def test_in_cluster_configuration(kubernetes_cluster: Cluster, base_image: str, 
     shutil.copy(kubernetes_cluster.ca_file, account / "ca.crt")
     in_a_pod = 'mount -t tmpfs nodeprov /run && mkdir -p "$2" && cp "$1"/* "$2" && shift 2 && exec "$@"'
     secrets = "/run/secrets/kubernetes.io/serviceaccount"
-    command = [sys.executable, "-m", "nodeprov", "providers", "-p", "kubernetes", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "nodeprov",
+        "providers",
+        "--probe-timeout",
+        "120",
+        "-p",
+        "kubernetes",
+        "--json",
+    ]
     unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", in_a_pod, "-"]
     done = subprocess.run(
         [*unshare, str(account), secrets, *command],

@@ -97,3 +97,17 @@ def test_a_hanging_docker_engine_is_not_ready_within_the_probe_limit(tmp_path: P
             each.close()
     assert done.returncode == 1
     assert "no answer within 10 s" in done.stdout
+
+
+def test_the_probe_limit_is_a_positive_time() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "nodeprov", "providers", "-p", "local", "--probe-timeout", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        "error: --probe-timeout must be a positive number of seconds, got 0"
+    ]

@@ -57,7 +57,7 @@ from .render import emit, err, out, print_table
 
 logger = logging.getLogger("nodeprov.cli")
 _CHUNK = 65536
-_PROBE_TIMEOUT = 10.0
+_PROBE_TIMEOUT = 10.0  # a platform that hangs (a Docker engine, an API server) is "not ready"
 _NODE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 
@@ -66,12 +66,17 @@ def providers(
     provider: ProviderOption = None,
     setting: SettingOption = None,
     json_output: Annotated[bool, typer.Option("--json", help="One JSON object per provider.")] = False,
+    probe_timeout: Annotated[
+        float, typer.Option(help="Seconds a provider's platform has to answer its probe.")
+    ] = _PROBE_TIMEOUT,
 ) -> None:
     """List installed providers and whether each is ready (tools, credentials, platform),
     probed with its settings from the environment (NODEPROV_<PROVIDER>_<SETTING>) and -s."""
     with errors():
         if provider is None and setting:
             raise ConfigError("--setting needs --provider")
+        if not probe_timeout > 0:
+            raise ConfigError(f"--probe-timeout must be a positive number of seconds, got {probe_timeout:g}")
         given = parse_settings(setting)
 
     async def check_all() -> list[dict[str, Any]]:
@@ -79,7 +84,7 @@ def providers(
         rows: list[dict[str, Any]] = [{} for _ in names]
 
         async def check(index: int, name: str) -> None:
-            rows[index] = await _check(name, given)
+            rows[index] = await _check(name, given, probe_timeout)
 
         async with anyio.create_task_group() as tg:  # each probe may take seconds: all at once
             for index, name in enumerate(names):
@@ -106,7 +111,7 @@ def providers(
         raise typer.Exit(1)
 
 
-async def _check(name: str, given: dict[str, Any]) -> dict[str, Any]:
+async def _check(name: str, given: dict[str, Any], probe_timeout: float) -> dict[str, Any]:
     """One provider's requirements, then, when they are met, a probe of its platform with
     its settings (see :func:`provider_settings`)."""
     problem = ""
@@ -122,13 +127,13 @@ async def _check(name: str, given: dict[str, Any]) -> dict[str, Any]:
             made, problem = None, f"not configured: {error}"
         try:
             if made is not None:
-                with anyio.fail_after(_PROBE_TIMEOUT):
+                with anyio.fail_after(probe_timeout):
                     async with made:
                         await made.probe()
         except NodeprovError as error:
             problem = f"not ready: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
         except TimeoutError:
-            problem = f"not ready: no answer within {_PROBE_TIMEOUT:g} s"
+            problem = f"not ready: no answer within {probe_timeout:g} s"
     return {
         "name": name,
         "ready": not problem and all(r.ok for r in requirements),
