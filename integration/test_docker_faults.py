@@ -36,7 +36,7 @@ async def test_destroy_honours_its_deadline_with_live_processes(base_image: str)
     assert await wait_until(lambda: _count(marker, 11), 10)  # the stubborn one is sh and its sleep
     started = time.monotonic()
     await node.destroy(destroy_timeout=3)
-    assert time.monotonic() - started < 3 + 1
+    assert time.monotonic() - started < 3 + 5  # unbounded, it would never end; 5: a loaded machine
     assert await wait_until(lambda: _count(marker, 0), 10)
     assert all(p.returncode is None or p.returncode >= 0 for p in processes)
 

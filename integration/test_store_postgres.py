@@ -66,8 +66,10 @@ async def test_statements_have_a_timeout(postgres_url: str) -> None:
 
     from nodeprov.errors import StoreError
 
-    async with await Store.open(postgres_url, statement_timeout=0.5) as slow:
-        with anyio.fail_after(10), pytest.raises(StoreError):
+    async with await Store.open(postgres_url):  # the schema made first: no tight limit for that
+        pass
+    async with await Store.open(postgres_url, statement_timeout=2) as slow:
+        with anyio.fail_after(20), pytest.raises(StoreError):
             await slow.db.fetchall("SELECT pg_sleep(30)")
         assert await slow.db.fetchall("SELECT 1") == [(1,)]
 
@@ -102,7 +104,9 @@ async def test_group_commits_survive_their_connection_being_ended(make_store: Ma
 async def test_a_batch_whose_server_hangs_is_abandoned(postgres_url: str) -> None:
     """The batches' server process stops answering (SIGSTOP): the batch fails once its time
     is up, and the next one commits on a new connection meanwhile."""
-    async with await Store.open(postgres_url, statement_timeout=1) as opened:
+    async with await Store.open(postgres_url):  # the schema made first: no tight limit for that
+        pass
+    async with await Store.open(postgres_url, statement_timeout=3) as opened:
         run_id = await _seed_run(opened)
         pid = await _writer_pid(opened)
         try:
@@ -110,7 +114,7 @@ async def test_a_batch_whose_server_hangs_is_abandoned(postgres_url: str) -> Non
         except (PermissionError, ProcessLookupError):
             require_engine("a PostgreSQL server on this host, run by a user this test can signal", False, "")
         try:
-            with anyio.fail_after(10), pytest.raises(StoreError, match="ran out of time"):
+            with anyio.fail_after(30), pytest.raises(StoreError, match="ran out of time"):
                 await opened.append_events([EventRecord(run_id, 1, "kind", now(), "{}")])
             await opened.append_events([EventRecord(run_id, 2, "kind", now(), "{}")])
             assert [e.seq for e in await opened.events(run_id)] == [2]

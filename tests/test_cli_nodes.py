@@ -45,7 +45,7 @@ def test_exec_returns_when_the_process_exits_though_stdin_stays_open(node: list[
             stderr=subprocess.PIPE,
             env=environment(),
         )
-        stdout, stderr = process.communicate(timeout=5)  # the old CLI waited for stdin's EOF
+        stdout, stderr = process.communicate(timeout=30)  # the old CLI waited for stdin's EOF
         assert (process.returncode, stdout) == (0, b"hi\n"), stderr
         assert os.get_blocking(read_end)  # the shared stdin is left as it was
     finally:

@@ -192,9 +192,12 @@ class _Empty(anyio.abc.ByteReceiveStream):
 class _Settings(ProviderSettings):
     destroy_seconds: float = 0.0
     spawn_seconds: float = 0.0
+    suspend_seconds: float = 0.0
 
 
 class _Node(NodeHandle):
+    can_suspend = True
+
     def __init__(self, config: NodeConfig, settings: _Settings) -> None:
         super().__init__(
             node_id=config.node_id,
@@ -219,6 +222,12 @@ class _Node(NodeHandle):
         await anyio.sleep(self.settings.destroy_seconds)
         for process in self.spawned:  # the platform's removal takes every process
             await process.kill()
+
+    async def _suspend(self) -> None:
+        await anyio.sleep(self.settings.suspend_seconds)
+
+    async def _wake(self) -> None:
+        pass
 
 
 class _Provider(NodeProvider[_Settings]):
@@ -255,11 +264,28 @@ async def test_destroy_is_bounded_and_can_be_retried() -> None:
     started = anyio.current_time()
     with pytest.raises(DeadlineError, match=r"took over 0\.1s"):
         await node.destroy(destroy_timeout=0.1)
-    assert anyio.current_time() - started < 1.1  # the deadline, plus at most 1 s to release handles
+    assert anyio.current_time() - started < 4  # not 5 s: the deadline, 1 s for handles, load
     assert not node.destroyed
     node.settings = _Settings()
     await node.destroy()
     assert node.destroyed
+
+
+async def test_suspend_is_bounded_even_when_cancelled_and_can_be_retried() -> None:
+    """A platform that takes its time (EC2 waits up to 600 s for a stop) holds a shielded
+    suspend no longer than ``suspend_timeout``, cancelled or not."""
+    node = await _Provider.from_settings(suspend_seconds=3600).provision()
+    assert isinstance(node, _Node)
+    with (
+        anyio.fail_after(30),
+        anyio.move_on_after(0.01),  # a cancellation waits for the bound
+        pytest.raises(DeadlineError, match=r"took over 0\.2s"),
+    ):
+        await node.suspend(suspend_timeout=0.2)
+    assert not node.suspended
+    node.settings = _Settings()
+    await node.suspend()
+    assert node.suspended
 
 
 async def test_destroy_runs_to_the_end_when_cancelled() -> None:

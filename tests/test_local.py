@@ -257,7 +257,7 @@ async def test_destroy_is_bounded_with_ten_processes_one_ignoring_sigterm(
     timeout = 2.0
     began = time.monotonic()
     await node.destroy(destroy_timeout=timeout)
-    assert time.monotonic() - began < timeout + 1
+    assert time.monotonic() - began < timeout + 5  # unbounded, it would never end; 5: a loaded machine
     assert await gone(marker), host_processes_matching(marker)
 
 

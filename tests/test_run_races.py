@@ -304,12 +304,27 @@ async def test_leaving_is_bounded_when_a_provider_hangs(store: Store, agent: Any
     assert not RunState(record.state).live
 
 
+async def test_a_pause_right_after_start_does_not_wait_for_the_node(
+    store: Store, agent: Any, tmp_path: Path
+) -> None:
+    """A pause during provisioning stops it: the run pauses now, with no node to keep."""
+    async with Orchestrator(store) as orchestrator:
+        run = await orchestrator.start(
+            "go", options=agent({"text": "x"}), **fake(tmp_path, provision_delay=3600)
+        )
+        with anyio.fail_after(ITERATION_DEADLINE):  # provisioning in full would take an hour
+            snapshot = await run.pause("human", "at once")
+        assert await settled(store, run) is RunState.PAUSED
+        assert snapshot.node_id is None
+    assert not (tmp_path / "nodes").exists() or list((tmp_path / "nodes").iterdir()) == []
+
+
 async def test_deadlines_end_a_run_with_the_real_cause(store: Store, agent: Any, tmp_path: Path) -> None:
     async with Orchestrator(store) as orchestrator:
         refused = await orchestrator.start(
             "retries",
             options=agent(*[{"retry": "connect ECONNREFUSED 127.0.0.1:9"}, {"sleep": 0.2}] * 100),
-            idle_timeout=1,
+            idle_timeout=5,  # the first retry comes well within it on a busy machine too
             **fake(tmp_path),
         )
         silent = await orchestrator.start(
@@ -324,7 +339,7 @@ async def test_deadlines_end_a_run_with_the_real_cause(store: Store, agent: Any,
                 assert await run.wait() == "error"
     assert refused.error is not None
     assert refused.error.startswith(
-        "the agent made no progress for 1 s (waiting for the model API, which failed "
+        "the agent made no progress for 5 s (waiting for the model API, which failed "
     )
     assert refused.error.endswith(" times: connect ECONNREFUSED 127.0.0.1:9)")
     assert silent.error == "the agent made no progress for 1 s (waiting for the model API)"

@@ -237,9 +237,9 @@ def test_stall_holds_the_stream_open_until_stop() -> None:
     assert reader.is_alive()  # the stream is still open
     started = time.monotonic()
     model.stop()
-    reader.join(5)
+    reader.join(30)
     assert not reader.is_alive()
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # not a server's shutdown wait; 10: a loaded machine
     names = [name for name, _ in sse(received[0].replace(b": ping\n\n", b""))]
     assert names[0] == "response.created"
     assert "response.output_text.delta" in names

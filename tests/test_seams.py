@@ -19,6 +19,7 @@ from nodeprov.node import LABEL_EXPIRES_AT
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run
 from nodeprov.store import SnapshotRecord, Store, now
 from nodeprov.testing import fake_agent_command
+from nodeprov.testing.conformance import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -336,3 +337,38 @@ async def test_status_says_a_run_of_a_switched_workspace_is_not_resumable(
     shown = await anyio.to_thread.run_sync(status)
     assert shown["resumable"] is False
     assert [s["resumable"] for s in shown["snapshots"]] == [False]
+
+
+async def test_leaving_never_overruns_the_shutdown_timeout_by_a_stop_policy(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path, long_graces: None
+) -> None:
+    """An agent that answers no interrupt, ignores SIGTERM and outlives stdin EOF: leaving
+    the orchestrator kills it within ``shutdown_timeout`` instead of waiting out its graces."""
+    async with Orchestrator(store, shutdown_timeout=3) as plane:
+        run = await plane.start(
+            "go", options=agent({"ignore_term": True}, {"deaf": True}, {"stall": True}), **local(tmp_path)
+        )
+        await running(run)
+        leaving = anyio.current_time()
+    assert anyio.current_time() - leaving < 3 + 10  # the graces alone would take two minutes
+    assert await wait_until(lambda: _no_agent_left(tmp_path), within=TIMEOUT)
+    record = await store.run(run.id)
+    assert record is not None
+    assert record.state != "running"
+
+
+async def _no_agent_left(tmp_path: Path) -> bool:
+    return await anyio.to_thread.run_sync(_nothing_works_in, tmp_path)
+
+
+def _nothing_works_in(tmp_path: Path) -> bool:
+    """Whether no process works in a directory under ``tmp_path`` (the local nodes)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            working = (proc / "cwd").readlink().is_relative_to(tmp_path)
+            zombie = (proc / "stat").read_text().rpartition(") ")[2].startswith("Z")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if working and not zombie:
+            return False
+    return True

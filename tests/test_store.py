@@ -201,6 +201,8 @@ async def test_group_commit_blames_only_the_failing_writer(store: Store) -> None
 
 
 async def test_a_statement_that_runs_too_long_is_interrupted(tmp_path: Path) -> None:
+    async with await Store.open(f"sqlite:///{tmp_path}/slow.db"):  # the schema made with no tight limit
+        pass
     async with await Store.open(f"sqlite:///{tmp_path}/slow.db", statement_timeout=0.5) as store:
         endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
         with anyio.fail_after(10), pytest.raises(StoreError, match="interrupted"):
@@ -312,6 +314,8 @@ async def test_transcript_entries_are_stored_once_however_often_a_batch_is_writt
 
 
 async def test_a_batch_that_runs_too_long_is_interrupted(tmp_path: Path) -> None:
+    async with await Store.open(f"sqlite:///{tmp_path}/slow.db"):  # the schema made with no tight limit
+        pass
     async with await Store.open(f"sqlite:///{tmp_path}/slow.db", statement_timeout=0.5) as store:
         endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
 

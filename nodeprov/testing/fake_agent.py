@@ -28,6 +28,8 @@ in order. Each step is an object with one key:
   that does not start with ``{``, and fails on a malformed one that does.
 - ``{"stderr": "text"}``: write a line to stderr.
 - ``{"ignore_term": true}``: ignore SIGTERM from now on.
+- ``{"deaf": true}``: answer no control request from now on, an interrupt included (a CLI
+  stuck in a tool that never returns).
 - ``{"close_stdout": true}``: close stdout but keep running (later output is lost).
 - ``{"spawn": ["sh", "-c", "..."]}``: start a background child, like a Bash tool, with its
   standard streams on /dev/null.
@@ -68,7 +70,7 @@ __all__ = ["fake_agent_command"]
 
 MODEL = "fake-model"
 STEPS = {"text", "sleep", "stall", "retry", "error_result", "exit", "garbage", "stderr", "ignore_term"}
-STEPS |= {"close_stdout", "spawn", "write_file", "stream"}
+STEPS |= {"close_stdout", "spawn", "write_file", "stream", "deaf"}
 _USAGE = {
     "input_tokens": 10,
     "output_tokens": 5,
@@ -114,6 +116,7 @@ class _Agent:
         self.inbox: queue.Queue[bytes | None] = queue.Queue()
         self.queued: list[dict[str, Any]] = []  # user messages that came during a turn
         self.eof = False
+        self.deaf = False
         self.turns = 0
         self.mirror = "--session-mirror" in argv
         config = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.expanduser("~/.claude")
@@ -198,6 +201,8 @@ class _Agent:
                 self.control(message, in_turn)
 
     def control(self, message: dict[str, Any], in_turn: bool) -> None:
+        if self.deaf:
+            return
         subtype = message.get("request", {}).get("subtype")
         response: dict[str, Any] = {}
         if subtype == "initialize":
@@ -313,6 +318,8 @@ class _Agent:
                     print(value, file=sys.stderr, flush=True)
                 elif kind == "ignore_term":
                     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                elif kind == "deaf":
+                    self.deaf = True
                 elif kind == "close_stdout":  # /dev/null in its place: no file opened later gets fd 1
                     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
                 elif kind == "spawn":
