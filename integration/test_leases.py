@@ -29,8 +29,10 @@ from nodeprov.testing.pytest_plugin import require_engine
 pytestmark = pytest.mark.anyio
 
 TRIALS = int(os.environ.get("NODEPROV_LEASE_TRIALS", "10"))
-LEASE_TTL = 1.0
-RECONCILE_INTERVAL = 0.3
+# Long enough that a busy machine never starves the survivor's heartbeat (every ttl / 3) past
+# its expiry: with 1 s, a loaded CI had the survivor judged dead and its runs reaped.
+LEASE_TTL = 5.0
+RECONCILE_INTERVAL = 0.5
 BOUND = LEASE_TTL + RECONCILE_INTERVAL + 10  # destroying local nodes takes well under 10 s
 
 CONTROL_PLANE = textwrap.dedent("""
