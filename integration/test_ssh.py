@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import pwd
+import signal
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -24,6 +25,7 @@ from nodeprov.spawn import SpawnOptions
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, read_all, run, unique_marker, wait_until
+from nodeprov.testing.pytest_plugin import require_engine
 from nodeprov_ssh import SshHostKeyError
 
 from .agents import on_ssh, require_claude_cli, run_options
@@ -142,6 +144,57 @@ async def test_processes_that_leave_their_group_and_session_do_not_survive_destr
         await node.destroy()
     await process.aclose()
     assert await wait_until(lambda: _gone(marker), 10), host_processes_matching(marker)
+
+
+async def test_destroy_returns_once_what_it_killed_is_gone(provider: NodeProvider[Any]) -> None:
+    """A process of the node that cannot exit yet (frozen by the cgroup v1 freezer, as one
+    a busy host has not scheduled since its SIGKILL) keeps destroy from reporting the node
+    gone: destroy returns once the process has exited, or after its bound (over 5 s)."""
+    freezer = Path("/sys/fs/cgroup/freezer")
+    require_engine("the cgroup v1 freezer, as root", await anyio.Path(freezer).is_dir() and os.geteuid() == 0)
+    marker = unique_marker()
+    node = await provider.provision()
+    process = await node.spawn(SpawnOptions("sleep", [marker]))
+    assert await wait_until(lambda: _running(marker), 30)
+    pid = int(host_processes_matching(marker)[0].split(":")[0])
+    group = freezer / f"nodeprov-test-{marker}"
+    group.mkdir()
+    try:
+        (group / "tasks").write_text(str(pid))
+        (group / "freezer.state").write_text("FROZEN")
+        assert await wait_until(lambda: _frozen(group), 30)
+        destroyed = anyio.Event()
+
+        async def destroy() -> None:
+            await node.destroy()
+            destroyed.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(destroy)
+            assert await wait_until(lambda: _kill_pending(pid), 30)
+            assert not await wait_until(lambda: _is_set(destroyed), 3), "destroy left a live process"
+            (group / "freezer.state").write_text("THAWED")
+        assert host_processes_matching(marker) == []
+    finally:
+        (group / "freezer.state").write_text("THAWED")
+        await process.aclose()
+        assert await wait_until(lambda: _gone(marker), 30)
+        group.rmdir()
+
+
+async def _is_set(event: anyio.Event) -> bool:
+    return event.is_set()
+
+
+async def _frozen(group: Path) -> bool:
+    return (group / "freezer.state").read_text().strip() == "FROZEN"
+
+
+async def _kill_pending(pid: int) -> bool:
+    """Whether SIGKILL is pending for ``pid`` (sent to it or to its group)."""
+    lines = (await anyio.Path(f"/proc/{pid}/status").read_text()).splitlines()
+    status = dict(line.split(":\t", 1) for line in lines)
+    return any(int(status[field], 16) & 1 << (signal.SIGKILL - 1) for field in ("SigPnd", "ShdPnd"))
 
 
 def _connection_daemons(sshd: Sshd) -> list[int]:

@@ -59,24 +59,43 @@ _EXCLUSIVE = asyncssh.FXF_WRITE | asyncssh.FXF_CREAT | asyncssh.FXF_EXCL
 # $1: the node directory; $2: a pid to spare (the watchdog running this). Ends every
 # process group the node recorded, then every process that carries the node's marker in
 # its environment (what left its group or session: a daemon, an agent's detached tool),
-# then removes the directory (a workdir of the user's lies elsewhere and stays).
+# then removes the directory (a workdir of the user's lies elsewhere and stays). It ends
+# once what it killed is gone (a killed process on a busy host takes a while to exit), or
+# after about 5 s for a process the kernel cannot kill (uninterruptible sleep).
 DESTROY = (
     SIGNAL_GROUP_FUNCTION
     + """\
+pause() { sleep 0.1 2>/dev/null || sleep 1; }
+until_gone() {
+  waited=0
+  while [ "$waited" -lt 50 ]; do
+    now=$(awk '{ sub(/.*\\) /, ""); print $1 " " $20 }' "/proc/$1/stat" 2>/dev/null)
+    case $now in ''|Z*) return 0 ;; esac
+    [ "$2" = - ] || [ "${now#* }" = "$2" ] || return 0
+    pause; waited=$((waited + 1))
+  done
+}
 [ -d "$1" ] || exit 0
 if [ -f "$1/processes" ]; then
   while read -r pid start; do
     [ "$pid" = "$2" ] || signal_group KILL "$pid" "$start"
   done <"$1/processes"
 fi
-for round in 1 2 3 4 5; do
-  marked=$(grep -lzxF -e "NODEPROV_NODE=$1" /proc/[0-9]*/environ 2>/dev/null)  # 2: some unreadable
-  [ -n "$marked" ] || break
-  for file in $marked; do
+round=0
+while [ "$round" -lt 50 ]; do  # until no marked process is left to kill
+  killed=0
+  for file in $(grep -lzxF -e "NODEPROV_NODE=$1" /proc/[0-9]*/environ 2>/dev/null); do
     pid=${file#/proc/}; pid=${pid%/environ}
-    [ "$pid" = "$2" ] || [ "$pid" = "$$" ] || kill -s KILL "$pid" 2>/dev/null
+    [ "$pid" = "$2" ] || [ "$pid" = "$$" ] || ! kill -s KILL "$pid" 2>/dev/null || killed=1
   done
+  [ "$killed" = 1 ] || break
+  pause; round=$((round + 1))
 done
+if [ -f "$1/processes" ]; then
+  while read -r pid start; do
+    case $pid in "$2"|*[!0-9]*|'') ;; *) until_gone "$pid" "$start" ;; esac
+  done <"$1/processes"
+fi
 rm -rf -- "$1"
 """
 )
