@@ -221,13 +221,24 @@ class ProviderConformance:
         node = await provider.provision(config)
         try:
             process = await node.spawn(SpawnOptions("sleep", [marker]))
-            await self._until_running(marker, 1)
-            running = await self.processes_matching(marker)
+
+            async def command() -> list[str]:  # the command itself, not a shell that execs it
+                return [
+                    line
+                    for line in await self.processes_matching(marker)
+                    if line.endswith(f": sleep {marker}")
+                ]
+
+            async def command_runs() -> bool:
+                return bool(await command())
+
+            assert await wait_until(command_runs, self.timeout), "the command never ran"
+            running = await command()
             await node.write_file("mine.txt", b"the first node's file")
             with pytest.raises(ProvisionError, match=config.node_id):
                 await provider.provision(NodeConfig(node_id=config.node_id, labels={"purpose": "second"}))
             assert process.returncode is None
-            assert await self.processes_matching(marker) == running
+            assert await command() == running
             assert await read_all(node, "mine.txt") == b"the first node's file"
             listed = [info for info in await provider.list_nodes() if info.node_id == config.node_id]
             assert [info.labels["purpose"] for info in listed] == ["first"]
