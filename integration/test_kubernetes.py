@@ -199,7 +199,7 @@ _ABANDONING_CONTROL_PLANE = textwrap.dedent(
 async def test_the_cluster_ends_a_pod_whose_control_plane_died(
     kubernetes_cluster: Cluster, base_image: str, provider: AnyProvider
 ) -> None:
-    marker, ttl = unique_marker(), 6
+    marker, ttl = unique_marker(), 30  # a busy machine took over 6 s to provision and spawn
     request = {"settings": pod_settings(kubernetes_cluster, base_image), "ttl": ttl, "marker": marker}
     said = b""
     async with await anyio.open_process([sys.executable, "-c", _ABANDONING_CONTROL_PLANE]) as child:
@@ -210,10 +210,15 @@ async def test_the_cluster_ends_a_pod_whose_control_plane_died(
         with anyio.fail_after(120), suppress(anyio.EndOfStream):
             while not said.endswith(b"\n"):
                 said += await child.stdout.receive()
+        failure = b""
+        if not said:  # it ended: its traceback says why
+            assert child.stderr is not None
+            with anyio.fail_after(30):
+                failure = b"".join([chunk async for chunk in child.stderr])
         child.send_signal(signal.SIGKILL)  # nobody is left to destroy the node
         await child.wait()
     node_id = said.decode().strip()
-    assert node_id, "the control plane never made its node"
+    assert node_id, f"the control plane never made its node: {failure.decode(errors='replace')}"
     assert host_processes_matching(marker)
 
     def ended() -> bool:
@@ -238,7 +243,8 @@ async def test_gc_removes_pods_no_live_lease_owns(store: Store, provider: AnyPro
         owned = await provider.provision(NodeConfig(owner=orchestrator.owner))
         try:
             report = await orchestrator.collect_garbage(provider)
-            assert [info.node_id for info in report.reaped] == [orphan.node_id]
+            ours = {orphan.node_id, owned.node_id}  # (the shared cluster may hold others' pods)
+            assert [info.node_id for info in report.reaped if info.node_id in ours] == [orphan.node_id]
             with pytest.raises(NodeGoneError):
                 await provider.attach(orphan.node_id)
             assert (await run(owned, "true"))[0] == 0
