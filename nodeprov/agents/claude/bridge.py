@@ -344,13 +344,9 @@ class NodeTransport(Transport):
                         raise AgentError(f"cannot write to the agent process: {error!r}") from error
                 else:
                     return
-            raise self._fail(
-                AgentExitError(
-                    f"cannot write: the agent process exited with status {process.returncode}",
-                    exit_code=process.returncode,
-                    stderr_tail=self.stderr_tail,
-                )
-            )
+            code = process.returncode
+            assert code is not None
+            raise self._fail(await self._exit_failure(code))  # as the reader would say it
 
     def _fail(self, error: AgentError) -> AgentError:
         """Remember the first failure, so later calls report the cause, not a symptom."""
@@ -498,15 +494,22 @@ class NodeTransport(Transport):
                 )
             )
         if code != 0 or self._unanswered:
-            pending = sorted(set(self._unanswered.values()))
-            before = f" before answering {', '.join(pending)}" if pending else ""
-            raise self._fail(
-                AgentExitError(
-                    f"the agent process exited with status {code}{before}" + _last_words(self.stderr_tail),
-                    exit_code=code,
-                    stderr_tail=self.stderr_tail,
-                )
-            )
+            raise self._fail(await self._exit_failure(code))
+
+    async def _exit_failure(self, code: int) -> AgentExitError:
+        """The process exited with ``code``: its status, the control requests it left
+        unanswered, and the end of its stderr (read to its end first, briefly). The same
+        words whether a write or the reader finds it gone first."""
+        if self._stderr_task is not None:
+            with anyio.move_on_after(1):
+                await self._stderr_task.wait()
+        pending = sorted(set(self._unanswered.values()))
+        before = f" before answering {', '.join(pending)}" if pending else ""
+        return AgentExitError(
+            f"the agent process exited with status {code}{before}" + _last_words(self.stderr_tail),
+            exit_code=code,
+            stderr_tail=self.stderr_tail,
+        )
 
     @property
     def stderr_tail(self) -> str:
