@@ -9,6 +9,10 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+# `nodeprov providers` with a probe limit a loaded machine keeps (the default 10 s was not:
+# a Codespaces probe through the real gh took longer beside another suite).
+PROVIDERS = ("providers", "--probe-timeout", "120")
+
 
 def settings_environment(provider: str, settings: Mapping[str, object]) -> dict[str, str]:
     """``settings`` as the CLI reads them from the environment (JSON where not a string)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .cli import nodeprov_with
+from .cli import PROVIDERS, nodeprov_with
 from .codespaces import Codespaces, node_of, running_codespaces
 from .github import Failure
 from .sshd import Sshd
@@ -36,7 +36,7 @@ def nodeprov(codespaces: Codespaces, *args: str, **more: object) -> subprocess.C
 
 
 def test_providers_provision_exec_destroy(either: Codespaces) -> None:
-    checked = nodeprov(either, "providers", "--probe-timeout", "120", "-p", "codespaces", "--json")
+    checked = nodeprov(either, *PROVIDERS, "-p", "codespaces", "--json")
     ready = json.loads(checked.stdout)
     assert (ready["ready"], ready["error"]) == (True, "")
     stdio = ["--stdio"] in [c[-1:] for c in either.gh.commands() if c[:2] == ["codespace", "ssh"]]
@@ -66,11 +66,7 @@ def test_providers_provision_exec_destroy(either: Codespaces) -> None:
     ],
 )
 def test_providers_says_what_is_missing(codespaces: Codespaces, more: dict[str, object], says: str) -> None:
-    missing = json.loads(
-        nodeprov(
-            codespaces, "providers", "--probe-timeout", "120", "-p", "codespaces", "--json", **more
-        ).stdout
-    )
+    missing = json.loads(nodeprov(codespaces, *PROVIDERS, "-p", "codespaces", "--json", **more).stdout)
     assert missing["ready"] is False
     assert says in missing["error"]
 
@@ -79,9 +75,7 @@ def test_providers_says_when_the_token_lacks_the_codespace_scope(codespaces: Cod
     codespaces.github.failures.append(
         Failure("GET", "/user/codespaces", 403, "Must have the codespace scope")
     )
-    missing = json.loads(
-        nodeprov(codespaces, "providers", "--probe-timeout", "120", "-p", "codespaces", "--json").stdout
-    )
+    missing = json.loads(nodeprov(codespaces, *PROVIDERS, "-p", "codespaces", "--json").stdout)
     assert "gh auth refresh -s codespace" in missing["error"]
 
 
@@ -89,11 +83,7 @@ def test_providers_says_when_gh_is_too_old(codespaces: Codespaces, tmp_path: Pat
     old = tmp_path / "old-gh"
     old.write_text("#!/bin/sh\necho 'gh version 2.4.0 (2022-01-01)'\n")
     old.chmod(0o755)
-    missing = json.loads(
-        nodeprov(
-            codespaces, "providers", "--probe-timeout", "120", "-p", "codespaces", "--json", gh=str(old)
-        ).stdout
-    )
+    missing = json.loads(nodeprov(codespaces, *PROVIDERS, "-p", "codespaces", "--json", gh=str(old)).stdout)
     assert "gh 2.4.0 is too old" in missing["error"]
 
 
@@ -102,7 +92,5 @@ def test_providers_says_when_gh_is_not_logged_in(codespaces: Codespaces, tmp_pat
     settings = {k: v for k, v in codespaces.settings().items() if k != "token"}
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("GH_", "GITHUB_"))}
     env = {**clean, "GH_CONFIG_DIR": str(tmp_path / "gh-config")}
-    result = nodeprov_with(
-        "codespaces", settings, "providers", "--probe-timeout", "120", "-p", "codespaces", "--json", env=env
-    )
+    result = nodeprov_with("codespaces", settings, *PROVIDERS, "-p", "codespaces", "--json", env=env)
     assert "gh is not logged in" in json.loads(result.stdout)["error"]

@@ -15,6 +15,7 @@ from nodeprov import LABEL_OWNER
 from nodeprov.agents.claude import bundled_cli_path
 from nodeprov.testing.pytest_plugin import require_engine
 
+from .cli import PROVIDERS
 from .containers import node_containers
 
 
@@ -126,7 +127,7 @@ def _engine(docker_client: docker.DockerClient) -> None:
 def test_providers_probes_the_engine() -> None:
     def docker_row(env: dict[str, str]) -> dict[str, object]:
         done = subprocess.run(
-            [sys.executable, "-m", "nodeprov", "providers", "--probe-timeout", "120", "--json"],
+            [sys.executable, "-m", "nodeprov", *PROVIDERS, "--json"],
             capture_output=True,
             text=True,
             timeout=60,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from .cli import nodeprov_with
+from .cli import PROVIDERS, nodeprov_with
 from .ec2 import ec2_settings, live_instances, running_moto, terminate_on_host
 from .sshd import Sshd
 
@@ -26,13 +26,9 @@ def nodeprov(moto: str, sshd: Sshd, *args: str, **more: object) -> subprocess.Co
 
 
 def test_providers_provision_exec_destroy(moto: str, sshd: Sshd) -> None:
-    ready = json.loads(
-        nodeprov(moto, sshd, "providers", "--probe-timeout", "120", "-p", "ec2", "--json").stdout
-    )
+    ready = json.loads(nodeprov(moto, sshd, *PROVIDERS, "-p", "ec2", "--json").stdout)
     assert (ready["ready"], ready["error"]) == (True, "")
-    missing = nodeprov(
-        moto, sshd, "providers", "--probe-timeout", "120", "-p", "ec2", "--json", image_id="ami-0000nodeprov"
-    )
+    missing = nodeprov(moto, sshd, *PROVIDERS, "-p", "ec2", "--json", image_id="ami-0000nodeprov")
     assert "no AMI" in json.loads(missing.stdout)["error"]
 
     made = nodeprov(moto, sshd, "provision", "-p", "ec2", "--ttl", "1", "--json")

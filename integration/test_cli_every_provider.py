@@ -21,6 +21,8 @@ from nodeprov import NodeConfig, get_provider
 from nodeprov.runs import RunState
 from nodeprov.store import RunRecord, Store, now
 
+from .cli import PROVIDERS
+
 pytestmark = pytest.mark.anyio
 
 
@@ -126,7 +128,7 @@ async def test_gc_says_what_reconcile_removed(tmp_path: Path, bare: dict[str, st
 
 
 def test_providers_fails_when_the_asked_provider_is_not_ready(bare: dict[str, str]) -> None:
-    asked = nodeprov(bare, "providers", "--probe-timeout", "120", "-p", "ec2", "--json")
+    asked = nodeprov(bare, *PROVIDERS, "-p", "ec2", "--json")
     assert asked.returncode == 1
     assert json.loads(asked.stdout)["ready"] is False
-    assert nodeprov(bare, "providers", "--probe-timeout", "120", "-p", "local").returncode == 0
+    assert nodeprov(bare, *PROVIDERS, "-p", "local").returncode == 0

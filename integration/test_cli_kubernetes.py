@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .cli import nodeprov_with, settings_environment
+from .cli import PROVIDERS, nodeprov_with, settings_environment
 from .kubernetes import Cluster
 from .pods import node_pods, pod_settings
 
@@ -26,9 +26,7 @@ def test_providers_says_what_is_wrong(kubernetes_cluster: Cluster, base_image: s
         nodeprov(
             kubernetes_cluster,
             base_image,
-            "providers",
-            "--probe-timeout",
-            "120",
+            *PROVIDERS,
             "-p",
             "kubernetes",
             "--json",
@@ -44,9 +42,7 @@ def test_providers_says_what_is_wrong(kubernetes_cluster: Cluster, base_image: s
         done = nodeprov(
             kubernetes_cluster,
             base_image,
-            "providers",
-            "--probe-timeout",
-            "120",
+            *PROVIDERS,
             "-p",
             "kubernetes",
             "--json",
@@ -99,9 +95,7 @@ def test_in_cluster_configuration(kubernetes_cluster: Cluster, base_image: str, 
         sys.executable,
         "-m",
         "nodeprov",
-        "providers",
-        "--probe-timeout",
-        "120",
+        *PROVIDERS,
         "-p",
         "kubernetes",
         "--json",

@@ -13,6 +13,7 @@ from pathlib import Path
 from nodeprov import LABEL_OWNER
 
 from .agents import require_claude_cli
+from .cli import PROVIDERS
 from .sshd import UNPRIVILEGED, Sshd
 from .test_ssh import node_directory
 
@@ -74,7 +75,7 @@ def test_provision_list_exec_destroy_gc(sshd: Sshd) -> None:
 
 
 def test_providers_says_what_is_missing(sshd: Sshd, tmp_path: Path) -> None:
-    ready = nodeprov(sshd, "providers", "--probe-timeout", "120", "-p", "ssh", "--json")
+    ready = nodeprov(sshd, *PROVIDERS, "-p", "ssh", "--json")
     assert ready.returncode == 0, ready.stderr
     assert json.loads(ready.stdout)["ready"] is True
     (tmp_path / "known_hosts").write_text("")
@@ -83,13 +84,11 @@ def test_providers_says_what_is_missing(sshd: Sshd, tmp_path: Path) -> None:
         ({"known_hosts": str(tmp_path / "none")}, "no known_hosts file"),
         ({"key_files": [str(tmp_path / "no-key")]}, "key files not found"),
     ):
-        row = json.loads(
-            nodeprov(sshd, "providers", "--probe-timeout", "120", "-p", "ssh", "--json", **more).stdout
-        )
+        row = json.loads(nodeprov(sshd, *PROVIDERS, "-p", "ssh", "--json", **more).stdout)
         assert row["ready"] is False
         assert says in row["error"], row
     unset = subprocess.run(
-        [sys.executable, "-m", "nodeprov", "providers", "--probe-timeout", "120", "-p", "ssh", "--json"],
+        [sys.executable, "-m", "nodeprov", *PROVIDERS, "-p", "ssh", "--json"],
         capture_output=True,
         text=True,
         check=False,
