@@ -200,27 +200,23 @@ async def test_ignore_term_then_stall_is_killed_on_close(node: NodeHandle, tmp_p
     assert process.returncode == -9  # stdin EOF and SIGTERM did not end it
 
 
-async def test_spawn_and_write_file(node: NodeHandle, tmp_path: Path) -> None:
+async def test_spawn_wait_for_and_write_file(node: NodeHandle, tmp_path: Path) -> None:
     marker = unique_marker()
     options = agent(
         tmp_path,
         {"write_file": ["notes.txt", "written by the fake agent"]},
-        {"spawn": ["sh", "-c", f"echo started > child.txt; exec sleep {marker}"]},
+        {"spawn": ["sh", "-c", f"echo started > child.part && mv child.part child.txt; exec sleep {marker}"]},
+        {"wait_for": "child.txt"},  # else the agent may end, and its child with it, before it ran
         {"text": "ok"},
     )
     await run_query(node, options)
     assert (Path(node.workdir) / "notes.txt").read_text() == "written by the fake agent"
-
-    async def child_ran() -> bool:
-        return (Path(node.workdir) / "child.txt").exists()
-
-    assert await wait_until(child_ran, 10)
-    await node.destroy()  # the child outlived the agent, in the node's process group
+    assert (Path(node.workdir) / "child.txt").read_text() == "started\n"
 
     async def gone() -> bool:
         return not host_processes_matching(marker)
 
-    assert await wait_until(gone, 10)
+    assert await wait_until(gone, 10)  # what the agent left ends with it
 
 
 async def test_runs_on_its_own_and_ignores_unknown_flags(tmp_path: Path) -> None:

@@ -70,10 +70,10 @@ async def test_a_run_stores_no_secret_setting_and_resume_asks_for_it(
         assert unused is not None
         assert unused.used_at is None  # refused before the token was used up
 
-        script = f'printf %s "$API_TOKEN" > {seen}'
+        script = f'printf %s "$API_TOKEN" > {seen}.part && mv {seen}.part {seen}'
         resumed = await orchestrator.resume(
             snapshot.token,
-            options=agent({"spawn": ["sh", "-c", script]}, {"sleep": 0.2}, {"text": "back"}),
+            options=agent({"spawn": ["sh", "-c", script]}, {"wait_for": str(seen)}, {"text": "back"}),
             provider_settings={"env": {"API_TOKEN": canary}},
         )
         assert await resumed.wait() == "ok"

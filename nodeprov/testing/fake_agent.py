@@ -33,6 +33,9 @@ in order. Each step is an object with one key:
 - ``{"close_stdout": true}``: close stdout but keep running (later output is lost).
 - ``{"spawn": ["sh", "-c", "..."]}``: start a background child, like a Bash tool, with its
   standard streams on /dev/null.
+- ``{"wait_for": "path"}``: wait until the file exists (relative to the working directory),
+  like a tool call that waits for a spawned child's sign of life; an interrupt ends the
+  turn meanwhile.
 - ``{"write_file": ["path", "text"]}``: write a file (relative to the working directory).
 - ``{"stream": [count, size, interval]}``: ``count`` assistant messages of ``size`` bytes of
   text, ``interval`` seconds apart (an interrupt ends the turn at the next message). Each text begins
@@ -70,7 +73,7 @@ __all__ = ["fake_agent_command"]
 
 MODEL = "fake-model"
 STEPS = {"text", "sleep", "stall", "retry", "error_result", "exit", "garbage", "stderr", "ignore_term"}
-STEPS |= {"close_stdout", "spawn", "write_file", "stream", "deaf"}
+STEPS |= {"close_stdout", "spawn", "wait_for", "write_file", "stream", "deaf"}
 _USAGE = {
     "input_tokens": 10,
     "output_tokens": 5,
@@ -328,6 +331,9 @@ class _Agent:
                     subprocess.Popen(
                         value, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
                     )
+                elif kind == "wait_for":
+                    while not os.path.exists(value):
+                        self.wait(0.02)
                 elif kind == "stream":
                     count, size, interval = value
                     padding = "x" * int(size)
