@@ -23,6 +23,7 @@ from nodeprov import (
     NodeHandle,
     NodeInfo,
     NodeProvider,
+    NodeSuspendedError,
     ProviderNotFoundError,
     ProviderSettings,
     Rollback,
@@ -31,6 +32,7 @@ from nodeprov import (
     get_provider,
     provider_names,
 )
+from nodeprov.node import NODE_TRANSITIONS, NodeState
 from nodeprov.registry import provider_class
 
 pytestmark = pytest.mark.anyio
@@ -409,3 +411,27 @@ def test_test_doubles_are_no_installed_providers() -> None:
     )
     assert listed.stdout.strip()
     assert "fake" not in {json.loads(line)["name"] for line in listed.stdout.splitlines()}
+
+
+async def test_a_handle_moves_through_its_lifecycle_and_a_closing_node_starts_nothing() -> None:
+    """The lifecycle of :mod:`nodeprov.node.state`: active, suspended and back, destroying,
+    destroyed; a suspended node refuses spawns until it wakes, a destroyed one for good."""
+    node = await _Provider.from_settings().provision()
+    assert node.state is NodeState.ACTIVE
+    await node.suspend()
+    assert (node.state, node.suspended) == (NodeState.SUSPENDED, True)
+    with pytest.raises(NodeSuspendedError):
+        await node.spawn(SpawnOptions("true"))
+    await node.wake()
+    await node.wake()  # staying where it is is no transition
+    assert (node.state, node.suspended) == (NodeState.ACTIVE, False)
+    await node.suspend()
+    await node.destroy()
+    # The destroy of a suspended node saw it suspended (a machine is not reached first).
+    assert (node.state, node.suspended, node.destroyed) == (NodeState.DESTROYED, True, True)
+    with pytest.raises(NodeGoneError):
+        await node.spawn(SpawnOptions("true"))
+    with pytest.raises(NodeGoneError):
+        await node.wake()
+    assert NODE_TRANSITIONS[NodeState.DESTROYED] == frozenset()
+    assert {state for targets in NODE_TRANSITIONS.values() for state in targets} == set(NodeState)

@@ -27,10 +27,9 @@ from nodeprov import (
     SpawnOptions,
     get_provider,
 )
-from nodeprov.node import process_start_time
+from nodeprov.node import pid_namespace, process_start_time
 from nodeprov.testing.conformance import host_processes_matching, run, unique_marker, wait_until
 from nodeprov_local import LocalProcess, _supervisor
-from nodeprov_local.provider import _pid_namespace
 
 pytestmark = pytest.mark.anyio
 
@@ -317,7 +316,7 @@ async def test_a_malformed_process_record_does_not_stop_destroy(tmp_path: Path, 
     await node.spawn(SpawnOptions("sleep", [marker]))
     await until_sleeping(marker, 1)
     me, started = os.getpid(), process_start_time(os.getpid())
-    namespace = _pid_namespace()
+    namespace = pid_namespace()
     with (tmp_path / "nodes" / node.node_id / "process-groups").open("ab") as records:
         records.write(
             b"garbage\n\xff\xfe\n\nsupervisor\n12 34\nsupervisor x 1 ns\n"

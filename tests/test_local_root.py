@@ -14,11 +14,10 @@ import anyio
 import pytest
 
 from nodeprov import ConfigError, NodeConfig, NodeGoneError, NodePathError, SpawnOptions, get_provider
-from nodeprov.node import process_start_time
+from nodeprov.node import pid_namespace, process_start_time
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 from nodeprov.testing.pytest_plugin import require_engine
 from nodeprov_local import LocalProvider, LocalSettings
-from nodeprov_local.provider import _pid_namespace
 
 pytestmark = pytest.mark.anyio
 
@@ -88,7 +87,7 @@ async def test_a_planted_process_record_signals_no_unrelated_process(
 ) -> None:
     provider = get_provider("local", root=tmp_path / "nodes")
     node = await provider.provision()
-    start, namespace = process_start_time(sleeper.pid), _pid_namespace()
+    start, namespace = process_start_time(sleeper.pid), pid_namespace()
     with (tmp_path / "nodes" / node.node_id / "process-groups").open("a") as records:
         for kind in ("supervisor", "group"):
             records.write(f"{kind} {sleeper.pid} {start} {namespace}\n")
@@ -123,7 +122,7 @@ async def test_a_destroy_from_another_handle_still_ends_the_nodes_own_processes(
 
 async def test_malformed_process_records_are_ignored(tmp_path: Path) -> None:
     node = await get_provider("local", root=tmp_path / "nodes").provision()
-    namespace = _pid_namespace()
+    namespace = pid_namespace()
     huge = "9" * 20
     with (tmp_path / "nodes" / node.node_id / "process-groups").open("ab") as records:
         records.write(

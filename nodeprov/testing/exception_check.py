@@ -14,10 +14,12 @@ import contextvars
 import functools
 import importlib
 import inspect
+import pkgutil
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import anyio
@@ -41,8 +43,8 @@ PUBLIC_MODULES = (
     "nodeprov_docker.provider",
     "nodeprov_docker.exec",
 )
-"""Modules whose public classes make the public API (provider modules that are not
-installed are left out)."""
+"""Modules (and packages, with their public submodules) whose public classes make the public
+API (provider modules that are not installed are left out)."""
 
 _LIBRARY_ROOTS = tuple(
     str(Path(module.__file__).resolve().parent)
@@ -79,13 +81,27 @@ def _allowed(error: BaseException) -> bool:
     ) or not _raised_by_library(error)
 
 
-def _public_methods(module_name: str) -> Iterator[tuple[type, str, Any]]:
+def _modules(name: str) -> Iterator[ModuleType]:
+    """The module ``name`` and, for a package, its public submodules (where the package's
+    classes are defined)."""
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(name)
     except ImportError:
         return
+    yield module
+    for found in pkgutil.iter_modules(getattr(module, "__path__", ()), f"{name}."):
+        if not found.name.rpartition(".")[2].startswith("_"):
+            yield from _modules(found.name)
+
+
+def _public_methods(module_name: str) -> Iterator[tuple[type, str, Any]]:
+    for module in _modules(module_name):
+        yield from _module_methods(module)
+
+
+def _module_methods(module: ModuleType) -> Iterator[tuple[type, str, Any]]:
     for cls in vars(module).values():
-        if not inspect.isclass(cls) or cls.__module__ != module_name or issubclass(cls, BaseException):
+        if not inspect.isclass(cls) or cls.__module__ != module.__name__ or issubclass(cls, BaseException):
             continue
         for name, member in vars(cls).items():
             if name.startswith("_") and name not in ("__aenter__", "__aexit__"):

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import os
 import re
@@ -36,6 +35,7 @@ from nodeprov.node import (
     NodeProvider,
     ProviderSettings,
     Rollback,
+    pid_namespace,
     process_start_time,
 )
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
@@ -183,18 +183,6 @@ def _kill_tree(pid: int) -> None:
     for victim in [*reversed(below), pid]:
         with suppress(OSError):
             os.kill(victim, signal.SIGKILL)
-
-
-@functools.cache
-def _pid_namespace() -> str:
-    """This process's PID namespace (the inode of ``/proc/self/ns/pid``) and boot: a pid
-    recorded under another one names some other process, or none."""
-    try:
-        inode = os.stat("/proc/self/ns/pid").st_ino
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"  # no /proc (not Linux): no PID namespaces either
-    return f"{inode}.{boot}"
 
 
 @dataclass(frozen=True)
@@ -374,7 +362,7 @@ class LocalNode(NodeHandle):
 
     async def _record(self, kind: str, pid: int) -> None:
         """Remember the process on disk, so a destroy from any process can end it."""
-        started = _Started(kind, pid, process_start_time(pid) or "-", _pid_namespace())
+        started = _Started(kind, pid, process_start_time(pid) or "-", pid_namespace())
         try:
             async with await anyio.Path(self.directory / GROUPS_FILE).open("a") as file:
                 await file.write(f"{started}\n")
@@ -442,7 +430,7 @@ class LocalNode(NodeHandle):
                     "node %s: skipping malformed line %d of %s: %r", self.node_id, number, GROUPS_FILE, line
                 )
                 continue
-            if started.namespace != _pid_namespace():
+            if started.namespace != pid_namespace():
                 logger.warning(
                     "node %s: process %d was started in another PID namespace; not signalled",
                     self.node_id,

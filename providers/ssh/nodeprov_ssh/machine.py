@@ -27,8 +27,7 @@ class MachineNode(NodeHandle):
     can_suspend: ClassVar[bool] = True
 
     def __init__(self, *, ssh: SshNode | None, suspended: bool, **handle: Any) -> None:
-        super().__init__(**handle)
-        self.suspended = suspended
+        super().__init__(suspended=suspended, **handle)
         self._ssh = ssh
         self._ssh_lock = anyio.Lock()
 
