@@ -19,7 +19,7 @@ import pytest
 
 from nodeprov import NodeConfig, get_provider
 from nodeprov.runs import RunState
-from nodeprov.store import RunRecord, Store, now
+from nodeprov.store import NodeRecordState, RunRecord, Store, now
 
 from .cli import PROVIDERS
 
@@ -99,6 +99,7 @@ async def test_gc_says_what_reconcile_removed(tmp_path: Path, bare: dict[str, st
         session = await store.active_session("default", "claude")
         await store.create_run(
             RunRecord(
+                agent="claude",
                 id="run-0123456789abcdef",
                 session_id=session.id,
                 workspace_id="default",
@@ -119,7 +120,7 @@ async def test_gc_says_what_reconcile_removed(tmp_path: Path, bare: dict[str, st
             )
         )
         await store.node_intent(node.node_id, "local", "run-0123456789abcdef")
-        await store.set_node_state(node.node_id, "live")
+        await store.set_node_state(node.node_id, NodeRecordState.LIVE)
     done = await anyio.to_thread.run_sync(nodeprov, bare, "gc", "-p", "local", "--store", url)
     assert done.returncode == 0, done.stderr
     assert f"removed {node.node_id} (its run is over)" in done.stdout

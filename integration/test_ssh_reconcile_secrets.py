@@ -16,7 +16,7 @@ import pytest
 
 from nodeprov import get_provider
 from nodeprov.runs import RunState
-from nodeprov.store import RunRecord, Store, now
+from nodeprov.store import NodeRecordState, RunRecord, Store, now
 
 from .cli import settings_environment
 from .sshd import running_sshd
@@ -39,6 +39,7 @@ async def test_gc_takes_the_passphrase_a_run_never_stored(tmp_path: Path) -> Non
             session = await store.active_session("default", "claude")
             await store.create_run(
                 RunRecord(
+                    agent="claude",
                     id="run-0123456789abcdef",
                     session_id=session.id,
                     workspace_id="default",
@@ -60,7 +61,7 @@ async def test_gc_takes_the_passphrase_a_run_never_stored(tmp_path: Path) -> Non
                 )
             )
             await store.node_intent(node.node_id, "ssh", "run-0123456789abcdef")
-            await store.set_node_state(node.node_id, "live")
+            await store.set_node_state(node.node_id, NodeRecordState.LIVE)
         assert "open sesame" not in json.dumps(stored.storable())  # never stored
 
         def gc(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

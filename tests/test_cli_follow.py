@@ -26,6 +26,7 @@ async def test_following_a_run_whose_control_plane_died_ends(tmp_path: Path) -> 
         session = await store.active_session("default", "claude")
         await store.create_run(
             RunRecord(
+                agent="claude",
                 id="run-0123456789abcdef",
                 session_id=session.id,
                 workspace_id="default",

@@ -42,6 +42,7 @@ async def _stored_runs(tmp_path: Path, count: int, *, events: bool = False) -> l
         for run_id in ids:
             await store.create_run(
                 RunRecord(
+                    agent="claude",
                     id=run_id,
                     session_id=session.id,
                     workspace_id="a-workspace-with-a-long-name",

@@ -50,6 +50,7 @@ def paused_run(tmp_path: Path, agent_options: dict[str, Any]) -> str:
             session = await store.active_session("default", "claude")
             await store.create_run(
                 RunRecord(
+                    agent="claude",
                     id="run-0123456789abcdef",
                     session_id=session.id,
                     workspace_id="default",

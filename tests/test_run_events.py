@@ -118,7 +118,7 @@ async def test_a_batch_of_unknown_fate_is_written_again_without_duplicates(
     is stored once."""
     from nodeprov import get_provider
     from nodeprov.errors import StoreError
-    from nodeprov.store.transcripts import TranscriptStore
+    from nodeprov.store import EntryStore
 
     steps = [{"text": "hi"}, {"stall": True}]
     options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
@@ -126,14 +126,14 @@ async def test_a_batch_of_unknown_fate_is_written_again_without_duplicates(
     extra = [{"type": "note", "text": f"unmirrored {n}"} for n in range(3)]
     async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
         unkeyed_in_batch = False
-        append_in = TranscriptStore.append_in
+        append_in = EntryStore.append_in
 
-        def noting(self: TranscriptStore, statements: Any, key: Any, entries: Any) -> None:
+        def noting(self: EntryStore, statements: Any, key: Any, entries: Any, **fold: Any) -> None:
             nonlocal unkeyed_in_batch
             unkeyed_in_batch |= any(entry in extra for _, entry in entries)
-            append_in(self, statements, key, entries)
+            append_in(self, statements, key, entries, **fold)
 
-        monkeypatch.setattr(TranscriptStore, "append_in", noting)
+        monkeypatch.setattr(EntryStore, "append_in", noting)
         commit, faults = store.db._commit, 0
 
         async def lost_as_it_committed(batch: list[Any]) -> list[BaseException | None]:

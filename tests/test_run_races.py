@@ -20,7 +20,7 @@ import pytest
 
 from nodeprov.errors import RunStateError, TokenError
 from nodeprov.runs import TRANSITIONS, Orchestrator, Run, RunFinished, RunState
-from nodeprov.store import SnapshotRecord, Store
+from nodeprov.store import NodeRecordState, SnapshotRecord, Store
 from nodeprov.testing import fake_agent_command
 
 pytestmark = pytest.mark.anyio
@@ -280,7 +280,7 @@ async def test_failing_runs_never_touch_bystanders(store: Store, agent: Any, tmp
             for bystander in bystanders:
                 assert await bystander.wait() == "ok", bystander.error
         store.update_run = real_update  # type: ignore[method-assign]
-        intents = await store.nodes(states=("intent",))
+        intents = await store.nodes(states=(NodeRecordState.INTENT,))
         assert intents == []  # the failed provision's intent was settled
     assert list((tmp_path / "nodes").iterdir()) == []
 

@@ -203,6 +203,7 @@ async def test_a_kept_node_that_no_resume_will_use_is_destroyed(
         record = await store.run(run.id)
         assert record is not None
         second = SnapshotRecord(
+            agent="claude",
             token="tok-second-token-of-the-run",
             run_id=run.id,
             node_id=node_id,

@@ -13,8 +13,9 @@ import anyio.lowlevel
 import pytest
 from claude_agent_sdk.testing import run_session_store_conformance
 
+from nodeprov.agents.claude import ClaudeSessionStore
 from nodeprov.errors import ConfigError, StoreError
-from nodeprov.store import EventRecord, RunRecord, SnapshotRecord, Store, TokenError, TranscriptStore, now
+from nodeprov.store import EventRecord, RunRecord, SnapshotRecord, Store, TokenError, now
 from nodeprov.store._db import Statements
 
 pytestmark = pytest.mark.anyio
@@ -43,10 +44,10 @@ async def store(make_store: MakeStore) -> AsyncIterator[Store]:
 async def test_sdk_session_store_conformance(make_store: MakeStore) -> None:
     opened: list[Store] = []
 
-    async def fresh() -> TranscriptStore:
+    async def fresh() -> ClaudeSessionStore:
         store = await make_store(True)
         opened.append(store)
-        return store.transcripts
+        return ClaudeSessionStore(store.transcripts)
 
     try:
         await run_session_store_conformance(fresh)
@@ -58,8 +59,8 @@ async def test_sdk_session_store_conformance(make_store: MakeStore) -> None:
 async def test_appends_are_idempotent_by_uuid(store: Store) -> None:
     key = {"project_key": "p", "session_id": "s"}
     entry = {"type": "user", "uuid": "u1", "message": {"content": "hi"}}
-    await store.transcripts.append(key, [entry])  # type: ignore[arg-type, list-item]
-    await store.transcripts.append(key, [entry, {"type": "tag"}])  # type: ignore[arg-type, list-item]
+    await store.transcripts.append(key, [entry])  # type: ignore[arg-type]
+    await store.transcripts.append(key, [entry, {"type": "tag"}])  # type: ignore[arg-type]
     assert await store.transcripts.load(key) == [entry, {"type": "tag"}]  # type: ignore[arg-type]
 
 
@@ -96,6 +97,7 @@ def _run(session_id: str, run_id: str = "run-1") -> RunRecord:
         None,
         now(),
         now(),
+        "claude",
     )
 
 
@@ -253,7 +255,19 @@ async def test_a_token_is_claimed_exactly_once_across_stores(make_store: MakeSto
         await first.create_run(_run(session.id))
         await first.save_snapshot(
             SnapshotRecord(
-                "tok-1", "run-1", "n1", True, "local", "a1", "pk", "running", "human", "lunch", now(), None
+                "tok-1",
+                "run-1",
+                "n1",
+                True,
+                "local",
+                "a1",
+                "pk",
+                "running",
+                "human",
+                "lunch",
+                now(),
+                None,
+                "claude",
             )
         )
         outcomes: list[object] = []

@@ -13,7 +13,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Literal, Self, cast
+from typing import Any, Literal, Self
 
 import anyio
 from anyio.abc import TaskGroup
@@ -22,7 +22,18 @@ from ..agents import Agent, AgentOptions, AgentSession, Message, Notice, Result,
 from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError
 from ..node import LABEL_EXPIRES_AT, GarbageReport, NodeConfig, NodeHandle, NodeProvider, owner_alive
 from ..registry import get_agent, get_provider, provider_class, route_model
-from ..store import EventRecord, NodeRecord, RunRecord, SnapshotRecord, Store, dumps, entry_key, new_id, now
+from ..store import (
+    EventRecord,
+    NodeRecord,
+    NodeRecordState,
+    RunRecord,
+    SnapshotRecord,
+    Store,
+    dumps,
+    entry_key,
+    new_id,
+    now,
+)
 from .events import (
     AgentMessage,
     NodeReady,
@@ -35,6 +46,7 @@ from .events import (
 )
 from .state import LIVE_STATES, TRANSITIONS, RunState
 
+_N = NodeRecordState
 logger = logging.getLogger("nodeprov.runs")
 
 PauseKind = Literal["human", "external", "system"]
@@ -731,7 +743,7 @@ class Orchestrator:
         suspended = False
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_time()):
             keep = keep_for is not None and await self.store.move_node(
-                node.node_id, ("live",), "kept", keep_for=keep_for
+                node.node_id, (_N.LIVE,), _N.KEPT, keep_for=keep_for
             )
             if keep_for is not None and not keep:
                 logger.warning("node %s of run %s was taken for destruction: not kept", node.node_id, run.id)
@@ -754,7 +766,7 @@ class Orchestrator:
                 except NodeprovError as error:
                     logger.warning("could not destroy node %s of run %s: %s", node.node_id, run.id, error)
                     return
-                await self.store.set_node_state(node.node_id, "destroyed")
+                await self.store.set_node_state(node.node_id, _N.DESTROYED)
             run._emit(NodeReleased, node_id=node.node_id, kept=keep, suspended=suspended)
 
     async def _node_for(self, run: Run, plan: _Plan, provider: NodeProvider[Any]) -> tuple[bool, bool]:
@@ -767,7 +779,7 @@ class Orchestrator:
         snapshot = plan.resume
         kept = snapshot.node_id if snapshot is not None and snapshot.node_kept else None
         # Taken from the kept state in one compare-and-set: a reconcile destroying it wins or loses whole.
-        if kept and await self.store.move_node(kept, ("kept",), "live"):
+        if kept and await self.store.move_node(kept, (_N.KEPT,), _N.LIVE):
             try:
                 node = await provider.attach(kept)
                 await node.wake()  # a suspended kept node: started again, ready to spawn
@@ -775,7 +787,7 @@ class Orchestrator:
                 logger.info(
                     "kept node %s of run %s is gone (%s): provisioning a new one", kept, run.id, error
                 )
-                await self.store.set_node_state(kept, "destroyed")
+                await self.store.set_node_state(kept, _N.DESTROYED)
             else:
                 run._node = node
                 await self._record_node(run, node)
@@ -797,12 +809,12 @@ class Orchestrator:
             node = await provider.provision(config)
         except BaseException:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._cleanup_time()):
-                await self.store.set_node_state(config.node_id, "failed")
+                await self.store.set_node_state(config.node_id, _N.FAILED)
             raise
         run._node = node
         await self._record_node(run, node)
         if snapshot is not None and snapshot.agent_session_id and snapshot.project_key:
-            archive = await _Archive.of(self, snapshot.project_key)
+            archive = _Archive(self, snapshot.project_key)
             return False, await plan.agent.import_state(
                 node, snapshot.agent_session_id, plan.agent.state_key(node, plan.workspace), archive
             )
@@ -810,7 +822,7 @@ class Orchestrator:
 
     async def _drop_kept_nodes(self, run: Run) -> None:
         """Destroy nodes kept by earlier pauses of ``run`` that its resume does not use."""
-        stale = await self.store.nodes(states=("kept",), run_id=run.id)
+        stale = await self.store.nodes(states=(_N.KEPT,), run_id=run.id)
         record = await self.store.run(run.id) if stale else None
         if record is not None:
             report = ReconcileReport()
@@ -830,7 +842,7 @@ class Orchestrator:
         return min(keep_for, left)
 
     async def _record_node(self, run: Run, node: NodeHandle) -> None:
-        await self.store.set_node_state(node.node_id, "live")
+        await self.store.set_node_state(node.node_id, _N.LIVE)
         await self.store.update_run(run.id, node_id=node.node_id)
 
     async def _save_state(self, run: Run) -> None:
@@ -841,7 +853,7 @@ class Orchestrator:
         record = await self.store.run(run.id)
         if node is None or session is None or agent is None or record is None or not record.project_key:
             return
-        archive = await _Archive.of(self, record.project_key)
+        archive = _Archive(self, record.project_key)
         await agent.export_state(node, session, agent.state_key(node, record.workspace_id), archive)
 
     async def _agent(self, run: Run, plan: _Plan, node: NodeHandle) -> Result | None:
@@ -853,7 +865,7 @@ class Orchestrator:
             await self.store.update_run(run.id, project_key=key)
         result: Result | None = None
         resume = plan.resume.agent_session_id if plan.resume is not None else None
-        archive = await _Archive.of(self, key)
+        archive = _Archive(self, key)
         session = agent.session(node, workspace=plan.workspace, resume=resume, archive=archive)
         run._session = session
         ended = False
@@ -1135,7 +1147,7 @@ class Orchestrator:
             if record.owner != self.owner and alive(record.owner) is not False:
                 continue  # a live owner drives it, or another store's (ours, not driven here, is orphaned)
             reason = f"control plane {record.owner} died during the run"
-            nodes = await self.store.nodes(states=("intent", "live", "destroying"), run_id=record.id)
+            nodes = await self.store.nodes(states=(_N.INTENT, _N.LIVE, _N.DESTROYING), run_id=record.id)
             await self._destroy_nodes(record, nodes, report, reason)
             finishing = record.state == RunState.FINISHING
             if record.agent_session_id and not finishing:
@@ -1173,7 +1185,7 @@ class Orchestrator:
         or destroys the ones it does not use."""
         clock = await self.store.clock_ms()
         runs: dict[str, RunRecord | None] = {}
-        for node in await self.store.nodes(states=("intent", "live", "kept", "destroying")):
+        for node in await self.store.nodes(states=(_N.INTENT, _N.LIVE, _N.KEPT, _N.DESTROYING)):
             if node.run_id in self._runs or node.run_id in self._launching:
                 continue
             if node.run_id not in runs:
@@ -1188,7 +1200,7 @@ class Orchestrator:
     async def _unused(self, node: NodeRecord, record: RunRecord, clock: int) -> str | None:
         """Why ``node`` of ``record`` (a run that is not live) will not be used, or ``None``
         when a resume may still take it."""
-        if node.state != "kept":
+        if node.state != _N.KEPT:
             return f"its run is {record.state}"
         if node.keep_until_ms is None or node.keep_until_ms <= clock:
             return "its keep time is up"
@@ -1258,14 +1270,14 @@ class Orchestrator:
             report.failed.extend((node.id, str(error)) for node in nodes)
             return
         for node in nodes:
-            if node.state != "destroying" and not await self.store.move_node(
-                node.id, (node.state,), "destroying"
+            if node.state != _N.DESTROYING and not await self.store.move_node(
+                node.id, (node.state,), _N.DESTROYING
             ):
                 continue  # kept by a pause, or taken by a resume, since it was read
             try:
                 with suppress(NodeGoneError):  # never made, or gone with its host
                     await (await provider.attach(node.id)).destroy()
-                await self.store.set_node_state(node.id, "destroyed")
+                await self.store.set_node_state(node.id, _N.DESTROYED)
                 report.destroyed.append(node.id)
                 logger.info("destroyed node %s of run %s: %s", node.id, record.id, why)
             except NodeprovError as error:
@@ -1286,13 +1298,15 @@ class Orchestrator:
             ProviderError: the platform could not be asked.
             StoreError: the store failed.
         """
-        held = {node.id for node in await self.store.nodes(states=("intent", "live", "kept", "destroying"))}
+        held = {
+            node.id for node in await self.store.nodes(states=(_N.INTENT, _N.LIVE, _N.KEPT, _N.DESTROYING))
+        }
         report = await provider.collect_garbage(
             dry_run=dry_run, alive=await self._owner_check(), spare=held, settle=settle
         )
         if not dry_run:
             for info in report.reaped:
-                await self.store.set_node_state(info.node_id, "destroyed")
+                await self.store.set_node_state(info.node_id, _N.DESTROYED)
         return report
 
 
@@ -1330,12 +1344,6 @@ class _Archive:
         self._transcripts = orchestrator.store.transcripts
         self._run_key = run_key
 
-    @classmethod
-    async def of(cls, orchestrator: Orchestrator, run_key: str) -> _Archive:
-        # The store's transcripts import the Claude SDK on first use: off the loop (see _agent_of).
-        await anyio.to_thread.run_sync(lambda: orchestrator.store.transcripts)
-        return cls(orchestrator, run_key)
-
     def _filed(self, key: StateKey) -> StateKey:
         return {**key, "project_key": self._run_key}
 
@@ -1365,14 +1373,14 @@ class _Archive:
         await done.wait()
 
     async def load(self, key: StateKey) -> list[dict[str, Any]] | None:
-        return cast(list[dict[str, Any]] | None, await self._transcripts.load(cast(Any, self._filed(key))))
+        return await self._transcripts.load(self._filed(key))
 
     async def subpaths(self, key: StateKey) -> list[str]:
-        return await self._transcripts.list_subkeys(cast(Any, self._filed(key)))
+        return await self._transcripts.subpaths(self._filed(key))
 
     async def replace(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
         await self._orchestrator._flush_events()  # what was queued before goes first
-        await self._transcripts.replace(cast(Any, self._filed(key)), cast(Any, entries))
+        await self._transcripts.replace(self._filed(key), entries)
 
 
 class _Progress:

@@ -19,67 +19,47 @@ import json
 import os
 import secrets
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 import anyio
 
 from ..errors import ConfigError, StoreError, TokenError
 from ._db import DEFAULT_STATEMENT_TIMEOUT, Database, PostgresDatabase, SQLiteDatabase, Statements
 from ._schema import migrate
-
-if TYPE_CHECKING:
-    from claude_agent_sdk import SessionKey
-
-    from .transcripts import TranscriptStore
+from .entries import EntryKey, EntryStore, KeyedEntry, entry_key, keyed
+from .records import (
+    EventRecord,
+    LeaseRecord,
+    NodeRecord,
+    NodeRecordState,
+    RunRecord,
+    SessionRecord,
+    SnapshotRecord,
+)
 
 __all__ = [
-    "NODE_STATES",
+    "EntryKey",
+    "EntryStore",
     "EventRecord",
     "KeyedEntry",
     "LeaseRecord",
     "NodeRecord",
+    "NodeRecordState",
     "RunRecord",
     "SessionRecord",
     "SnapshotRecord",
     "Store",
     "StoreError",
     "TokenError",
-    "TranscriptStore",
     "default_store_path",
     "entry_key",
     "keyed",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # TranscriptStore is the SDK's SessionStore: importing it imports the SDK, which a
-    # store opened only to list runs (the CLI) need not pay for.
-    if name == "TranscriptStore":
-        from .transcripts import TranscriptStore
-
-        return TranscriptStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-KeyedEntry = tuple[str, Any]
-"""A transcript entry with its idempotency key (see :func:`entry_key`)."""
-
-
-def entry_key(entry: Any) -> str:
-    """The idempotency key of a transcript entry: its ``uuid``, else a fresh random key. An
-    entry must keep its key however often it is written: key it once (:func:`keyed`)."""
-    uuid = entry.get("uuid") if isinstance(entry, dict) else None
-    return uuid if isinstance(uuid, str) else f"nodeprov:{secrets.token_hex(16)}"
-
-
-def keyed(entries: Sequence[Any]) -> list[KeyedEntry]:
-    """``entries``, each with its idempotency key."""
-    return [(entry_key(entry), entry) for entry in entries]
 
 
 def default_store_path() -> Path:
@@ -96,124 +76,6 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(8)}"
 
 
-@dataclass(frozen=True)
-class SessionRecord:
-    """A workspace's agent session: ``provider`` is the agent (``claude``, ``codex``), and
-    ``provider_session_id`` the agent's own session id once known."""
-
-    id: str
-    workspace_id: str
-    provider: str
-    provider_session_id: str | None
-    state: str  # active | archived
-    created_at: str
-    archived_at: str | None
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """One run: its task, where it runs, and how it stands.
-
-    ``state`` is one of :class:`nodeprov.runs.RunState` (the run state machine);
-    ``outcome`` once paused or over: ok, paused, error. ``owner`` is the control plane that
-    drives it (``lease:ID`` for an orchestrator). ``node_settings`` holds the provider
-    settings less their secrets (:meth:`~nodeprov.ProviderSettings.storable`);
-    ``node_secret_fields`` the names of the secret ones it was given (JSON list).
-    ``agent`` is the agent that runs it, ``agent_options`` its options less their secrets
-    (:meth:`~nodeprov.agents.AgentOptions.storable`), ``project_key`` where its session
-    state is archived.
-    """
-
-    id: str
-    session_id: str
-    workspace_id: str
-    prompt: str
-    node_provider: str
-    node_settings: str
-    agent_options: str
-    state: str
-    outcome: str | None
-    error: str | None
-    node_id: str | None
-    agent_session_id: str | None
-    project_key: str | None
-    owner: str
-    pause_request: str | None
-    created_at: str
-    updated_at: str
-    node_secret_fields: str = "[]"  # noqa: S105 - names of secrets, never values
-    agent: str = "claude"
-    node_config: str = "{}"
-
-
-@dataclass(frozen=True)
-class SnapshotRecord:
-    """What resuming a paused (or failed) run needs: the agent and its session id, and the
-    key its session state is archived under (``project_key``). ``token`` is single use."""
-
-    token: str
-    run_id: str
-    node_id: str | None
-    node_kept: bool
-    provider: str
-    agent_session_id: str | None
-    project_key: str | None
-    state: str
-    pause_kind: str  # human | external | system
-    reason: str
-    created_at: str
-    used_at: str | None
-    agent: str = "claude"
-
-
-NODE_STATES = ("intent", "live", "kept", "destroying", "destroyed", "failed")
-"""A run's node, as the store holds it: ``intent`` (about to be provisioned, before anything
-exists), ``live`` (in use), ``kept`` (for a paused run's resume, until ``keep_until_ms``),
-``destroying`` (claimed by whoever destroys it), ``destroyed``; ``failed`` when provisioning
-failed (the provider left nothing). Moves between them are compare-and-sets
-(:meth:`Store.move_node`), so a pause that keeps a node and a reconcile that destroys it
-never both win."""
-
-
-@dataclass(frozen=True)
-class NodeRecord:
-    """A run's node (see :data:`NODE_STATES`); ``keep_until_ms`` is the database's clock."""
-
-    id: str
-    provider: str
-    run_id: str
-    state: str
-    created_at: str
-    updated_at: str
-    keep_until_ms: int | None
-
-
-@dataclass(frozen=True)
-class LeaseRecord:
-    """A control plane's claim to the runs and nodes it owns (their ``owner`` is
-    ``lease:ID``). It lives while heartbeats renew it; times are the database's clock in
-    epoch milliseconds, so control planes on several hosts judge it alike."""
-
-    id: str
-    holder: str
-    created_at: str
-    heartbeat_ms: int
-    expires_ms: int
-    released: bool
-
-
-@dataclass(frozen=True)
-class EventRecord:
-    """One run event as stored: ``seq`` counts from 1 over the run's whole life (resumes
-    included); ``body`` is the event's JSON."""
-
-    run_id: str
-    seq: int
-    kind: str
-    at: str
-    body: str
-
-
 def _record(cls: type[Any], row: tuple[Any, ...] | None) -> Any:
     if row is None:
         return None
@@ -221,6 +83,8 @@ def _record(cls: type[Any], row: tuple[Any, ...] | None) -> Any:
     for name in ("node_kept", "released"):
         if name in values:
             values[name] = bool(values[name])
+    if cls is NodeRecord:
+        values["state"] = NodeRecordState(values["state"])
     return cls(**values)
 
 
@@ -267,11 +131,9 @@ class Store:
         self._closed = False
 
     @cached_property
-    def transcripts(self) -> TranscriptStore:
-        """The agents' transcripts, as the SDK's ``SessionStore``."""
-        from .transcripts import TranscriptStore
-
-        return TranscriptStore(self.db)
+    def transcripts(self) -> EntryStore:
+        """The agents' session state, as entries (see :mod:`nodeprov.store.entries`)."""
+        return EntryStore(self.db)
 
     @classmethod
     async def open(
@@ -434,9 +296,8 @@ class Store:
             (node_id, provider, run_id, now(), now()),
         )
 
-    async def set_node_state(self, node_id: str, state: str) -> None:
-        """Set a node's state whatever it was (see :data:`NODE_STATES`); a move that may race
-        another is :meth:`move_node`."""
+    async def set_node_state(self, node_id: str, state: NodeRecordState) -> None:
+        """Set a node's state whatever it was; a move that may race another is :meth:`move_node`."""
         _check_node_state(state)
         await self.db.execute(
             "UPDATE nodes SET state = ?, keep_until_ms = NULL, updated_at = ? WHERE id = ?",
@@ -444,14 +305,19 @@ class Store:
         )
 
     async def move_node(
-        self, node_id: str, expect: Collection[str], state: str, *, keep_for: float | None = None
+        self,
+        node_id: str,
+        expect: Collection[NodeRecordState],
+        state: NodeRecordState,
+        *,
+        keep_for: float | None = None,
     ) -> bool:
         """Move a node to ``state`` if it is in one of the ``expect`` states: a compare-and-set,
         so of two racing movers (a pause keeping the node, a reconcile destroying it) exactly
         one wins. Moving to ``kept`` takes ``keep_for``, the seconds it is kept from now (the
         database's clock). Returns whether the node moved."""
         _check_node_state(state, *expect)
-        if (state == "kept") != (keep_for is not None):
+        if (state is NodeRecordState.KEPT) != (keep_for is not None):
             raise ConfigError("a node is kept for a time, and only a kept one")
         until = f"{self.db.now_ms} + ?" if keep_for is not None else "NULL"
         params: list[Any] = [state, *([int(keep_for * 1000)] if keep_for is not None else []), now(), node_id]
@@ -467,7 +333,9 @@ class Store:
         record: NodeRecord | None = _record(NodeRecord, row)
         return record
 
-    async def nodes(self, *, states: Collection[str], run_id: str | None = None) -> list[NodeRecord]:
+    async def nodes(
+        self, *, states: Collection[NodeRecordState], run_id: str | None = None
+    ) -> list[NodeRecord]:
         """The nodes in ``states`` (of run ``run_id`` only, when given), oldest first."""
         states = tuple(states)
         _check_node_state(*states)
@@ -548,10 +416,10 @@ class Store:
     async def append_events(
         self,
         events: Sequence[EventRecord],
-        transcripts: Sequence[tuple[SessionKey, Sequence[KeyedEntry]]] = (),
+        transcripts: Sequence[tuple[EntryKey, Sequence[KeyedEntry]]] = (),
     ) -> None:
         """Store run events and transcript entries (each with its idempotency key, see
-        :func:`~nodeprov.store.transcripts.keyed`; in the order given) in one transaction,
+        :func:`~nodeprov.store.entries.keyed`; in the order given) in one transaction,
         grouped with other writers' (one worker-thread hop for the whole batch). Durable once
         this returns. Exactly once: an event whose ``(run_id, seq)`` is stored already, and
         an entry whose key is, are skipped, so a batch whose fate was unknown (a timeout, a
@@ -636,8 +504,8 @@ class Store:
         return [_record(SnapshotRecord, row) for row in rows]
 
 
-def _check_node_state(*states: str) -> None:
-    unknown = set(states) - set(NODE_STATES)
+def _check_node_state(*states: NodeRecordState) -> None:
+    unknown = set(states) - set(NodeRecordState)
     if unknown:
         raise ConfigError(f"unknown node states: {sorted(unknown)}")
 

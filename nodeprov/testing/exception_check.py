@@ -32,11 +32,9 @@ __all__ = ["PUBLIC_MODULES", "watch_public_api"]
 PUBLIC_MODULES = (
     "nodeprov.node",
     "nodeprov.spawn",
-    "nodeprov.agents.claude.bridge",
-    "nodeprov.agents.claude.agent",
+    "nodeprov.agents.claude",
     "nodeprov.agents.codex",
     "nodeprov.store",
-    "nodeprov.store.transcripts",
     "nodeprov.runs.orchestrator",
     "nodeprov.testing.fake_provider",
     "nodeprov_local.provider",
