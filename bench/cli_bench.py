@@ -24,7 +24,7 @@ from pathlib import Path
 import anyio
 
 from nodeprov.agents.claude import bundled_cli_path
-from nodeprov.cli.drive import scripted_demo
+from nodeprov.offline import demo_messages
 
 from .common import Row, compare
 
@@ -55,7 +55,7 @@ async def run_raw(tmp: Path, cli: str, index: list[int]) -> float:
     workspace = where / "workspace"
     await anyio.Path(workspace).mkdir(parents=True)
     start = time.perf_counter()
-    async with scripted_demo(PROMPT) as model:
+    async with demo_messages(PROMPT) as model:
         env = {
             "PATH": "/usr/bin:/bin",
             "HOME": str(where),

@@ -6,11 +6,17 @@ handle spawns processes (:class:`SpawnOptions` -> :class:`SpawnedProcess`); an a
 such a spawn and speaks one message model (:mod:`nodeprov.agents`); the orchestrator
 (:mod:`nodeprov.runs`) drives runs. The library logs to the ``nodeprov`` logger and
 configures no handler.
+
+The agent registry's functions are imported on first use: importing ``nodeprov`` (or
+``nodeprov.errors``, as every provider does) loads no agent.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     AgentError,
     AgentExitError,
+    AgentNotFoundError,
     AgentOutputError,
     CommandNotFoundError,
     ConfigError,
@@ -24,7 +30,10 @@ from .errors import (
     ProviderError,
     ProviderNotFoundError,
     ProvisionError,
+    RunStateError,
     SpawnError,
+    StoreError,
+    TokenError,
 )
 from .node import (
     LABEL_EXPIRES_AT,
@@ -42,16 +51,22 @@ from .node import (
     owner_alive,
     secret_field,
 )
-from .registry import (
-    agent_class,
-    agent_names,
-    get_agent,
-    get_provider,
-    provider_class,
-    provider_names,
-    route_model,
-)
+from .registry import get_provider, provider_class, provider_names
 from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
+
+if TYPE_CHECKING:
+    from .agents.registry import agent_class, agent_names, get_agent, route_model
+
+_AGENT_REGISTRY = ("agent_class", "agent_names", "get_agent", "route_model")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _AGENT_REGISTRY:
+        from .agents import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "LABEL_EXPIRES_AT",
@@ -60,6 +75,7 @@ __all__ = [
     "LABEL_SESSION_ID",
     "AgentError",
     "AgentExitError",
+    "AgentNotFoundError",
     "AgentOutputError",
     "CommandNotFoundError",
     "ConfigError",
@@ -80,11 +96,14 @@ __all__ = [
     "ProvisionError",
     "Requirement",
     "Rollback",
+    "RunStateError",
     "SpawnError",
     "SpawnFn",
     "SpawnOptions",
     "SpawnedProcess",
     "StopPolicy",
+    "StoreError",
+    "TokenError",
     "abandoned",
     "agent_class",
     "agent_names",

@@ -9,6 +9,7 @@ errors, ...) into this tree at their boundary, so a caller never catches a platf
     NodeprovError
     ├── ConfigError                  bad settings, options or names; fix the call
     │   ├── ProviderNotFoundError    no provider of that name is installed
+    │   ├── AgentNotFoundError       no agent of that name is installed (or none takes the model)
     │   └── NodePathError            a path outside the node, empty, or with NUL
     ├── ProviderError                the platform failed or refused
     │   └── ProvisionError           a node could not be made (nothing is left behind)
@@ -32,6 +33,7 @@ from __future__ import annotations
 __all__ = [
     "AgentError",
     "AgentExitError",
+    "AgentNotFoundError",
     "AgentOutputError",
     "CommandNotFoundError",
     "ConfigError",
@@ -63,6 +65,11 @@ class ConfigError(NodeprovError, ValueError):
 
 class ProviderNotFoundError(ConfigError):
     """No provider of the requested name is registered in ``nodeprov.providers``."""
+
+
+class AgentNotFoundError(ConfigError):
+    """No agent of that name is installed, or no installed agent takes a model that none
+    claims."""
 
 
 class ProviderError(NodeprovError):

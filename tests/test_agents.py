@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nodeprov import ConfigError, get_agent, get_provider, route_model
+from nodeprov import AgentNotFoundError, ConfigError, get_agent, get_provider, route_model
 from nodeprov.agents import AgentText, ErrorMessage, Notice, Result, Thinking, ToolResult, ToolUse
 from nodeprov.agents.codex import _Converter
 from nodeprov.agents.messages import message_from_json, message_to_json
@@ -162,3 +162,36 @@ def test_the_codex_agent_does_not_load_the_claude_sdk() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "False"
+
+
+def test_an_unknown_agent_is_an_agent_not_found_error() -> None:
+    with pytest.raises(AgentNotFoundError, match=r"no agent named 'nope' \(installed: .*claude.*codex"):
+        get_agent("nope")
+    assert issubclass(AgentNotFoundError, ConfigError)
+
+
+def test_a_model_nobody_claims_needs_a_fallback_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback is the agents' own declaration (the core names none): without one, a
+    model no agent claims is refused, saying so."""
+    from nodeprov.agents.registry import agent_class
+
+    claude = agent_class("claude")
+    assert claude.fallback
+    assert not agent_class("codex").fallback
+    monkeypatch.setattr(claude, "fallback", False)
+    with pytest.raises(AgentNotFoundError, match="no installed agent takes models it does not claim"):
+        route_model("llama-3.1-70b")
+    assert route_model("gpt-5") == "codex"  # a claimed model still routes
+
+
+def test_importing_the_errors_loads_no_agent() -> None:
+    """What every provider imports (``nodeprov.errors``, and so ``nodeprov``) loads no agent
+    module and no agent SDK; the agent registry comes on first use."""
+    probe = (
+        "import sys, nodeprov.errors, nodeprov;"
+        "print(sorted(m for m in sys.modules if m.startswith(('nodeprov.agents', 'claude_agent_sdk'))));"
+        "nodeprov.get_agent;"
+        "print('nodeprov.agents.registry' in sys.modules)"
+    )
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert shown.stdout.split("\n")[:2] == ["[]", "True"]

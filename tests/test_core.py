@@ -90,7 +90,7 @@ def test_a_provider_is_looked_up_once_per_process(monkeypatch: pytest.MonkeyPatc
     def no_scanning(**_: object) -> None:
         raise AssertionError("the installed entry points were scanned again")
 
-    monkeypatch.setattr("nodeprov.registry.entry_points", no_scanning)
+    monkeypatch.setattr("nodeprov._plugins.entry_points", no_scanning)
     assert provider_class("local") is loaded
     assert get_provider("local").name == "local"
 

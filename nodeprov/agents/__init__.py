@@ -4,7 +4,7 @@ An :class:`Agent` turns "run this coding agent with these options" into a proces
 node (through the node's spawn function, so over the platform's own exec channel) and a
 stream of :mod:`messages <nodeprov.agents.messages>` in one model. The orchestrator, the
 events and the CLI know agents only through this contract; agents register under the
-``nodeprov.agents`` entry-point group (see :mod:`nodeprov.registry`)::
+``nodeprov.agents`` entry-point group (see :mod:`nodeprov.agents.registry`)::
 
     [project.entry-points."nodeprov.agents"]
     claude = "nodeprov.agents.claude:ClaudeAgent"
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Generic, Literal, NotRequired, Protocol, Self, TypedDict, TypeVar
@@ -213,9 +214,10 @@ class Agent(ABC, Generic[OptionsT]):
 
     Class attributes: ``name`` (its registered name), ``options_model``, ``cli_name`` (its
     CLI's name: the default command on a node, and its key in a node's ``tool_paths``),
-    ``capabilities``, ``models`` (the models it knows), and ``model_patterns`` (regular
+    ``capabilities``, ``models`` (the models it knows), ``model_patterns`` (regular
     expressions, matched in full, of the model names routed to it; see
-    :func:`nodeprov.registry.route_model`).
+    :func:`nodeprov.agents.registry.route_model`), and ``fallback`` (whether it takes the
+    models no agent claims).
     """
 
     name: ClassVar[str]
@@ -224,6 +226,7 @@ class Agent(ABC, Generic[OptionsT]):
     capabilities: ClassVar[Capabilities]
     models: ClassVar[tuple[ModelInfo, ...]] = ()
     model_patterns: ClassVar[tuple[str, ...]] = ()
+    fallback: ClassVar[bool] = False
 
     def __init__(self, options: OptionsT) -> None:
         self.options = options
@@ -256,6 +259,17 @@ class Agent(ABC, Generic[OptionsT]):
         """The agent's CLI on this machine (the control plane), if found: for a node that
         shares this machine's files, and for ``nodeprov agents``."""
         return None
+
+    @classmethod
+    def offline(cls, prompt: str) -> AbstractAsyncContextManager[dict[str, Any]]:
+        """The options that run this agent offline: against the scripted server of the model
+        API it speaks (:mod:`nodeprov.offline`), up while the context lasts and playing the
+        built-in demo for ``prompt``. What ``nodeprov run --model scripted`` uses.
+
+        Raises:
+            ConfigError: this agent has no offline model.
+        """
+        raise ConfigError(f"the {cls.name} agent has no offline scripted model")
 
     def cli_on(self, node: NodeHandle) -> str:
         """The agent's CLI on ``node``: ``options.cli_path``, else the node's ``tool_paths``

@@ -51,7 +51,7 @@ import re
 import secrets
 import shutil
 from collections.abc import AsyncIterator
-from contextlib import suppress
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -60,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ..node import NodeHandle
+from ..offline import demo_responses
 from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy, guard_stdin
 from . import (
     Agent,
@@ -167,6 +168,13 @@ class CodexAgent(Agent[CodexOptions]):
         ModelInfo("o4-mini", "o4-mini", 200_000, vision=True),
     )
     model_patterns: ClassVar[tuple[str, ...]] = (r"gpt-.*", r"o[1-4](-.*)?", r"codex-.*")
+
+    @classmethod
+    @asynccontextmanager
+    async def offline(cls, prompt: str) -> AsyncIterator[dict[str, Any]]:
+        async with demo_responses(prompt) as responses:
+            provider = responses.codex_config()  # with its catalog: Codex knows the model
+            yield {"env": responses.agent_env(), "model_provider": provider, "model": responses.model}
 
     @classmethod
     def local_cli(cls) -> str | None:

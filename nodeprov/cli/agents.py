@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import anyio
 import typer
 
+from ..agents.registry import agent_class, agent_names
 from ..errors import NodeprovError
-from ..registry import DEFAULT_AGENT, agent_class, agent_names
 from ..spawn import SpawnOptions
 from .app import SettingOption, app, errors, make_provider, parse_settings
 from .render import emit, print_table
@@ -63,7 +63,7 @@ def _describe(name: str) -> dict[str, Any]:
     cls = agent_class(name)
     return {
         "name": name,
-        "default": name == DEFAULT_AGENT,
+        "default": cls.fallback,
         "cli_name": cls.cli_name,
         "local_cli": cls.local_cli(),
         "model_patterns": list(cls.model_patterns),

@@ -25,7 +25,7 @@ from ..registry import provider_class, provider_names
 from .render import err
 
 SCRIPTED = "scripted"
-"""The ``--model`` of the built-in offline model (:mod:`nodeprov.testing.scripted_model`)."""
+"""The ``--model`` of the built-in offline model (:mod:`nodeprov.offline`)."""
 
 app = typer.Typer(
     name="nodeprov",

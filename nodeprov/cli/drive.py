@@ -1,4 +1,4 @@
-"""Driving a run from the terminal (``run`` and ``resume``): the scripted models, the
+"""Driving a run from the terminal (``run`` and ``resume``): the offline scripted model, the
 events shown as they come, pausing on signals. Apart from :mod:`.runs` because it imports
 the orchestrator, which the other run commands never load."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,54 +16,23 @@ import anyio
 import anyio.abc
 from rich.markup import escape
 
+from ..agents.registry import agent_class
 from ..errors import NodeprovError, RunStateError
 from ..runs import Orchestrator, PauseKind, Run
 from ..store import Store
-from ..testing.scripted_model import ScriptedModel, Text, ToolUse
-from ..testing.scripted_responses import ExecCommand, ResponsesText, ScriptedResponses
 from .app import SCRIPTED, fail, secret_settings
 from .events import show_event
 from .render import err, out
 
-_LOOK = "Let me look at the node first."
-
-
-def _demo_command(prompt: str) -> str:
-    return f"printf '%s\\n' {shlex.quote(prompt)} > prompt.txt && uname -sm && pwd"
-
-
-def _demo_answer(prompt: str) -> str:
-    return f"(scripted model) I ran a command on the node and saved your prompt to prompt.txt: {prompt}"
-
-
-def scripted_demo(prompt: str) -> ScriptedModel:
-    """The built-in scripted Messages API's script for ``prompt``: a Bash call on the node, an
-    answer (for claude)."""
-    return ScriptedModel(
-        [ToolUse("Bash", {"command": _demo_command(prompt)}, text=_LOOK), Text(_demo_answer(prompt))]
-    )
-
-
-def scripted_responses_demo(prompt: str) -> ScriptedResponses:
-    """The built-in scripted Responses API's script for ``prompt``: the same command, the
-    same answer (for codex)."""
-    return ScriptedResponses(
-        [ExecCommand(["sh", "-c", _demo_command(prompt)], text=_LOOK), ResponsesText(_demo_answer(prompt))]
-    )
-
 
 @asynccontextmanager
 async def _model_options(model: str, agent: str, prompt: str) -> AsyncIterator[dict[str, Any]]:
-    """The agent options the model needs: the built-in scripted one's endpoint, or none."""
+    """The agent options the model needs: the agent's offline scripted model, or none."""
     if model != SCRIPTED:
         yield {}
-    elif agent == "codex":
-        async with scripted_responses_demo(prompt) as responses:
-            provider = responses.codex_config()  # with its catalog: Codex knows the model
-            yield {"env": responses.agent_env(), "model_provider": provider, "model": responses.model}
-    else:
-        async with scripted_demo(prompt) as messages:
-            yield {"env": messages.agent_env()}
+        return
+    async with agent_class(agent).offline(prompt) as options:
+        yield options
 
 
 @dataclasses.dataclass(frozen=True)

@@ -106,7 +106,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
         bool | None,
         typer.Option(
             help="Make this machine's agent CLI available on the node (mounted read-only, or used in "
-            "place). Default: on for the local provider."
+            "place). Default: on where the provider's nodes are on this machine (local)."
         ),
     ] = None,
     workspace: Annotated[
@@ -128,21 +128,21 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     """
     with errors():
         settings = provider_settings(provider, parse_settings(setting))
-        make_provider(provider, settings)  # a bad setting or a missing image: before a run is recorded
+        on_this_host = make_provider(provider, settings).on_this_host  # a bad setting: before a run
         if permission is None:
-            if provider == "local" and model != SCRIPTED:
+            if on_this_host and model != SCRIPTED:
                 raise ConfigError(
-                    "a real model on the local provider runs unsandboxed, as you, on this host: "
+                    f"a real model on the {provider} provider runs unsandboxed, as you, on this host: "
                     "choose --permission (read-only, edit or full)"
                 )
             permission = "full"
-        from ..registry import get_agent, route_model
+        from ..agents.registry import get_agent, route_model
         from .drive import RunRequest, drive_run  # see the imports
 
         options = _agent_options(
             model, env, permission, option, max_turns=max_turns, output_schema=output_schema
         )
-        options["ship_cli"] = provider == "local" if ship_cli is None else ship_cli
+        options["ship_cli"] = on_this_host if ship_cli is None else ship_cli
         chosen = route_model(None if model == SCRIPTED else model, agent)
         get_agent(chosen, options)  # bad options: before a run is recorded
         request = RunRequest(

@@ -38,6 +38,10 @@ class NodeProvider(ABC, Generic[SettingsT]):
 
     name: ClassVar[str]
     settings_model: ClassVar[type[ProviderSettings]]
+    on_this_host: ClassVar[bool] = False
+    """Whether this provider's nodes are directories of this machine (the control plane's):
+    no sandbox stands between a process on such a node and this host, and this machine's
+    executables run there as they are."""
 
     def __init__(self, settings: SettingsT) -> None:
         self.settings = settings

@@ -19,9 +19,10 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..agents import Agent, AgentOptions, AgentSession, Message, Notice, Result, StateKey, ToolResult, ToolUse
+from ..agents.registry import get_agent, route_model
 from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError
 from ..node import LABEL_EXPIRES_AT, GarbageReport, NodeConfig, NodeHandle, NodeProvider, owner_alive
-from ..registry import get_agent, get_provider, provider_class, route_model
+from ..registry import get_provider, provider_class
 from ..store import (
     EventRecord,
     NodeRecord,

@@ -4,7 +4,8 @@
   real Claude Code CLI talks to; turns are :class:`Text`, :class:`ToolUse`, :class:`Stall`.
 - :class:`ScriptedResponses`: a scripted OpenAI Responses API server on 127.0.0.1 that the
   real Codex CLI talks to; turns are :class:`ResponsesText`, :class:`ExecCommand`,
-  :class:`ResponsesStall`, :class:`ResponsesHttpError`.
+  :class:`ResponsesStall`, :class:`ResponsesHttpError`. Both are product code in
+  :mod:`nodeprov.offline` (the CLI's default model), re-exported here.
 - The pytest plugin (:mod:`nodeprov.testing.pytest_plugin`, loaded automatically) provides
   the ``scripted_model``, ``scripted_responses`` and ``local_node`` fixtures.
 - :mod:`nodeprov.testing.conformance`: the suite every provider must pass.
@@ -12,17 +13,22 @@
   (:mod:`nodeprov.testing.fake_agent`), for fast tests of what drives agents.
 """
 
-from .fake_agent import fake_agent_command
-from .scripted_model import RecordedRequest, ScriptedModel, Stall, Text, ToolUse, Turn
-from .scripted_responses import (
+from ..offline import (
     ExecCommand,
+    RecordedRequest,
     ResponsesHttpError,
     ResponsesRequest,
     ResponsesStall,
     ResponsesText,
     ResponsesTurn,
+    ScriptedModel,
     ScriptedResponses,
+    Stall,
+    Text,
+    ToolUse,
+    Turn,
 )
+from .fake_agent import fake_agent_command
 
 __all__ = [
     "ExecCommand",

@@ -23,9 +23,9 @@ import anyio
 import pytest
 
 from ..agents import AgentSession, AgentText, Message, Result, ToolResult, ToolUse
+from ..agents.registry import get_agent
 from ..errors import AgentError, DeadlineError
 from ..node import NodeHandle
-from ..registry import get_agent
 from .conformance import host_processes_matching, unique_marker, wait_until
 
 __all__ = ["AGENT_CHECKS", "AgentHarness", "run_turn"]

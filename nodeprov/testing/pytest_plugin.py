@@ -27,9 +27,8 @@ from pathlib import Path
 import pytest
 
 from nodeprov.node import NodeHandle
+from nodeprov.offline import ScriptedModel, ScriptedResponses
 from nodeprov.registry import get_provider
-from nodeprov.testing.scripted_model import ScriptedModel
-from nodeprov.testing.scripted_responses import ScriptedResponses
 
 __all__ = ["local_node", "require_engine", "scripted_model", "scripted_responses"]
 

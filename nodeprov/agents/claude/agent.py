@@ -6,7 +6,7 @@ import json
 import logging
 import posixpath
 from collections.abc import AsyncIterator
-from contextlib import suppress
+from contextlib import asynccontextmanager, suppress
 from typing import Any, ClassVar, Literal, cast
 
 import anyio
@@ -33,6 +33,7 @@ from claude_agent_sdk.types import SessionStoreEntry
 from pydantic import Field
 
 from ...node import NodeHandle
+from ...offline import demo_messages
 from ...settings import secret_field
 from .. import (
     Agent,
@@ -102,10 +103,17 @@ class ClaudeAgent(Agent[ClaudeOptions]):
         ModelInfo("claude-haiku-4-5", "Claude Haiku 4.5", 200_000, vision=True),
     )
     model_patterns: ClassVar[tuple[str, ...]] = (r"claude-.*", "opus", "sonnet", "haiku")
+    fallback: ClassVar[bool] = True
 
     @classmethod
     def local_cli(cls) -> str | None:
         return bundled_cli_path()
+
+    @classmethod
+    @asynccontextmanager
+    async def offline(cls, prompt: str) -> AsyncIterator[dict[str, Any]]:
+        async with demo_messages(prompt) as messages:
+            yield {"env": messages.agent_env()}
 
     def sdk_options(
         self, node: NodeHandle, *, resume: str | None = None, archive: SessionArchive | None = None

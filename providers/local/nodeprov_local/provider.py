@@ -611,6 +611,7 @@ class LocalProvider(NodeProvider[LocalSettings]):
 
     name: ClassVar[str] = "local"
     settings_model: ClassVar[type[ProviderSettings]] = LocalSettings
+    on_this_host: ClassVar[bool] = True
 
     @property
     def root(self) -> Path:

@@ -1,4 +1,5 @@
-"""A scripted Anthropic Messages API server on 127.0.0.1, for tests without a model or a key.
+"""A scripted Anthropic Messages API server on 127.0.0.1: the Claude Code CLI runs offline
+against it, without a model or a key (tests, and ``nodeprov run --model scripted``).
 
 The Claude Code CLI streams ``POST /v1/messages`` and reads server-sent events. This server
 answers each *agent* request (one that carries ``tools``, which the CLI's main loop always
@@ -16,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._scripted import ScriptedServer, ScriptHandler, ScriptState
+from ._server import ScriptedServer, ScriptHandler, ScriptState
 
 __all__ = ["RecordedRequest", "ScriptedModel", "Stall", "Text", "ToolUse", "Turn"]
 

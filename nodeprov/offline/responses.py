@@ -1,4 +1,5 @@
-"""A scripted OpenAI Responses API server on 127.0.0.1, for tests of the Codex CLI offline.
+"""A scripted OpenAI Responses API server on 127.0.0.1: the Codex CLI runs offline against it
+(tests, and ``nodeprov run --model scripted``).
 
 ``codex exec`` streams ``POST /v1/responses`` from a custom model provider and reads
 server-sent events. This server answers each *agent* request (a turn of the conversation;
@@ -20,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._scripted import ScriptedServer, ScriptHandler, ScriptState
+from ._server import ScriptedServer, ScriptHandler, ScriptState
 
 __all__ = [
     "DEFAULT_MODEL",

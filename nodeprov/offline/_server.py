@@ -1,7 +1,7 @@
 """What the scripted model servers share: a script of turns played to agent requests, every
 request recorded, an HTTP server on 127.0.0.1 in a daemon thread, sync and async context
-management. :class:`~nodeprov.testing.ScriptedModel` (Messages API) and
-:class:`~nodeprov.testing.ScriptedResponses` (Responses API) add their protocol."""
+management. :class:`~nodeprov.offline.ScriptedModel` (Messages API) and
+:class:`~nodeprov.offline.ScriptedResponses` (Responses API) add their protocol."""
 
 from __future__ import annotations
 

@@ -1,0 +1,93 @@
+"""Finding agents: they register in the ``nodeprov.agents`` entry-point group, as providers
+do in theirs (:mod:`nodeprov.registry`)::
+
+    [project.entry-points."nodeprov.agents"]
+    claude = "nodeprov.agents.claude:ClaudeAgent"
+
+Nothing outside an agent's own module names it: a model goes to the agent whose
+``model_patterns`` claim it (:func:`route_model`), and what no agent claims to the agents
+that declare themselves the ``fallback``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .. import _plugins
+from ..errors import AgentNotFoundError
+from . import Agent, AgentOptions
+
+__all__ = [
+    "AGENT_ENTRY_POINT_GROUP",
+    "agent_class",
+    "agent_names",
+    "fallback_agent",
+    "get_agent",
+    "route_model",
+]
+
+AGENT_ENTRY_POINT_GROUP = "nodeprov.agents"
+
+
+def agent_names() -> list[str]:
+    """Names of the installed agents, sorted. Imports none of them."""
+    return _plugins.installed(AGENT_ENTRY_POINT_GROUP)
+
+
+def agent_class(name: str) -> type[Agent[Any]]:
+    """Load the agent class registered as ``name`` (once per process).
+
+    Raises:
+        AgentNotFoundError: nothing is registered under ``name``.
+        ConfigError: the entry point does not load or does not name an
+            :class:`~nodeprov.agents.Agent` subclass.
+    """
+    loaded: type[Agent[Any]] = _plugins.load(
+        AGENT_ENTRY_POINT_GROUP, name, Agent, "agent", AgentNotFoundError
+    )
+    return loaded
+
+
+def get_agent(name: str, options: AgentOptions | Mapping[str, Any] | None = None) -> Agent[Any]:
+    """The agent ``name`` with ``options``, validated by its options model.
+
+    Raises:
+        AgentNotFoundError, ConfigError: as :func:`agent_class`, or an invalid option.
+    """
+    return agent_class(name).from_options(options)
+
+
+def fallback_agent() -> str:
+    """The agent of a model that no installed agent claims (or of no model): the first, by
+    name, of the installed agents whose class sets :attr:`~nodeprov.agents.Agent.fallback`.
+
+    Raises:
+        AgentNotFoundError: no installed agent is a fallback.
+        ConfigError: an agent fails to load (an error, not a silent miss).
+    """
+    for name in agent_names():
+        if agent_class(name).fallback:
+            return name
+    raise AgentNotFoundError(
+        f"no installed agent takes models it does not claim (installed: {', '.join(agent_names()) or 'none'})"
+        ": name one"
+    )
+
+
+def route_model(model: str | None, agent: str | None = None) -> str:
+    """The agent that runs ``model``: ``agent`` when given; else the installed agent one of
+    whose ``model_patterns`` matches the whole name; else :func:`fallback_agent`.
+
+    Raises:
+        AgentNotFoundError: no agent claims the model and none is a fallback.
+        ConfigError: an agent fails to load (an error, not a silent miss).
+    """
+    if agent is not None:
+        return agent
+    if model:
+        for name in agent_names():
+            if any(re.fullmatch(pattern, model) for pattern in agent_class(name).model_patterns):
+                return name
+    return fallback_agent()

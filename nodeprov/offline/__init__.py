@@ -1,0 +1,41 @@
+"""Offline models: scripted model API servers on 127.0.0.1 that the real agent CLIs talk to,
+with no model and no key. ``nodeprov run`` uses them by default (``--model scripted``), and
+tests use them (:mod:`nodeprov.testing` re-exports them).
+
+- :class:`ScriptedModel`: the Anthropic Messages API (the Claude Code CLI); turns are
+  :class:`Text`, :class:`ToolUse`, :class:`Stall`.
+- :class:`ScriptedResponses`: the OpenAI Responses API (the Codex CLI); turns are
+  :class:`ResponsesText`, :class:`ExecCommand`, :class:`ResponsesStall`,
+  :class:`ResponsesHttpError`.
+- :mod:`~nodeprov.offline.demo`: the built-in demo script on each.
+"""
+
+from .demo import demo_messages, demo_responses
+from .messages import RecordedRequest, ScriptedModel, Stall, Text, ToolUse, Turn
+from .responses import (
+    ExecCommand,
+    ResponsesHttpError,
+    ResponsesRequest,
+    ResponsesStall,
+    ResponsesText,
+    ResponsesTurn,
+    ScriptedResponses,
+)
+
+__all__ = [
+    "ExecCommand",
+    "RecordedRequest",
+    "ResponsesHttpError",
+    "ResponsesRequest",
+    "ResponsesStall",
+    "ResponsesText",
+    "ResponsesTurn",
+    "ScriptedModel",
+    "ScriptedResponses",
+    "Stall",
+    "Text",
+    "ToolUse",
+    "Turn",
+    "demo_messages",
+    "demo_responses",
+]

@@ -1,0 +1,34 @@
+"""The built-in demo script, the same for every agent: a command run on the node (it saves the
+prompt to ``prompt.txt`` and says where it ran), then an answer. Each agent plays it on the
+scripted server of the API it speaks (see :meth:`~nodeprov.agents.Agent.offline`)."""
+
+from __future__ import annotations
+
+import shlex
+
+from .messages import ScriptedModel, Text, ToolUse
+from .responses import ExecCommand, ResponsesText, ScriptedResponses
+
+__all__ = ["demo_messages", "demo_responses"]
+
+_LOOK = "Let me look at the node first."
+
+
+def _command(prompt: str) -> str:
+    return f"printf '%s\\n' {shlex.quote(prompt)} > prompt.txt && uname -sm && pwd"
+
+
+def _answer(prompt: str) -> str:
+    return f"(scripted model) I ran a command on the node and saved your prompt to prompt.txt: {prompt}"
+
+
+def demo_messages(prompt: str) -> ScriptedModel:
+    """The demo for ``prompt`` on the scripted Messages API: a Bash call on the node, an answer."""
+    return ScriptedModel([ToolUse("Bash", {"command": _command(prompt)}, text=_LOOK), Text(_answer(prompt))])
+
+
+def demo_responses(prompt: str) -> ScriptedResponses:
+    """The demo for ``prompt`` on the scripted Responses API: the same command, the same answer."""
+    return ScriptedResponses(
+        [ExecCommand(["sh", "-c", _command(prompt)], text=_LOOK), ResponsesText(_answer(prompt))]
+    )
