@@ -14,6 +14,8 @@ from ..spawn import SpawnOptions
 from .app import SettingOption, app, errors, make_provider, parse_settings
 from .render import emit, print_table
 
+__all__ = ["agents"]
+
 _CHECK_TIMEOUT = 120.0  # a node provisioned to look for the CLIs in its image
 
 

@@ -24,6 +24,26 @@ from ..node import NodeProvider
 from ..registry import provider_class, provider_names
 from .render import err
 
+__all__ = [
+    "SCRIPTED",
+    "AgentOptionsOption",
+    "JsonOption",
+    "NodeOption",
+    "ProviderOption",
+    "RunOption",
+    "SettingOption",
+    "StoreOption",
+    "app",
+    "errors",
+    "fail",
+    "make_provider",
+    "parse_env",
+    "parse_pair",
+    "parse_settings",
+    "provider_settings",
+    "secret_settings",
+]
+
 SCRIPTED = "scripted"
 """The ``--model`` of the built-in offline model (:mod:`nodeprov.offline`)."""
 

@@ -24,6 +24,8 @@ from .app import SCRIPTED, fail, secret_settings
 from .events import show_event
 from .render import err, out
 
+__all__ = ["RunRequest", "Start", "drive_run"]
+
 
 @asynccontextmanager
 async def _model_options(model: str, agent: str, prompt: str) -> AsyncIterator[dict[str, Any]]:

@@ -10,6 +10,8 @@ from ..agents.messages import AgentText, ErrorMessage, Message, Notice, Result, 
 from ..runs import AgentMessage, NodeReady, NodeReleased, RunEvent, RunFinished, RunPaused, RunStarted
 from .render import emit, out
 
+__all__ = ["render_message", "show_event"]
+
 
 def render_message(message: Message) -> None:
     if isinstance(message, AgentText):

@@ -55,6 +55,8 @@ from .app import (
 )
 from .render import emit, err, out, print_table
 
+__all__ = ["cp", "destroy", "exec_command", "gc", "list_nodes", "providers", "provision"]
+
 logger = logging.getLogger("nodeprov.cli")
 _CHUNK = 65536
 _PROBE_TIMEOUT = 10.0  # a platform that hangs (a Docker engine, an API server) is "not ready"

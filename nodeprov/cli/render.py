@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+__all__ = ["emit", "err", "out", "print_table", "when"]
+
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 

@@ -31,6 +31,22 @@ from .render import emit, out, print_table, when
 if TYPE_CHECKING:
     from ..runs import Orchestrator, Run
 
+__all__ = [
+    "AgentOption",
+    "IdleTimeoutOption",
+    "MessageEnvOption",
+    "OutputSchemaOption",
+    "PermissionOption",
+    "TimeoutOption",
+    "logs",
+    "pause",
+    "resume",
+    "run",
+    "runs",
+    "sessions",
+    "status",
+]
+
 # Only `run`, `resume`, `pause` and `logs` load the agents and the orchestrator (importing
 # them costs more than everything else a command does), and only once the call is valid.
 

@@ -32,6 +32,18 @@ from nodeprov.node import (
 from nodeprov_ssh import Link, MachineNode, SshNode, SshNodeFields, SshNodes, SshSessionSettings, Tunnel
 from nodeprov_ssh.command import CommandLink
 
+__all__ = [
+    "DISPLAY_PREFIX",
+    "MAX_NODE_ID",
+    "MIN_GH",
+    "CodespaceNode",
+    "CodespacesProvider",
+    "CodespacesSettings",
+    "display_name",
+    "gh_environment",
+    "gh_error",
+]
+
 logger = logging.getLogger("nodeprov.codespaces")
 
 DISPLAY_PREFIX = "nodeprov-"

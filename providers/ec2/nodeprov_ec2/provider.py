@@ -35,6 +35,16 @@ from nodeprov.node import (
 from nodeprov_ssh import Link, MachineNode, SshHostKeyError, SshNode, SshNodes, SshNodeSettings
 from nodeprov_ssh.node import MARKER
 
+__all__ = [
+    "LABEL_HOST_KEY",
+    "LABEL_NODE_DIR",
+    "LABEL_WORKDIR",
+    "Ec2Node",
+    "Ec2Provider",
+    "Ec2Settings",
+    "client_token",
+]
+
 logger = logging.getLogger("nodeprov.ec2")
 T = TypeVar("T")
 

@@ -24,6 +24,8 @@ Elsewhere a spawn is a plain child in its own session (its own process group): s
 and destroy signal that group, and a process that leaves it is not contained.
 """
 
-from nodeprov_local.provider import LocalNode, LocalProcess, LocalProvider, LocalSettings
+from nodeprov_local.process import LocalProcess
+from nodeprov_local.provider import LocalNode, LocalProvider
+from nodeprov_local.settings import LocalSettings
 
 __all__ = ["LocalNode", "LocalProcess", "LocalProvider", "LocalSettings"]
