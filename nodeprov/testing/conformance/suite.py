@@ -1,38 +1,13 @@
-"""The conformance suite every provider passes.
-
-Subclass :class:`ProviderConformance` in a test module of the provider and supply two
-fixtures, ``provider`` (a configured :class:`~nodeprov.node.NodeProvider`) and
-``leftovers`` (an async function ``(node_id) -> list[str]`` describing whatever of that
-node still exists on the platform: directories, containers, instances, processes)::
-
-    class TestLocal(ProviderConformance):
-        @pytest.fixture
-        def provider(self, tmp_path): ...
-        @pytest.fixture
-        def leftovers(self): ...
-
-Nodes run ``sh``, ``cat``, ``env``, ``printf``, ``pwd``, ``mkdir``, ``ls``, ``stat`` and
-``sleep`` from their PATH. Processes are matched by a unique ``sleep`` duration: :meth:`ProviderConformance
-.processes_matching` scans this machine's ``/proc`` (which sees local children and
-containers alike); a provider whose processes run elsewhere overrides it.
-
-The 1 GiB file round trip runs in a child process that attaches to the node with the
-provider's settings (given on its stdin, never its arguments) and bounds its own peak
-memory; ``NODEPROV_BIG_FILE_MIB`` sets the size.
-"""
+"""The provider conformance suite: provisioning and labels, ownership and garbage
+collection, processes and their streams, suspend and wake, cancellation (the file tests are
+in :mod:`~nodeprov.testing.conformance.files`)."""
 
 from __future__ import annotations
 
-import json
 import os
-import posixpath
 import secrets
 import socket
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -40,8 +15,6 @@ import pytest
 from nodeprov.errors import (
     CommandNotFoundError,
     ConfigError,
-    NodeFileError,
-    NodeFileNotFoundError,
     NodeGoneError,
     NodePathError,
     NodeSuspendedError,
@@ -55,131 +28,29 @@ from nodeprov.node import (
     LABEL_PROVISION,
     LABEL_SESSION_ID,
     NodeConfig,
-    NodeHandle,
-    NodeProvider,
 )
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
 
-__all__ = [
-    "HOSTILE_STRINGS",
-    "Leftovers",
-    "ProviderConformance",
-    "host_processes_matching",
-    "read_all",
-    "run",
-    "unique_marker",
-    "wait_until",
-]
+from .files import FileConformance
+from .kit import (
+    HOSTILE_STRINGS,
+    AnyProvider,
+    Leftovers,
+    host_processes_matching,
+    outside_of,
+    read_all,
+    run,
+    unique_marker,
+    wait_until,
+)
 
-Leftovers = Callable[[str], Awaitable[list[str]]]
-AnyProvider = NodeProvider[Any]
-
-HOSTILE_STRINGS = [
-    "",
-    " ",
-    "two words",
-    "'single'",
-    '"double"',
-    "a;touch /tmp/nodeprov-pwned",
-    "$(touch /tmp/nodeprov-pwned)",
-    "`touch /tmp/nodeprov-pwned`",
-    "line\nbreak",
-    "-n",
-    "--help",
-    "back\\slash",
-    "tab\there",
-    "*",
-    "~",
-    "$HOME",
-    "||&&|",
-    "é ✓ 日本",
-    "> /tmp/nodeprov-pwned",
-]
-
-
-async def run(node: NodeHandle, *argv: str, stdin: bytes = b"", **kwargs: object) -> tuple[int, bytes, bytes]:
-    """Run ``argv`` on ``node`` to completion; return (exit status, stdout, stderr)."""
-    options = SpawnOptions(argv[0], argv[1:], **kwargs)  # type: ignore[arg-type]
-    out, err = bytearray(), bytearray()
-    async with await node.spawn(options) as process:
-
-        async def feed() -> None:
-            if stdin:
-                await process.stdin.send(stdin)
-            await process.stdin.aclose()
-
-        async def collect(stream: str, into: bytearray) -> None:
-            async for chunk in getattr(process, stream):
-                into += chunk
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(feed)
-            tg.start_soon(collect, "stdout", out)
-            tg.start_soon(collect, "stderr", err)
-        code = await process.wait()
-    return code, bytes(out), bytes(err)
-
-
-def _outside(node: NodeHandle) -> str | None:
-    """A path next to the node's outermost file root, outside every root; None when a root
-    is ``/`` (the node is a whole machine: nothing is outside it)."""
-    if "/" in node.file_roots:
-        return None
-    return posixpath.join(posixpath.dirname(min(node.file_roots, key=len)), "nodeprov-outside")
-
-
-async def read_all(node: NodeHandle, path: str) -> bytes:
-    """The whole content of ``path`` on ``node``."""
-    data = bytearray()
-    async with node.read_file(path) as chunks:
-        async for chunk in chunks:
-            data += chunk
-    return bytes(data)
-
-
-def host_processes_matching(marker: str) -> list[str]:
-    """``pid: command line`` of every process on this machine whose command line has ``marker``.
-
-    Zombies (exited, not yet reaped) count as gone.
-    """
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline:
-            found.append(f"{proc.name}: {cmdline.strip()}")
-    return found
-
-
-async def wait_until(condition: Callable[[], Awaitable[bool]], within: float) -> bool:
-    """Poll ``condition`` (state outside this process: no event to wait on) until it holds."""
-    with anyio.move_on_after(within):
-        while not await condition():  # noqa: ASYNC110 - polling an outside process table
-            await anyio.sleep(0.05)
-        return True
-    return False
-
-
-def unique_marker() -> str:
-    """A unique ``sleep`` duration, findable in a process list."""
-    return f"{900000 + secrets.randbelow(99999)}.{secrets.randbelow(10**6):06d}"
+__all__ = ["ProviderConformance"]
 
 
 @pytest.mark.anyio
-class ProviderConformance:
-    """Provider-independent behaviour; see the module docstring for the fixtures."""
-
-    timeout = 60.0
-
-    def big_file_mib(self, provider: AnyProvider) -> int:
-        """MiB of the big-file round trip with ``provider`` (``NODEPROV_BIG_FILE_MIB`` wins).
-        A variant of a provider whose data path another variant already moved a GiB
-        through may take less: any size over the 100 MiB memory bound shows streaming."""
-        return 1024
+class ProviderConformance(FileConformance):
+    """Provider-independent behaviour; see :mod:`nodeprov.testing.conformance` for the
+    fixtures. The file tests are :class:`FileConformance`'s."""
 
     async def processes_matching(self, marker: str) -> list[str]:
         """Processes on the node's machine whose command line contains ``marker``."""
@@ -428,122 +299,11 @@ class ProviderConformance:
         async with await provider.provision() as node:
             with pytest.raises(NodePathError):
                 await node.spawn(SpawnOptions("pwd", cwd="bad\0path"))
-            if outside := _outside(node):
+            if outside := outside_of(node):
                 with pytest.raises(NodePathError):
                     await node.spawn(SpawnOptions("pwd", cwd=outside))
                 with pytest.raises(NodePathError):
                     await node.spawn(SpawnOptions("pwd", cwd="../" * 64))
-
-    # -- files -------------------------------------------------------------------------
-
-    async def test_files_round_trip_binary_empty_and_streamed(self, provider: AnyProvider) -> None:
-        payload = bytes(range(256)) * 4099  # every byte value, not a multiple of any buffer
-
-        async def pieces() -> AsyncIterator[bytes]:
-            for start in range(0, len(payload), 65521):
-                yield payload[start : start + 65521]
-
-        async with await provider.provision() as node:
-            await node.write_file("every-byte.bin", payload)
-            assert await read_all(node, "every-byte.bin") == payload
-            await node.write_file("streamed.bin", pieces())
-            assert await read_all(node, "streamed.bin") == payload
-            await node.write_file("empty", b"")
-            assert await read_all(node, "empty") == b""
-            await node.write_file("empty", b"replaced")  # an existing file is replaced whole
-            assert await read_all(node, node.node_path("empty")) == b"replaced"
-
-    async def test_file_modes_and_parents(self, provider: AnyProvider) -> None:
-        async with await provider.provision() as node:
-            await node.write_file("private", b"x")
-            await node.write_file("deep/er/script.sh", b"#!/bin/sh\necho ran\n", mode=0o755)
-            paths = ["private", "deep", "deep/er", "deep/er/script.sh"]
-            _, out, _ = await run(node, "stat", "-c", "%a %n", *paths)
-            assert out.decode().split("\n")[:-1] == [
-                "600 private",
-                "700 deep",
-                "700 deep/er",
-                "755 deep/er/script.sh",
-            ]
-            assert await run(node, "./deep/er/script.sh") == (0, b"ran\n", b"")
-
-    async def test_hostile_file_names(self, provider: AnyProvider) -> None:
-        names = [name for name in HOSTILE_STRINGS if name.strip() and not name.endswith("/")]
-        async with await provider.provision() as node:
-            for index, name in enumerate(names):
-                await node.write_file(f"hostile/{name}", f"{index}".encode())
-            for index, name in enumerate(names):
-                assert await read_all(node, f"hostile/{name}") == f"{index}".encode(), name
-            _, out, _ = await run(node, "sh", "-c", "test -e /tmp/nodeprov-pwned && echo PWNED")
-            assert b"PWNED" not in out
-
-    async def test_file_errors(self, provider: AnyProvider) -> None:
-        async with await provider.provision() as node:
-            with pytest.raises(NodeFileNotFoundError):
-                await read_all(node, "no-such-file")
-            await node.write_file("dir/file", b"x")
-            with pytest.raises(NodeFileError):
-                await read_all(node, "dir")
-            with pytest.raises(NodeFileError):
-                await node.write_file("dir", b"a directory is in the way")
-            with pytest.raises(NodeFileError):
-                await node.write_file("dir/file/below", b"a file is in the way")
-            for bad in ("", "x\0y"):
-                with pytest.raises(NodePathError):
-                    await node.write_file(bad, b"x")
-                with pytest.raises(NodePathError):
-                    await read_all(node, bad)
-            if outside := _outside(node):
-                with pytest.raises(NodePathError):
-                    await node.write_file(outside, b"x")
-                with pytest.raises(NodePathError):
-                    await node.write_file("../" * 64 + "nodeprov-outside", b"x")
-                with pytest.raises(NodePathError):
-                    await read_all(node, outside)
-
-    async def test_a_cut_write_leaves_the_old_file_and_no_partial(self, provider: AnyProvider) -> None:
-        class CutError(Exception):
-            pass
-
-        async def cut() -> AsyncIterator[bytes]:
-            yield b"new " * 100_000
-            raise CutError
-
-        async def stalled() -> AsyncIterator[bytes]:
-            yield b"new " * 100_000
-            await anyio.sleep_forever()
-
-        async with await provider.provision() as node:
-            await node.write_file("kept/file", b"old")
-            with pytest.raises(CutError):
-                await node.write_file("kept/file", cut())
-            with anyio.move_on_after(1):  # cancelled half-way: the same
-                await node.write_file("kept/file", stalled())
-            assert await read_all(node, "kept/file") == b"old"
-            _, out, _ = await run(node, "ls", "-A", "kept")
-            assert out == b"file\n"
-
-    async def test_a_big_file_round_trip_in_bounded_memory(self, provider: AnyProvider) -> None:
-        mib = int(os.environ.get("NODEPROV_BIG_FILE_MIB", str(self.big_file_mib(provider))))
-        async with await provider.provision() as node:
-            request = {
-                "provider": provider.name,
-                "settings": provider.settings.model_dump(mode="json"),
-                "node_id": node.node_id,
-                "mib": mib,
-            }
-            with anyio.fail_after(max(self.timeout, mib)):
-                done = await anyio.run_process(
-                    [sys.executable, "-m", "nodeprov.testing._big_file"],
-                    input=json.dumps(request).encode(),
-                    check=False,
-                )
-            assert done.returncode == 0, done.stderr.decode(errors="replace")
-            report = json.loads(done.stdout)
-            assert report["written"] == report["read"], "the file came back different"
-            # Streamed: a 1 GiB round trip adds little to what the process holds once its
-            # provider's client and connection are made (boto3 alone is 100 MiB or more).
-            assert report["peak_rss_mib"] - report["warm_rss_mib"] < 100, report
 
     # -- suspend and wake (an optional capability) ----------------------------------------
 
