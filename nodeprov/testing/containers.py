@@ -59,7 +59,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,7 +243,7 @@ def _without_reaper() -> Iterator[None]:
 
 class _EngineContainer(DockerContainer):
     """A container of an image built by a :class:`_Recipe`, its ``port`` published on
-    127.0.0.1, started once ``ready()`` says its engine answers."""
+    127.0.0.1, handed over once :meth:`_ready` says its engine answers."""
 
     _recipe: _Recipe
     _port: int
@@ -251,7 +251,7 @@ class _EngineContainer(DockerContainer):
     def __init__(
         self, *, base_image: str | None, start_timeout: float, docker_client_kw: dict[str, Any] | None
     ):
-        try:
+        try:  # the image is named for now: start() builds it and sets its tag
             super().__init__(self._recipe.name, docker_client_kw=docker_client_kw)
         except docker.errors.DockerException as error:
             raise EngineUnavailableError(
@@ -281,17 +281,20 @@ class _EngineContainer(DockerContainer):
         )
         with _without_reaper():
             super().start()
-        self._wait_until(self._ready, f"{self._recipe.name} answering on {_LOOPBACK}:{self.port}")
+        self._wait_until_ready()
         return self
 
     def _ready(self) -> bool:
+        """Whether the engine in the container answers (each engine says how)."""
         raise NotImplementedError
 
-    def _wait_until(self, ready: Callable[[], bool], what: str) -> None:
-        """Poll ``ready`` until it is true; fail at once if the container exits."""
+    def _wait_until_ready(self) -> None:
+        """Poll :meth:`_ready` (the state is in another process: nothing to wait on) until
+        it holds; fail at once if the container exits, or at ``start_timeout``."""
+        what = f"{self._recipe.name} answering on {_LOOPBACK}:{self.port}"
         deadline = time.monotonic() + self._start_timeout
         container = self.get_wrapped_container()
-        while not ready():
+        while not self._ready():
             container.reload()
             if container.status not in {"created", "running"} or time.monotonic() > deadline:
                 log = container.logs().decode(errors="replace")[-3000:]

@@ -122,7 +122,9 @@ def _engine_or_skip() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def nodeprov_base_image() -> str:
-    """The image test containers are built from (see :func:`default_base_image`)."""
+    """The image test containers are built from: by default
+    :func:`~nodeprov.testing.containers.default_base_image`; a ``conftest.py`` may override
+    this fixture to name another."""
     with _engine_or_skip():
         from nodeprov.testing.containers import default_base_image
 
