@@ -20,7 +20,7 @@ answers (sshd sends its banner; PostgreSQL runs a query for the role), and is re
     with SshHostContainer() as host:
         provider = get_provider("ssh", **host.provider_settings())
 
-**Images are built offline, from Debian packages.** No registry is asked for anything: an
+**Images come from Debian packages, not a registry.** No registry is asked for anything: an
 image is ``FROM`` a base image already in the engine (:func:`default_base_image`), plus the
 Debian packages (``openssh-server``; ``postgresql``) that this machine's own ``apt-get``
 downloads from its own mirror against the base image's package list, installed by
