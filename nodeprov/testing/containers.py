@@ -20,8 +20,8 @@ answers (sshd sends its banner; PostgreSQL runs a query for the role), and is re
     with SshHostContainer() as host:
         provider = get_provider("ssh", **host.provider_settings())
 
-**Images come from Debian packages, not a registry.** No registry is asked for anything: an
-image is ``FROM`` a base image already in the engine (:func:`default_base_image`), plus the
+**Images come from Debian packages, not a registry.** Nothing is pulled: an image is
+``FROM`` a base image already in the engine (:func:`default_base_image`), plus the
 Debian packages (``openssh-server``; ``postgresql``) that this machine's own ``apt-get``
 downloads from its own mirror against the base image's package list, installed by
 ``dpkg`` in a build without network. So the base image must be of this machine's
