@@ -102,3 +102,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests on Kubernetes run last: the cluster starts at the first of them, and on a new
     machine `make test` builds it beside the tests before them (scripts/kubernetes.sh)."""
     items.sort(key=lambda item: item.nodeid.startswith("integration/") and "kubernetes" in item.nodeid)
+
+
+@pytest.fixture(scope="session")
+def nodeprov_base_image(base_image: str) -> str:
+    """nodeprov's test containers (``nodeprov_ssh_host``, ``nodeprov_postgres``) are built
+    from the offline-built base image."""
+    return base_image

@@ -8,10 +8,13 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TypeVar
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from nodeprov import get_provider
 from nodeprov.testing.conformance import AnyProvider, Leftovers, ProviderConformance, host_processes_matching
+from nodeprov.testing.containers import SshHostContainer
 
 from .sshd import UNPRIVILEGED, Sshd
 
@@ -77,3 +80,46 @@ class TestSshConformance(ProviderConformance):
     @pytest.fixture
     def leftovers(self, user: str) -> Leftovers:
         return ssh_leftovers(user, ROOT)
+
+
+class TestSshConformanceOnATestContainer(ProviderConformance):
+    """The suite again, against nodeprov's SSH host test container (``nodeprov_ssh_host``),
+    as a user's CI tests the SSH provider with nothing but Docker; node files and processes
+    are looked for in the container."""
+
+    host: SshHostContainer
+
+    def big_file_mib(self, provider: AnyProvider) -> int:
+        return 128  # the data path is the one the suite above moved a GiB through
+
+    @pytest.fixture(autouse=True)
+    def _on_the_container(self, nodeprov_ssh_host: SshHostContainer) -> None:
+        self.host = nodeprov_ssh_host
+
+    @pytest.fixture
+    async def provider(self) -> AsyncIterator[AnyProvider]:
+        async with get_provider("ssh", **self.host.provider_settings(root=ROOT)) as provider:
+            yield provider
+
+    async def _in_container(self, script: str, *args: str) -> str:
+        done = await anyio.to_thread.run_sync(self.host.exec, ["sh", "-c", script, "sh", *args])
+        assert done.exit_code == 0, done.output
+        return done.output.decode(errors="replace")
+
+    async def processes_matching(self, marker: str) -> list[str]:
+        """``pid: command line`` of the container's processes with ``marker`` (zombies are gone)."""
+        found = []
+        for line in (await self._in_container("ps -eo pid=,stat=,args=")).splitlines():
+            pid, state, command = line.split(maxsplit=2)
+            if marker in command and not state.startswith("Z"):
+                found.append(f"{pid}: {command}")
+        return found
+
+    @pytest.fixture
+    def leftovers(self) -> Leftovers:
+        async def find(node_id: str) -> list[str]:
+            directory = f"/home/{self.host.user}/{ROOT}/{node_id}"
+            found = await self._in_container('if [ -e "$1" ]; then echo "$1"; fi', directory)
+            return found.split() + await self.processes_matching(directory)
+
+        return find

@@ -21,7 +21,8 @@ from tests.test_store import MakeStore, store  # noqa: F401 - the fixture, fed b
 pytestmark = pytest.mark.anyio
 
 # The same tests, collected here again, where make_store is PostgreSQL's.
-globals().update({name: getattr(shared, name) for name in dir(shared) if name.startswith("test_")})
+SHARED_TESTS = {name: getattr(shared, name) for name in dir(shared) if name.startswith("test_")}
+globals().update(SHARED_TESTS)
 
 TABLES = [
     "run_events",
@@ -36,17 +37,33 @@ TABLES = [
 ]
 
 
-@pytest.fixture
-def make_store(postgres_url: str) -> MakeStore:
-    """Each test has a schema of its own; ``fresh=True`` empties it first."""
+def _stores_at(url: str) -> MakeStore:
+    """Stores at ``url``, a schema of the test's own; ``fresh=True`` empties it first."""
 
     async def make(fresh: bool) -> Store:
-        opened = await Store.open(postgres_url)
+        opened = await Store.open(url)
         if fresh:
             await opened.db.execute(f"TRUNCATE {', '.join(TABLES)}")
         return opened
 
     return make
+
+
+@pytest.fixture
+def make_store(postgres_url: str) -> MakeStore:
+    """Each test has a schema of its own on the host's server."""
+    return _stores_at(postgres_url)
+
+
+class TestOnATestContainer:
+    """The same shared tests again, on nodeprov's PostgreSQL test container
+    (``nodeprov_postgres_url``), as a user's CI would run them."""
+
+    @pytest.fixture
+    def make_store(self, nodeprov_postgres_url: str) -> MakeStore:
+        return _stores_at(nodeprov_postgres_url)
+
+    locals().update({name: staticmethod(test) for name, test in SHARED_TESTS.items()})
 
 
 async def test_a_lost_connection_is_reopened(make_store: MakeStore) -> None:

@@ -11,6 +11,10 @@
 - :mod:`nodeprov.testing.conformance`: the suite every provider must pass.
 - :func:`fake_agent_command`: a fake Claude Code CLI that plays a script of steps
   (:mod:`nodeprov.testing.fake_agent`), for fast tests of what drives agents.
+- :mod:`nodeprov.testing.containers` (the ``testing`` extra): an SSH host and a PostgreSQL
+  server as testcontainers containers, built offline; the plugin's ``nodeprov_ssh_host``,
+  ``nodeprov_postgres`` and ``nodeprov_postgres_url`` fixtures. Not imported here: it needs
+  testcontainers.
 """
 
 from ..offline import (
