@@ -28,7 +28,9 @@ from .events import (
     RunStarted,
     event_from_json,
 )
-from .orchestrator import Orchestrator, PauseKind, ReconcileReport, Run
+from .orchestrator import Orchestrator
+from .reconcile import ReconcileReport
+from .run import PauseKind, Run
 from .state import TRANSITIONS, RunState
 
 __all__ = [
