@@ -381,26 +381,8 @@ class Driver:
             ended = True
         finally:
             drive.session = None
-            await self._close_session(session, node, at_once=not ended and drive.pause is None)
+            await _close_session(session, node, self._teardown, at_once=not ended and drive.pause is None)
         return result
-
-    async def _close_session(self, session: AgentSession, node: NodeHandle, *, at_once: bool) -> None:
-        """Abort the agent: at once when a limit, an abort or a failure ended its turn (a
-        limit ends what it bounds at the limit, not a stop policy's graces later); else
-        politely, as its session's stop policy says, but never past the cleanup deadline
-        (a shutdown's)."""
-        with anyio.CancelScope(shield=True):
-            if at_once:
-                await node.kill_processes()
-            async with anyio.create_task_group() as tg:
-
-                async def at_the_deadline() -> None:
-                    await anyio.sleep(self._teardown.time_left())
-                    await node.kill_processes()
-
-                tg.start_soon(at_the_deadline)
-                await session.aclose()
-                tg.cancel_scope.cancel()
 
     async def _settle_pause(self, drive: Drive) -> None:
         """Save the pause's snapshot (once, even when settling is retried after a
@@ -476,6 +458,27 @@ class Driver:
         )
         await self._store.save_snapshot(snapshot)
         return snapshot
+
+
+async def _close_session(
+    session: AgentSession, node: NodeHandle, teardown: Teardown, *, at_once: bool
+) -> None:
+    """Abort the agent: at once when a limit, an abort or a failure ended its turn (a
+    limit ends what it bounds at the limit, not a stop policy's graces later); else
+    politely, as its session's stop policy says, but never past the cleanup deadline
+    (a shutdown's)."""
+    with anyio.CancelScope(shield=True):
+        if at_once:
+            await node.kill_processes()
+        async with anyio.create_task_group() as tg:
+
+            async def at_the_deadline() -> None:
+                await anyio.sleep(teardown.time_left())
+                await node.kill_processes()
+
+            tg.start_soon(at_the_deadline)
+            await session.aclose()
+            tg.cancel_scope.cancel()
 
 
 def _keep_time(node: NodeHandle, keep_for: float) -> float:

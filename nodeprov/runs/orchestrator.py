@@ -1,14 +1,11 @@
 """The orchestrator: starts, pauses, resumes and reconciles runs; see :mod:`nodeprov.runs`.
 
-A facade over modules of one concern each: :mod:`~nodeprov.runs.run` (the handle),
-:mod:`~nodeprov.runs.journal` (events), :mod:`~nodeprov.runs.lease`,
-:mod:`~nodeprov.runs.launch` (starting and resuming), :mod:`~nodeprov.runs.driver` (one
-run's workflow), :mod:`~nodeprov.runs.reconcile` and :mod:`~nodeprov.runs.nodes`.
+A facade over the modules of :mod:`nodeprov.runs`, one concern each: it owns the task
+group, the runs it drives, and the order of entering and leaving.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -23,16 +20,16 @@ from anyio.abc import TaskGroup
 from ..agents import AgentOptions
 from ..errors import ConfigError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeConfig, NodeProvider
-from ..store import Store, new_id
+from ..store import Store
 from .driver import Drive, Driver, Teardown
 from .events import RunEvent
 from .journal import Journal, RunEvents
 from .launch import Launcher, Plan
 from .lease import Lease, owner_check
 from .nodes import Nodes
+from .pauses import PauseRequests
 from .reconcile import Reconciler, ReconcileReport
-from .run import PauseKind, Run, check_pause_kind
-from .state import RunState
+from .run import PauseKind, Run
 
 __all__ = ["Orchestrator"]
 
@@ -117,6 +114,7 @@ class Orchestrator:
             spawn=self._spawn,
         )
         self._launcher = Launcher(store, self._lease, self._nodes)
+        self._pauses = PauseRequests(store, self._lease, live=self._runs.get, spawn=self._spawn)
         self._reconciler = Reconciler(store, self._lease, self._nodes, driven=self._driven)
 
     @property
@@ -131,7 +129,7 @@ class Orchestrator:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._every, self.lease_ttl / 3, self._lease.renew, "lease heartbeat")
-        self._tg.start_soon(self._every, self._poll_interval, self._serve_pause_requests, "pause requests")
+        self._tg.start_soon(self._every, self._poll_interval, self._pauses.serve, "pause requests")
         self._tg.start_soon(self._journal.write_forever)
         if self.reconcile_interval > 0:
             self._tg.start_soon(self._every, self.reconcile_interval, self.reconcile, "reconcile")
@@ -323,7 +321,7 @@ class Orchestrator:
         finally:
             if self._runs.get(drive.run.id) is drive:
                 del self._runs[drive.run.id]
-            drive.events.end()  # after it left: a waiter that resumes the run finds it gone
+            drive.events.end()  # after it left: a follower woken by the end must not find it driven
 
     # -- events ------------------------------------------------------------------------
 
@@ -365,35 +363,12 @@ class Orchestrator:
             ConfigError: ``kind`` is not human, external or system.
             RunStateError: the run is not starting or running.
         """
-        check_pause_kind(kind)  # checked here: the driving process would meet it too late
-        request = json.dumps({"kind": kind, "reason": reason, "keep_node": keep_node, "id": new_id("pause")})
-        if not await self.store.update_run(
-            run_id, expect_states=(RunState.STARTING, RunState.RUNNING), pause_request=request
-        ):
-            raise RunStateError(f"run {run_id} is not running")
-        return request
+        return await self._pauses.request(run_id, kind, reason, keep_node=keep_node)
 
     async def withdraw_pause(self, run_id: str, request: str) -> bool:
         """Take back a pause request nobody served (its control plane is gone, say), so a
         later resume does not pause at once. Returns whether it was still pending."""
         return await self.store.clear_pause_request(run_id, request)
-
-    async def _serve_pause_requests(self) -> None:
-        for run_id, raw in await self.store.pause_requests(self.owner):
-            drive = self._runs.get(run_id)
-            if drive is None or drive.pause is not None or not drive.run.state.live:
-                continue
-            assert self._tg is not None
-            self._tg.start_soon(self._serve_pause, drive.run, raw)
-
-    async def _serve_pause(self, run: Run, raw: str) -> None:
-        try:
-            request = json.loads(raw)
-            await run.pause(request["kind"], request["reason"], keep_node=bool(request["keep_node"]))
-        except (NodeprovError, ValueError, KeyError, TypeError) as error:  # over meanwhile, or garbled
-            logger.info("pause request for run %s not served: %s", run.id, error)
-            with suppress(NodeprovError):
-                await self.store.clear_pause_request(run.id, raw)
 
     # -- reconcile and garbage -----------------------------------------------------------
 
