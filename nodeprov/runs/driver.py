@@ -104,7 +104,7 @@ class Driver:
         """A drive of ``run_id`` by ``plan``, its ``run.started`` emitted: :meth:`drive` drives it."""
 
         def pause(request: Pause) -> Awaitable[SnapshotRecord]:
-            return self._pause(drive, request)
+            return self._pause(drive, request)  # bound below, before the run is handed out
 
         events = self._journal.stream(run_id, first_seq)
         drive = Drive(Run(run_id, RunState.STARTING, events, pause, self._keep_for), events, plan.agent)
