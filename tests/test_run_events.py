@@ -12,7 +12,7 @@ import pytest
 
 from nodeprov.agents import Result
 from nodeprov.runs import AgentMessage, Orchestrator
-from nodeprov.runs import orchestrator as orchestrator_module
+from nodeprov.runs import journal as journal_module
 from nodeprov.store import EventRecord, Store, now
 from nodeprov.testing import fake_agent_command
 
@@ -51,7 +51,7 @@ async def test_a_result_is_reported_once_its_turn_is_stored(
 ) -> None:
     """The agent's transcript frames reach the store before its result reaches the caller,
     though the writer would otherwise let them gather for an hour."""
-    monkeypatch.setattr(orchestrator_module, "_FLUSH_GATHER", 3600.0)
+    monkeypatch.setattr(journal_module, "_FLUSH_GATHER", 3600.0)
     steps = [{"text": "first"}, {"stream": [5, 100, 0]}]
     options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
     async with (

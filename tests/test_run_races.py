@@ -368,8 +368,9 @@ async def test_a_slow_subscriber_reads_the_store_and_misses_nothing(
                 await anyio.sleep(1)  # meanwhile thousands of events overflow its buffer
         assert seen == list(range(run.first_seq, seen[-1] + 1))
         assert isinstance([e async for e in run.events()][-1], RunFinished)
-        assert run.id not in orchestrator._runs  # a finished run leaves memory
-        assert run._unflushed == []
+        with pytest.raises(RunStateError):  # a finished run leaves memory
+            orchestrator.run(run.id)
+        assert run._events.unwritten == []
         replay = [e.seq async for e in orchestrator.events(run.id, follow=False)]
         assert replay == seen
 

@@ -15,6 +15,17 @@ and continues the agent's session with a message.
 
 Nothing secret is stored or emitted: the agent options' ``env`` never reaches the store or
 an event; callers pass their options (with credentials) again when resuming.
+
+One concern per module: :mod:`~nodeprov.runs.orchestrator` (the facade),
+:mod:`~nodeprov.runs.run` (the handle a caller holds), :mod:`~nodeprov.runs.journal`
+(events: sequence, batching, fan-out, replay), :mod:`~nodeprov.runs.lease`,
+:mod:`~nodeprov.runs.launch` (checking and claiming starts and resumes),
+:mod:`~nodeprov.runs.driver` (one run's workflow through :mod:`~nodeprov.runs.state`),
+:mod:`~nodeprov.runs.pauses` (pause requests across processes),
+:mod:`~nodeprov.runs.reconcile` (reconcile and garbage collection),
+:mod:`~nodeprov.runs.nodes` (providers, destroying recorded nodes),
+:mod:`~nodeprov.runs.archive` (the agents' session state in the store) and
+:mod:`~nodeprov.runs.progress` (what an agent waits for).
 """
 
 from ..errors import RunStateError
@@ -28,7 +39,9 @@ from .events import (
     RunStarted,
     event_from_json,
 )
-from .orchestrator import Orchestrator, PauseKind, ReconcileReport, Run
+from .orchestrator import Orchestrator
+from .reconcile import ReconcileReport
+from .run import PauseKind, Run
 from .state import TRANSITIONS, RunState
 
 __all__ = [

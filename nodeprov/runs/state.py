@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
 
-__all__ = ["LIVE_STATES", "TRANSITIONS", "RunState", "sources"]
+__all__ = ["LIVE_STATES", "RESUMABLE_STATES", "TRANSITIONS", "RunState", "sources"]
 
 
 class RunState(StrEnum):
@@ -69,6 +69,8 @@ TRANSITIONS: Mapping[RunState, frozenset[RunState]] = MappingProxyType(
 """The allowed transitions: ``state -> the states it may move to``."""
 
 LIVE_STATES = frozenset({_S.STARTING, _S.RUNNING, _S.PAUSING, _S.FINISHING})
+RESUMABLE_STATES = (_S.PAUSED, _S.FAILED)
+"""The states a resume may start from."""
 _OUTCOMES = {_S.PAUSED: "paused", _S.FINISHED: "ok", _S.FAILED: "error"}
 
 

@@ -35,7 +35,7 @@ PUBLIC_MODULES = (
     "nodeprov.agents.claude",
     "nodeprov.agents.codex",
     "nodeprov.store",
-    "nodeprov.runs.orchestrator",
+    "nodeprov.runs",
     "nodeprov.testing.fake_provider",
     "nodeprov_local.provider",
     "nodeprov_docker.provider",

@@ -1,0 +1,497 @@
+"""One run's workflow through the state table (:mod:`nodeprov.runs.state`): get a node, run
+the agent, then finish, pause or fail, releasing or keeping the node, bounded even when the
+control plane shuts down."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import suppress
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+
+from ..agents import Agent, AgentSession, Result
+from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError
+from ..node import LABEL_EXPIRES_AT, NodeHandle, NodeProvider
+from ..store import NodeRecordState, SnapshotRecord, Store
+from .archive import Archive
+from .events import AgentMessage, NodeReady, NodeReleased, RunFinished, RunPaused, RunStarted
+from .journal import Journal, RunEvents
+from .launch import Plan
+from .lease import Lease
+from .nodes import Nodes
+from .progress import Progress, progress_bounded, result_error
+from .run import Pause, Run, snapshot_of
+from .state import TRANSITIONS, RunState
+
+__all__ = ["Drive", "Driver", "Teardown"]
+
+_N = NodeRecordState
+logger = logging.getLogger("nodeprov.runs")
+
+_INTERRUPT_TIMEOUT = 10.0  # the polite interrupt; the abort after it is certain
+_CLEANUP_TIMEOUT = 180.0  # a run's own teardown outside a shutdown: destroy plus store writes
+
+
+class Teardown:
+    """How long a run's teardown may still take: a bounded time, or, once the control plane
+    is shutting down, until its shutdown deadline."""
+
+    def __init__(self, shutdown_timeout: float) -> None:
+        self._shutdown_timeout = shutdown_timeout
+        self._shutdown_at: float | None = None
+
+    def shut_down(self) -> None:
+        """The control plane is shutting down: the deadline is ``shutdown_timeout`` from now."""
+        self._shutdown_at = anyio.current_time() + self._shutdown_timeout
+
+    def time_left(self, *, destroying: bool = False) -> float:
+        """How long a teardown may still take: until the shutdown deadline, if shutting down.
+        Destroying a node leaves a quarter of the shutdown time for the store writes after it."""
+        if self._shutdown_at is None:
+            return _CLEANUP_TIMEOUT
+        reserve = self._shutdown_timeout / 4 if destroying else 0.0
+        return max(0.0, self._shutdown_at - reserve - anyio.current_time())
+
+
+class Drive:
+    """One drive of a run: the caller's handle, its events, and what the driver holds while
+    it drives the run."""
+
+    def __init__(self, run: Run, events: RunEvents, agent: Agent[Any]) -> None:
+        self.run = run
+        self.events = events
+        self.agent = agent
+        self.node: NodeHandle | None = None
+        self.session: AgentSession | None = None
+        self.steps: anyio.CancelScope | None = None  # getting the node and running the agent
+        self.pause: Pause | None = None  # set by the move to pausing
+        self.progress = Progress()
+        self.moving = anyio.Lock()
+
+    def abort(self) -> None:
+        """Cancel the run's steps (provisioning, the agent), if under way."""
+        if self.steps is not None:
+            self.steps.cancel()
+
+
+class Driver:
+    """Drives runs through the state table, each move a compare-and-set on the run's state
+    and its owner (``lease``'s). A failure ends its run, never another."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease: Lease,
+        journal: Journal,
+        nodes: Nodes,
+        teardown: Teardown,
+        *,
+        keep_for: float,
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
+    ) -> None:
+        self._store = store
+        self._lease = lease
+        self._journal = journal
+        self._nodes = nodes
+        self._teardown = teardown
+        self._keep_for = keep_for
+        self._spawn = spawn  # starts a task of the orchestrator's
+
+    def begin(self, run_id: str, plan: Plan, first_seq: int) -> Drive:
+        """A drive of ``run_id`` by ``plan``, its ``run.started`` emitted: :meth:`drive` drives it."""
+
+        def pause(request: Pause) -> Awaitable[SnapshotRecord]:
+            return self._pause(drive, request)  # bound below, before the run is handed out
+
+        events = self._journal.stream(run_id, first_seq)
+        drive = Drive(Run(run_id, RunState.STARTING, events, pause, self._keep_for), events, plan.agent)
+        if plan.resume is not None:  # a pause before the agent starts must keep the session
+            drive.run.agent_session_id = plan.resume.agent_session_id
+        resumed = f"{plan.resume.pause_kind} pause at {plan.resume.created_at}" if plan.resume else None
+        events.emit(
+            RunStarted,
+            prompt=plan.prompt,
+            provider=plan.provider,
+            agent=plan.agent.name,
+            resumed_from=resumed,
+        )
+        return drive
+
+    async def drive(self, drive: Drive, plan: Plan) -> None:
+        """Drive the run to a state nobody drives and write its last event; the caller then
+        ends the drive's events (:meth:`RunEvents.end`). Never raises: whatever fails ends
+        the run."""
+        run = drive.run
+        try:
+            result = await self._steps(drive, plan)
+            if run.state is RunState.PAUSING:
+                await self._settle_pause(drive)
+            elif result is not None and not result.is_error:
+                if await self._move(drive, RunState.FINISHING):
+                    await self._release(drive)
+                    await self._move(drive, RunState.FINISHED)
+                elif drive.pause is not None:  # the pause won the race with the result
+                    await self._settle_pause(drive)
+            else:
+                await self._fail(drive, result_error(result, drive.progress))
+        except Exception as error:  # noqa: BLE001 - any failure ends this run, and only this run
+            logger.info("run %s failed: %s", run.id, error)  # an outcome, reported as an event
+            await self._fail(drive, _describe(error))
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
+                if run.state is RunState.PAUSING:  # cancelled while pausing: finish the pause
+                    with suppress(Exception):
+                        await self._settle_pause(drive)
+                if run.state.live:
+                    await self._fail(drive, "the control plane stopped before the run could pause")
+            await self._close(drive)
+
+    async def _pause(self, drive: Drive, pause: Pause) -> SnapshotRecord:
+        """:meth:`Run.pause`, once its arguments are checked."""
+        run = drive.run
+        if drive.pause is not None:
+            raise RunStateError(f"run {run.id} is being paused already: it cannot be paused")
+
+        def paused() -> None:
+            drive.pause = pause
+
+        if not await self._move(drive, RunState.PAUSING, unless=lambda: drive.pause is not None, then=paused):
+            raise RunStateError(f"run {run.id} is {run.state}: it cannot be paused")
+        session = drive.session
+        if session is not None:
+            with anyio.move_on_after(_INTERRUPT_TIMEOUT), suppress(Exception):
+                await session.interrupt()  # a dying agent may refuse: the abort is what counts
+        drive.abort()
+        await drive.events.wait_ended()
+        if pause.snapshot is None:
+            raise RunStateError(f"run {run.id} failed while pausing: {run.error}")
+        return pause.snapshot
+
+    async def _move(
+        self,
+        drive: Drive,
+        target: RunState,
+        *,
+        unless: Callable[[], bool] | None = None,
+        then: Callable[[], None] | None = None,
+        **changes: Any,
+    ) -> bool:
+        """Move the run to ``target`` if the table allows it from where it stands: one
+        compare-and-set in the store, on the run's state and its owner (this control
+        plane). ``unless`` may veto first; ``then`` runs once the run has moved, before any
+        other mover of the run. Returns whether the run moved."""
+        run = drive.run
+        async with drive.moving:
+            if target not in TRANSITIONS[run.state] or (unless is not None and unless()):
+                return False
+            if target.outcome is not None:
+                changes.setdefault("outcome", target.outcome)
+            moved = await self._store.update_run(
+                run.id, expect_states=(run.state,), expect_owner=self._lease.owner, state=target, **changes
+            )
+            if not moved:
+                logger.warning("run %s changed under this control plane (lease lost?)", run.id)
+                return False
+            run.state = target
+            if then is not None:
+                then()
+            return True
+
+    async def _steps(self, drive: Drive, plan: Plan) -> Result | None:
+        """Get a node and run the agent, unless a pause or a deadline cuts in."""
+        run = drive.run
+        with anyio.CancelScope() as scope:
+            drive.steps = scope
+            if plan.deadline is not None:
+                scope.deadline = anyio.current_time() + plan.deadline
+            try:
+                provider = await self._nodes.provider(plan.provider, plan.provider_settings)
+                reused, restored = await self._node_for(drive, plan, provider)
+                assert drive.node is not None
+                drive.events.emit(
+                    NodeReady, node_id=drive.node.node_id, reused=reused, transcript_restored=restored
+                )
+                if await self._move(drive, RunState.RUNNING):
+                    return await self._agent(drive, plan, drive.node)
+                if run.state is not RunState.PAUSING:
+                    raise NodeprovError(f"run {run.id} was taken over by another control plane")
+                return None  # a pause won
+            finally:
+                drive.steps = None
+        if run.state is not RunState.PAUSING:  # cancelled by the deadline, or by a lost lease
+            if plan.deadline is not None and anyio.current_time() >= scope.deadline:
+                raise DeadlineError(
+                    f"the run's deadline of {plan.deadline:g} s passed ({drive.progress.waiting()})"
+                )
+            raise NodeprovError("the run was aborted")
+        return None
+
+    async def _release(self, drive: Drive, *, keep_for: float | None = None) -> None:
+        """Destroy the run's node, or with ``keep_for`` keep it that many seconds for the
+        resume, before the run reports its outcome. A node another control plane has begun
+        to destroy meanwhile (the keep lost that race) is destroyed.
+
+        A destroy that fails leaves the node recorded live, for reconcile to retry.
+        """
+        node, drive.node = drive.node, None
+        if node is None:
+            return
+        run_id = drive.run.id
+        suspended = False
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
+            keep = keep_for is not None and await self._store.move_node(
+                node.node_id, (_N.LIVE,), _N.KEPT, keep_for=keep_for
+            )
+            if keep_for is not None and not keep:
+                logger.warning("node %s of run %s was taken for destruction: not kept", node.node_id, run_id)
+            if keep:
+                if node.can_suspend:  # nothing runs on it until the resume: stop paying for it
+                    try:
+                        await node.suspend(
+                            suspend_timeout=min(
+                                node.suspend_timeout, self._teardown.time_left(destroying=True)
+                            )
+                        )
+                        suspended = True
+                    except NodeprovError as error:
+                        logger.warning(
+                            "could not suspend kept node %s of run %s: %s", node.node_id, run_id, error
+                        )
+            else:
+                try:  # bounded by the shutdown deadline too: destroy is shielded on its own
+                    await node.destroy(
+                        destroy_timeout=min(node.destroy_timeout, self._teardown.time_left(destroying=True))
+                    )
+                except NodeprovError as error:
+                    logger.warning("could not destroy node %s of run %s: %s", node.node_id, run_id, error)
+                    return
+                await self._store.set_node_state(node.node_id, _N.DESTROYED)
+            drive.events.emit(NodeReleased, node_id=node.node_id, kept=keep, suspended=suspended)
+
+    async def _node_for(self, drive: Drive, plan: Plan, provider: NodeProvider[Any]) -> tuple[bool, bool]:
+        """Get the run's node into ``drive.node``: the kept one, or a new one (with the
+        transcript restored onto it when resuming). Returns (reused, restored).
+
+        Provisioning is not shielded: a pause or shutdown interrupts it, and the provider
+        removes whatever it had made (its contract), so the intent is settled as failed.
+        """
+        run_id = drive.run.id
+        snapshot = plan.resume
+        kept = snapshot.node_id if snapshot is not None and snapshot.node_kept else None
+        # Taken from the kept state in one compare-and-set: a reconcile destroying it wins or loses whole.
+        if kept and await self._store.move_node(kept, (_N.KEPT,), _N.LIVE):
+            try:
+                node = await provider.attach(kept)
+                await node.wake()  # a suspended kept node: started again, ready to spawn
+            except NodeGoneError as error:
+                logger.info(
+                    "kept node %s of run %s is gone (%s): provisioning a new one", kept, run_id, error
+                )
+                await self._store.set_node_state(kept, _N.DESTROYED)
+            else:
+                drive.node = node
+                await self._record_node(run_id, node)
+                return True, False
+        elif kept:
+            logger.info("node %s of run %s is no longer kept: provisioning a new one", kept, run_id)
+        await self._drop_kept_nodes(run_id)
+        tools = dict(plan.node_config.tools)
+        if plan.agent.options.ship_cli:
+            cli = plan.agent.local_cli()
+            if cli is None:
+                raise ConfigError(f"ship_cli: the {plan.agent.name} agent's CLI is not found on this machine")
+            tools[plan.agent.cli_name] = cli
+        config = plan.node_config.model_copy(
+            update={"session_id": run_id, "owner": self._lease.owner, "tools": tools}
+        )
+        await self._store.node_intent(config.node_id, plan.provider, run_id)
+        try:
+            node = await provider.provision(config)
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
+                await self._store.set_node_state(config.node_id, _N.FAILED)
+            raise
+        drive.node = node
+        await self._record_node(run_id, node)
+        if snapshot is not None and snapshot.agent_session_id and snapshot.project_key:
+            return False, await plan.agent.import_state(
+                node,
+                snapshot.agent_session_id,
+                plan.agent.state_key(node, plan.workspace),
+                self._archive(snapshot.project_key),
+            )
+        return False, False
+
+    async def _drop_kept_nodes(self, run_id: str) -> None:
+        """Destroy nodes kept by earlier pauses of the run that its resume does not use."""
+        stale = await self._store.nodes(states=(_N.KEPT,), run_id=run_id)
+        record = await self._store.run(run_id) if stale else None
+        if record is not None:
+            _, failed = await self._nodes.destroy(record, stale, "its run resumed without it")
+            for node_id, why in failed:
+                logger.warning("could not destroy node %s kept for run %s: %s", node_id, run_id, why)
+
+    async def _record_node(self, run_id: str, node: NodeHandle) -> None:
+        await self._store.set_node_state(node.node_id, _N.LIVE)
+        await self._store.update_run(run_id, node_id=node.node_id)
+
+    def _archive(self, run_key: str) -> Archive:
+        return Archive(self._journal, self._store.transcripts, run_key, self._spawn)
+
+    async def _save_state(self, drive: Drive) -> None:
+        """Before the run's node goes: archive the agent's session state the node holds
+        beyond the archived copy (see :meth:`Agent.export_state`)."""
+        node, session, agent = drive.node, drive.run.agent_session_id, drive.agent
+        await self._journal.flush()  # the frames received, so that the comparison sees them
+        record = await self._store.run(drive.run.id)
+        if node is None or session is None or record is None or not record.project_key:
+            return
+        archive = self._archive(record.project_key)
+        await agent.export_state(node, session, agent.state_key(node, record.workspace_id), archive)
+
+    async def _agent(self, drive: Drive, plan: Plan, node: NodeHandle) -> Result | None:
+        run = drive.run
+        agent = plan.agent
+        record = await self._store.run(run.id)
+        key = record.project_key if record is not None else None
+        if key is None:  # the run's first node names its archive, whatever nodes come after
+            key = agent.state_key(node, plan.workspace)
+            await self._store.update_run(run.id, project_key=key)
+        result: Result | None = None
+        resume = plan.resume.agent_session_id if plan.resume is not None else None
+        session = agent.session(node, workspace=plan.workspace, resume=resume, archive=self._archive(key))
+        drive.session = session
+        ended = False
+        try:
+            async for message in progress_bounded(
+                session.turn(plan.prompt), plan.idle_timeout, drive.progress
+            ):
+                drive.events.emit(AgentMessage, message=message)
+                if session.session_id and session.session_id != run.agent_session_id:
+                    run.agent_session_id = session.session_id
+                    await self._store.update_run(run.id, agent_session_id=session.session_id)
+                    record = await self._store.run(run.id)
+                    if record is not None:  # the workspace's session follows its agent's
+                        await self._store.set_provider_session_id(record.session_id, session.session_id)
+                if isinstance(message, Result):
+                    result = message
+            ended = True
+        finally:
+            drive.session = None
+            await _close_session(session, node, self._teardown, at_once=not ended and drive.pause is None)
+        return result
+
+    async def _settle_pause(self, drive: Drive) -> None:
+        """Save the pause's snapshot (once, even when settling is retried after a
+        cancellation), release or keep the node, and end the run as paused."""
+        pause = drive.pause
+        assert pause is not None
+        if pause.saved is None:  # nothing to keep before provisioning, or past the node's lifetime
+            keep_for = _keep_time(drive.node, pause.keep_for) if drive.node is not None else 0.0
+            keep = pause.keep_node and keep_for >= 1.0
+            pause.keep_for = keep_for
+            pause.saved = await self._snapshot(drive, pause.kind, pause.reason, keep_node=keep)
+        snapshot = pause.saved
+        await self._save_state(drive)  # a kept node too: it may be gone before the resume
+        await self._release(drive, keep_for=pause.keep_for if snapshot.node_kept else None)
+        if await self._move(drive, RunState.PAUSED, pause_request=None):
+            pause.snapshot = snapshot
+            logger.info(
+                "run %s paused (%s): %s; node %s",
+                drive.run.id,
+                pause.kind,
+                pause.reason,
+                "kept" if keep else "released",
+            )
+            drive.events.emit(
+                RunPaused, pause_kind=pause.kind, reason=pause.reason, token=snapshot.token, node_kept=keep
+            )
+
+    async def _fail(self, drive: Drive, error: str) -> None:
+        """End the run as failed, resumable when its agent session is known. Bounded and
+        shielded; a store that fails here is logged (the run then ends in memory only, and
+        reconcile settles its row once this control plane's lease is gone)."""
+        run = drive.run
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
+            run.error = error
+            try:
+                if run.agent_session_id and run.state.live:
+                    await self._snapshot(drive, "system", error, keep_node=False)
+                    await self._save_state(drive)
+                await self._release(drive)
+                await self._move(drive, RunState.FAILED, error=error[:2000])
+            except Exception:
+                logger.exception("could not record the failure of run %s", run.id)
+
+    async def _close(self, drive: Drive) -> None:
+        """Report the end of this drive: the last event, flushed."""
+        run = drive.run
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
+            with suppress(Exception):
+                await self._release(drive)  # a failure before the release path, say
+            run.outcome = run.state.outcome or "error"
+            if run.outcome != "error":
+                run.error = None
+            elif run.error is None:
+                run.error = f"the run ended {run.state}"
+            drive.events.emit(
+                RunFinished, outcome=run.outcome, error=run.error, agent_session_id=run.agent_session_id
+            )
+            with suppress(Exception):
+                await self._journal.flush()
+
+    async def _snapshot(self, drive: Drive, kind: str, reason: str, *, keep_node: bool) -> SnapshotRecord:
+        run = drive.run
+        record = await self._store.run(run.id)
+        if record is None:
+            raise RunStateError(f"run {run.id} is gone from the store")
+        snapshot = snapshot_of(
+            record,
+            node_id=drive.node.node_id if drive.node else record.node_id,
+            agent_session_id=run.agent_session_id,
+            kind=kind,
+            reason=reason,
+            keep_node=keep_node,
+        )
+        await self._store.save_snapshot(snapshot)
+        return snapshot
+
+
+async def _close_session(
+    session: AgentSession, node: NodeHandle, teardown: Teardown, *, at_once: bool
+) -> None:
+    """Abort the agent: at once when a limit, an abort or a failure ended its turn (a
+    limit ends what it bounds at the limit, not a stop policy's graces later); else
+    politely, as its session's stop policy says, but never past the cleanup deadline
+    (a shutdown's)."""
+    with anyio.CancelScope(shield=True):
+        if at_once:
+            await node.kill_processes()
+        async with anyio.create_task_group() as tg:
+
+            async def at_the_deadline() -> None:
+                await anyio.sleep(teardown.time_left())
+                await node.kill_processes()
+
+            tg.start_soon(at_the_deadline)
+            await session.aclose()
+            tg.cancel_scope.cancel()
+
+
+def _keep_time(node: NodeHandle, keep_for: float) -> float:
+    """How long ``node`` may be kept: ``keep_for``, but never past its own lifetime."""
+    expires = node.labels.get(LABEL_EXPIRES_AT)
+    if not expires:
+        return keep_for
+    try:
+        left = (datetime.fromisoformat(expires) - datetime.now(UTC)).total_seconds()
+    except ValueError:
+        return 0.0
+    return min(keep_for, left)
+
+
+def _describe(error: BaseException) -> str:
+    return str(error) or type(error).__name__

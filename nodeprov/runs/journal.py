@@ -1,0 +1,265 @@
+"""The event journal: each drive's events in sequence, fanned out to live subscribers, written
+to the store in batches with the agents' transcript frames, and replayed from the store to
+a subscriber that came late, lags, or lives in another process."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import suppress
+from typing import Any
+
+import anyio
+
+from ..agents import StateKey
+from ..errors import RunStateError
+from ..store import EventRecord, Store, entry_key, now
+from .events import RunEvent, RunFinished, event_from_json
+from .state import RunState
+
+__all__ = ["Journal", "RunEvents", "event_record", "stored_event"]
+
+logger = logging.getLogger("nodeprov.runs")
+
+_SUBSCRIBER_BUFFER = 1024  # events a subscriber may lag before it reads from the store instead
+_FLUSH_GATHER = 0.02  # how long the writer lets events and transcript frames gather
+
+
+class Journal:
+    """The orchestrator's journal of its runs' events and their agents' transcript frames.
+
+    What is queued is written by :meth:`write_forever` in one grouped transaction at most
+    every 20 ms (less while the previous one commits), or at once by :meth:`flush`.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._pending_events: list[tuple[RunEvent, RunEvents]] = []  # with the drive that emitted each
+        self._pending_frames: list[tuple[StateKey, list[tuple[str, Any]]]] = []  # entries with their keys
+        self._waiting = anyio.Event()
+        self._flush_lock = anyio.Lock()
+
+    def stream(self, run_id: str, first_seq: int) -> RunEvents:
+        """The events of a new drive of ``run_id``, numbered from ``first_seq``."""
+        return RunEvents(self, self._store, run_id, first_seq)
+
+    def queue_frames(self, key: StateKey, entries: list[Any]) -> None:
+        """Queue transcript ``entries`` filed under ``key`` for the next write."""
+        # Keyed once, here: a batch written again after an unknown fate stores nothing twice.
+        pending, keyed = self._pending_frames, [(entry_key(entry), entry) for entry in entries]
+        if pending and pending[-1][0] == key:
+            pending[-1][1].extend(keyed)
+        else:
+            pending.append((key, keyed))
+        self._waiting.set()
+
+    def retry_soon(self) -> None:
+        """Have the writer try again: a flush outside it failed."""
+        self._waiting.set()
+
+    def _queue_event(self, event: RunEvent, events: RunEvents) -> None:
+        self._pending_events.append((event, events))
+        self._waiting.set()
+
+    async def write_forever(self) -> None:
+        """Write what is queued, as it comes; a failed write is logged and tried again."""
+        while True:
+            await self._waiting.wait()
+            self._waiting = anyio.Event()
+            await anyio.sleep(_FLUSH_GATHER)  # let a batch gather
+            try:
+                await self.flush()
+            except Exception:
+                logger.exception("could not write run events; trying again")
+                self._waiting.set()
+                await anyio.sleep(1)
+
+    async def flush(self) -> None:
+        """Write every pending event and transcript frame to the store, in one grouped
+        transaction. Flushes are serialized, so frames reach the store in their order.
+
+        Raises:
+            StoreError: the store failed; what was pending stays pending.
+        """
+        async with self._flush_lock:
+            batch, self._pending_events = self._pending_events, []
+            frames, self._pending_frames = self._pending_frames, []
+            if not batch and not frames:
+                return
+            try:
+                await self._store.append_events([event_record(event) for event, _ in batch], frames)
+            except BaseException:
+                self._pending_events[:0] = batch
+                self._pending_frames[:0] = frames
+                raise
+            written = {(event.run_id, event.seq) for event, _ in batch}
+            for events in {events for _, events in batch}:
+                events._written(written)
+
+    async def follow(
+        self,
+        run_id: str,
+        *,
+        after: int,
+        follow: bool,
+        live: Callable[[str], RunEvents | None],
+        alive: Callable[[], Awaitable[Callable[[str], bool | None]]],
+        poll_interval: float,
+    ) -> AsyncIterator[RunEvent]:
+        """The events of any run above sequence ``after``: those of its drive here (``live``
+        gives it), else those in the store, polled every ``poll_interval`` with ``follow``
+        until the run's drive ended with nobody driving it, or its owner is known to be gone
+        (``alive`` says; see :meth:`Orchestrator.events`).
+
+        Raises:
+            RunStateError: there is no such run.
+            StoreError: the store could not be read.
+        """
+        if await self._store.run(run_id) is None:
+            raise RunStateError(f"no run {run_id}")
+        last, ended = after, False
+        while True:
+            events = live(run_id)
+            if events is not None:
+                async for event in events.replay(after=last):
+                    last = event.seq
+                    ended = isinstance(event, RunFinished)
+                    yield event
+                continue  # it may have been resumed here meanwhile
+            stored = await self._store.events(run_id, after=last)
+            for item in stored:
+                last = item.seq
+                if (readable := stored_event(item)) is not None:
+                    ended = isinstance(readable, RunFinished)
+                    yield readable
+            if stored:
+                continue
+            if not follow:
+                return
+            record = await self._store.run(run_id)
+            if ended and record is not None and not RunState(record.state).live:
+                return
+            orphaned = record is not None and RunState(record.state).live and live(run_id) is None
+            if orphaned and record is not None and (await alive())(record.owner) is False:
+                return  # its control plane is gone: nobody will write more (reconcile ends it)
+            await anyio.sleep(poll_interval)
+
+
+class _Subscriber:
+    """One reader of a run's live events; one that lags too far is told to read the store."""
+
+    def __init__(self) -> None:
+        self.queue: deque[RunEvent | None] = deque()  # None: the drive ended
+        self.overflowed = False
+        self.ready = anyio.Event()
+
+    def push(self, event: RunEvent | None) -> None:
+        if event is not None and len(self.queue) >= _SUBSCRIBER_BUFFER:
+            self.queue.clear()
+            self.overflowed = True
+        else:
+            self.queue.append(event)
+        self.ready.set()
+
+
+class RunEvents:
+    """The events of one drive of a run: numbered in sequence, queued in the journal, fanned
+    out to subscribers, and replayed from the store to a late or lagging one."""
+
+    def __init__(self, journal: Journal, store: Store, run_id: str, first_seq: int) -> None:
+        self.run_id = run_id
+        self.first_seq = first_seq
+        """The sequence number of this drive's ``run.started`` (a resume continues the run's)."""
+        self._journal = journal
+        self._store = store
+        self._next_seq = first_seq
+        self._unwritten: list[RunEvent] = []  # emitted, not yet in the store
+        self._subscribers: list[_Subscriber] = []
+        self._ended = anyio.Event()
+
+    @property
+    def unwritten(self) -> list[RunEvent]:
+        """The events emitted and not yet written to the store (a copy)."""
+        return list(self._unwritten)
+
+    def emit(self, event_type: type[RunEvent], **fields: Any) -> None:
+        """Number a new event of ``event_type``, queue it for the store, and hand it to the
+        subscribers."""
+        event = event_type(run_id=self.run_id, seq=self._next_seq, at=now(), **fields)
+        self._next_seq += 1
+        self._unwritten.append(event)
+        self._journal._queue_event(event, self)
+        for subscriber in self._subscribers:
+            subscriber.push(event)
+
+    def end(self) -> None:
+        """The drive ended: release its waiters and end its subscriptions."""
+        self._ended.set()
+        for subscriber in self._subscribers:
+            subscriber.push(None)
+
+    async def wait_ended(self) -> None:
+        """Wait until :meth:`end`."""
+        await self._ended.wait()
+
+    def _written(self, written: set[tuple[str, int]]) -> None:
+        self._unwritten = [e for e in self._unwritten if (e.run_id, e.seq) not in written]
+
+    async def replay(self, *, after: int | None = None) -> AsyncIterator[RunEvent]:
+        """This drive's events from its ``run.started`` (from the store first), or, with
+        ``after``, every event of the run above that sequence number; then live ones,
+        until the drive ends (see :meth:`Run.events`).
+
+        Raises:
+            StoreError: the store could not be read.
+        """
+        subscriber = _Subscriber()
+        if not self._ended.is_set():
+            self._subscribers.append(subscriber)  # before the history is read: nothing is missed
+        else:
+            subscriber.push(None)
+        last = self.first_seq - 1 if after is None else after
+        try:
+            while True:
+                subscriber.overflowed = False
+                await self._journal.flush()
+                while records := await self._store.events(self.run_id, after=last):
+                    for record in records:
+                        last = record.seq
+                        if (stored := stored_event(record)) is not None:
+                            yield stored
+                for event in list(self._unwritten):
+                    if event.seq > last:
+                        last = event.seq
+                        yield event
+                while not subscriber.overflowed:
+                    if not subscriber.queue:
+                        subscriber.ready = anyio.Event()
+                        await subscriber.ready.wait()
+                        continue
+                    item = subscriber.queue.popleft()
+                    if item is None:
+                        return
+                    if item.seq > last:
+                        last = item.seq
+                        yield item
+        finally:
+            with suppress(ValueError):
+                self._subscribers.remove(subscriber)
+
+
+def event_record(event: RunEvent) -> EventRecord:
+    """``event`` as the store keeps it."""
+    return EventRecord(event.run_id, event.seq, event.kind, event.at, json.dumps(event.to_json()))
+
+
+def stored_event(record: EventRecord) -> RunEvent | None:
+    """The event stored as ``record``; ``None`` (logged) for one this version cannot read,
+    such as a kind added by a newer control plane: followers go on past it."""
+    try:
+        return event_from_json(json.loads(record.body))
+    except (ValueError, TypeError) as error:
+        logger.warning("skipping unreadable event %d of run %s: %s", record.seq, record.run_id, error)
+        return None

@@ -1,0 +1,259 @@
+"""Starting and resuming runs: what a caller asks, checked before anything is stored; a new
+run's record; a paused run claimed; and the :class:`Plan` its drive follows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from ..agents import Agent, AgentOptions
+from ..agents.registry import get_agent, route_model
+from ..errors import ConfigError, RunStateError
+from ..node import NodeConfig
+from ..store import RunRecord, SnapshotRecord, Store, dumps, new_id, now
+from .lease import Lease
+from .nodes import Nodes
+from .state import RESUMABLE_STATES, RunState
+
+__all__ = ["Launcher", "Plan"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to get the run's node and what to tell the agent."""
+
+    prompt: str
+    provider: str
+    provider_settings: dict[str, Any]
+    agent: Agent[Any]
+    workspace: str
+    node_config: NodeConfig
+    resume: SnapshotRecord | None = None
+    deadline: float | None = None
+    idle_timeout: float | None = None
+
+
+class Launcher:
+    """Checks and records what :meth:`Orchestrator.start` and :meth:`Orchestrator.resume`
+    are asked, and plans the drive; runs are owned by ``lease``."""
+
+    def __init__(self, store: Store, lease: Lease, nodes: Nodes) -> None:
+        self._store = store
+        self._lease = lease
+        self._nodes = nodes
+
+    async def plan_start(
+        self,
+        prompt: str,
+        *,
+        provider: str,
+        provider_settings: Mapping[str, Any] | None,
+        agent: str | None,
+        options: AgentOptions | Mapping[str, Any] | None,
+        workspace: str,
+        node_config: NodeConfig | None,
+        deadline: float | None,
+        idle_timeout: float | None,
+    ) -> tuple[RunRecord, Plan]:
+        """The record of a new run (not stored yet) and the plan of its first drive.
+
+        Raises:
+            ProviderNotFoundError, ConfigError: the provider, the agent, or their settings
+                or options are wrong.
+            StoreError: the store failed.
+        """
+        settings = dict(provider_settings or {})
+        # Fail now, not in the background; store what another environment needs to find the node.
+        checked = (await self._nodes.provider(provider, settings)).resolved_settings()
+        model = options.model if isinstance(options, AgentOptions) else (options or {}).get("model")
+        chosen = await _agent_of(lambda: get_agent(route_model(model, agent), options))
+        _check_limits(deadline, idle_timeout)
+        session = await self._store.active_session(workspace, chosen.name)
+        run_id = new_id("run")
+        plan = Plan(
+            prompt,
+            provider,
+            settings,
+            chosen,
+            workspace,
+            node_config or NodeConfig(),
+            None,
+            deadline,
+            idle_timeout,
+        )
+        record = RunRecord(
+            id=run_id,
+            session_id=session.id,
+            workspace_id=workspace,
+            prompt=prompt,
+            node_provider=provider,
+            node_settings=dumps(checked.storable()),
+            node_secret_fields=dumps(checked.secrets_set()),
+            agent=chosen.name,
+            agent_options=dumps(chosen.options.storable()),
+            node_config=_storable_node_config(plan.node_config),
+            state=RunState.STARTING,
+            outcome=None,
+            error=None,
+            node_id=None,
+            agent_session_id=None,
+            project_key=None,
+            owner=self._lease.owner,
+            pause_request=None,
+            created_at=now(),
+            updated_at=now(),
+        )
+        return record, plan
+
+    async def claim(
+        self,
+        token: str,
+        *,
+        options: AgentOptions | Mapping[str, Any] | None,
+        given_settings: dict[str, Any],
+        deadline: float | None,
+        idle_timeout: float | None,
+    ) -> SnapshotRecord:
+        """Check a resume (see :meth:`Orchestrator.resume`), then use up ``token``.
+
+        Raises:
+            TokenError: the token is unknown or used already.
+            ConfigError: a secret provider setting is missing from ``given_settings``, the
+                options are invalid for the run's agent, or a limit is not a positive number.
+            RunStateError: the run is not paused or failed, or its workspace's session was
+                archived.
+        """
+        _check_limits(deadline, idle_timeout)
+        peeked = await self._store.peek_snapshot(token)
+        if peeked is not None and peeked.used_at is None:  # else claiming says what is wrong
+            current = await self._store.run(peeked.run_id)
+            if current is not None and current.state not in RESUMABLE_STATES:
+                raise RunStateError(
+                    f"run {current.id} is {current.state}: only a paused or failed run can be resumed"
+                )
+            missing = (
+                sorted(set(json.loads(current.node_secret_fields)) - set(given_settings)) if current else []
+            )
+            if missing:
+                raise ConfigError(
+                    f"run {peeked.run_id} was started with secret provider settings that are never "
+                    f"stored; give them again: {', '.join(missing)}"
+                )
+            if current is not None:
+                await _agent_of(lambda: _resumed_agent(current, options))
+                await self._check_session(current)
+        return await self._store.claim_snapshot(token)
+
+    async def _check_session(self, record: RunRecord) -> None:
+        """Refuse to resume a session its workspace archived (it switched agents since)."""
+        for session in await self._store.sessions(record.workspace_id):
+            if session.id == record.session_id and session.state != "active":
+                raise RunStateError(
+                    f"run {record.id} belongs to {record.agent} session {session.id} of workspace "
+                    f"{record.workspace_id}, archived when the workspace switched to another agent: "
+                    "it cannot be resumed"
+                )
+
+    async def plan_resume(
+        self,
+        snapshot: SnapshotRecord,
+        message: str,
+        options: AgentOptions | Mapping[str, Any] | None,
+        given_settings: dict[str, Any],
+        *,
+        deadline: float | None,
+        idle_timeout: float | None,
+    ) -> Plan:
+        """Take the run of a claimed ``snapshot`` over (a compare-and-set from paused or
+        failed) and plan its drive.
+
+        Raises:
+            RunStateError: the run is gone, or another control plane resumed it first.
+            ConfigError: the options are invalid for the run's agent.
+            StoreError: the store failed.
+        """
+        record = await self._store.run(snapshot.run_id)
+        if record is None:
+            raise RunStateError(f"run {snapshot.run_id} is gone")
+        agent = await _agent_of(lambda: _resumed_agent(record, options))
+        if not await self._store.update_run(
+            record.id,
+            expect_states=RESUMABLE_STATES,
+            state=RunState.STARTING,
+            owner=self._lease.owner,
+            outcome=None,
+            error=None,
+            pause_request=None,
+        ):
+            raise RunStateError(f"run {record.id} was resumed by another control plane")
+        await self._store.use_snapshots(record.id)  # an earlier pause's token must not fork the run
+        settings = {**json.loads(record.node_settings), **given_settings}
+        if snapshot.agent_session_id is None:  # the agent never started: start it afresh
+            message = record.prompt if message == "continue" else f"{record.prompt}\n\n{message}"
+        return Plan(
+            message,
+            record.node_provider,
+            settings,
+            agent,
+            record.workspace_id,
+            NodeConfig.model_validate_json(record.node_config),
+            snapshot,
+            deadline,
+            idle_timeout,
+        )
+
+    async def latest_token(self, run_id: str) -> str:
+        """The token of ``run_id``'s latest unused snapshot.
+
+        Raises:
+            RunStateError: the run does not exist, is not paused or failed, or has no
+                snapshot left to resume from.
+        """
+        record = await self._store.run(run_id)
+        if record is None:
+            raise RunStateError(f"no run {run_id}")
+        if record.state not in RESUMABLE_STATES:
+            raise RunStateError(f"run {run_id} is {record.state}: only a paused or failed run can be resumed")
+        unused = [s for s in await self._store.snapshots(run_id) if s.used_at is None]
+        if not unused:
+            raise RunStateError(f"run {run_id} has no snapshot to resume from")
+        return unused[-1].token
+
+
+def _check_limits(deadline: float | None, idle_timeout: float | None) -> None:
+    """Refuse a limit that is not a positive number of seconds.
+
+    Raises:
+        ConfigError: ``deadline`` or ``idle_timeout`` is not a positive number.
+    """
+    for name, value in (("deadline", deadline), ("idle_timeout", idle_timeout)):
+        if value is not None and not 0 < value < float("inf"):
+            raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
+def _storable_node_config(config: NodeConfig) -> str:
+    """What a run's every node is made from: ``config`` less what each node has of its own."""
+    return config.model_dump_json(exclude={"node_id", "owner", "session_id", "provision_key"})
+
+
+async def _agent_of(make: Callable[[], Agent[Any]]) -> Agent[Any]:
+    """``make()`` in a worker thread: the first use of an agent (or provider) imports its
+    module, which for Claude's SDK takes most of a second, a stall of the event loop that
+    would starve the lease's heartbeat and every run's relay."""
+    return await anyio.to_thread.run_sync(make)
+
+
+def _resumed_agent(record: RunRecord, options: AgentOptions | Mapping[str, Any] | None) -> Agent[Any]:
+    """The run's own agent, with ``options`` laid over its stored ones.
+
+    Raises:
+        ConfigError: the options are invalid for that agent.
+    """
+    given = (
+        options.model_dump(exclude_unset=True) if isinstance(options, AgentOptions) else dict(options or {})
+    )
+    return get_agent(record.agent, {**json.loads(record.agent_options), **(given or {})})

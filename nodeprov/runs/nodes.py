@@ -1,0 +1,98 @@
+"""The providers of runs' nodes, made once per orchestrator, and destroying the nodes the
+store records for a run."""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import suppress
+from typing import Any
+
+import anyio
+
+from ..errors import NodeGoneError, NodeprovError
+from ..node import NodeProvider
+from ..registry import get_provider, provider_class
+from ..store import NodeRecord, NodeRecordState, RunRecord, Store, dumps
+
+__all__ = ["Nodes"]
+
+logger = logging.getLogger("nodeprov.runs")
+
+
+class Nodes:
+    """Providers made once each, with what they were made with; ``provider_settings`` (per
+    provider) are laid over a run's stored settings when acting on runs driven elsewhere."""
+
+    def __init__(self, store: Store, provider_settings: dict[str, dict[str, Any]]) -> None:
+        self._store = store
+        self._provider_settings = provider_settings
+        self._providers: dict[str, NodeProvider[Any]] = {}
+
+    async def provider(self, name: str, settings: dict[str, Any]) -> NodeProvider[Any]:
+        """The provider ``name`` with ``settings``, made once.
+
+        Raises:
+            ProviderNotFoundError, ConfigError: the provider or its settings are wrong.
+        """
+        key = f"{name}\0{dumps(settings)}"
+        if key not in self._providers:
+            # In a worker thread: the first use of a provider imports its module, a stall of
+            # the event loop that would starve the lease's heartbeat and every run's relay.
+            await anyio.to_thread.run_sync(provider_class, name)
+            self._providers[key] = get_provider(name, **settings)
+        return self._providers[key]
+
+    async def provider_for(self, record: RunRecord) -> NodeProvider[Any]:
+        """The provider of a run, as it was started, with this control plane's settings for
+        it (the secrets a run never stores) laid over.
+
+        Raises:
+            ProviderNotFoundError, ConfigError: the provider or its settings are wrong.
+        """
+        stored = json.loads(record.node_settings)
+        return await self.provider(
+            record.node_provider, {**stored, **self._provider_settings.get(record.node_provider, {})}
+        )
+
+    async def destroy(
+        self, record: RunRecord, nodes: list[NodeRecord], why: str
+    ) -> tuple[list[str], list[tuple[str, str]]]:
+        """Destroy ``nodes`` of ``record``, each taken for destruction first (a
+        compare-and-set from the state it was read in: one that moved meanwhile is skipped).
+        Returns the nodes destroyed, and those that could not be (with why; they stay
+        recorded).
+
+        Raises:
+            StoreError: the store failed.
+        """
+        destroyed: list[str] = []
+        failed: list[tuple[str, str]] = []
+        if not nodes:
+            return destroyed, failed
+        try:
+            provider = await self.provider_for(record)
+        except NodeprovError as error:
+            failed.extend((node.id, str(error)) for node in nodes)
+            return destroyed, failed
+        for node in nodes:
+            if node.state != NodeRecordState.DESTROYING and not await self._store.move_node(
+                node.id, (node.state,), NodeRecordState.DESTROYING
+            ):
+                continue  # kept by a pause, or taken by a resume, since it was read
+            try:
+                with suppress(NodeGoneError):  # never made, or gone with its host
+                    await (await provider.attach(node.id)).destroy()
+                await self._store.set_node_state(node.id, NodeRecordState.DESTROYED)
+                destroyed.append(node.id)
+                logger.info("destroyed node %s of run %s: %s", node.id, record.id, why)
+            except NodeprovError as error:
+                logger.warning("could not destroy node %s of run %s: %s", node.id, record.id, error)
+                failed.append((node.id, str(error)))
+        return destroyed, failed
+
+    async def aclose(self) -> None:
+        """Close the providers' connections; their nodes stay."""
+        providers, self._providers = list(self._providers.values()), {}
+        for provider in providers:
+            await provider.aclose()

@@ -1,0 +1,173 @@
+"""Reconcile and garbage collection: ending the runs of control planes that died, and
+destroying the nodes no run will use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import NodeprovError
+from ..node import GarbageReport, NodeProvider
+from ..store import NodeRecord, NodeRecordState, RunRecord, Store, now
+from .events import RunFinished
+from .journal import event_record
+from .lease import Lease, owner_check
+from .nodes import Nodes
+from .run import snapshot_of
+from .state import LIVE_STATES, RESUMABLE_STATES, RunState
+
+__all__ = ["ReconcileReport", "Reconciler"]
+
+_N = NodeRecordState
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What :meth:`Orchestrator.reconcile` did: ``ended`` runs of dead control planes, the
+    nodes it ``destroyed``, and the nodes it could not destroy (``failed``, with why; they
+    stay recorded and are tried again next time)."""
+
+    ended: list[str] = field(default_factory=list)
+    destroyed: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+class Reconciler:
+    """Reconciles what dead control planes left in the store, leaving alone the runs
+    ``driven`` says this control plane drives or is launching."""
+
+    def __init__(self, store: Store, lease: Lease, nodes: Nodes, *, driven: Callable[[str], bool]) -> None:
+        self._store = store
+        self._lease = lease
+        self._nodes = nodes
+        self._driven = driven
+
+    async def reconcile(self) -> ReconcileReport:
+        """See :meth:`Orchestrator.reconcile`.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        report = ReconcileReport()
+        alive = await owner_check(self._store)
+        for record in await self._store.runs(states=tuple(LIVE_STATES)):
+            if self._driven(record.id):
+                continue
+            if record.owner != self._lease.owner and alive(record.owner) is not False:
+                continue  # a live owner drives it, or another store's (ours, not driven here, is orphaned)
+            reason = f"control plane {record.owner} died during the run"
+            nodes = await self._store.nodes(states=(_N.INTENT, _N.LIVE, _N.DESTROYING), run_id=record.id)
+            await self._destroy(record, nodes, report, reason)
+            finishing = record.state == RunState.FINISHING
+            if record.agent_session_id and not finishing:
+                await self._store.save_snapshot(
+                    snapshot_of(
+                        record,
+                        node_id=record.node_id,
+                        agent_session_id=record.agent_session_id,
+                        kind="system",
+                        reason=reason,
+                        keep_node=False,
+                    )
+                )
+            target = RunState.FINISHED if finishing else RunState.FAILED
+            if await self._store.update_run(
+                record.id,
+                expect_states=(record.state,),
+                expect_owner=record.owner,
+                state=target,
+                outcome=target.outcome,
+                error=None if finishing else reason,
+                pause_request=None,
+            ):
+                report.ended.append(record.id)
+                await self._append_finished(record, target, None if finishing else reason)
+        await self._release_unused_nodes(report)
+        await self._store.clear_stale_pause_requests(
+            tuple(s for s in RunState if s not in (RunState.STARTING, RunState.RUNNING))
+        )
+        return report
+
+    async def _destroy(
+        self, record: RunRecord, nodes: list[NodeRecord], report: ReconcileReport, why: str
+    ) -> None:
+        destroyed, failed = await self._nodes.destroy(record, nodes, why)
+        report.destroyed.extend(destroyed)
+        report.failed.extend(failed)
+
+    async def _release_unused_nodes(self, report: ReconcileReport) -> None:
+        """Destroy the nodes of runs that are not live and will not use them (see
+        :meth:`Orchestrator.reconcile`). A live run's nodes are its driver's: a resume takes
+        its kept node or destroys the ones it does not use."""
+        clock = await self._store.clock_ms()
+        runs: dict[str, RunRecord | None] = {}
+        for node in await self._store.nodes(states=(_N.INTENT, _N.LIVE, _N.KEPT, _N.DESTROYING)):
+            if self._driven(node.run_id):
+                continue
+            if node.run_id not in runs:
+                runs[node.run_id] = await self._store.run(node.run_id)
+            record = runs[node.run_id]
+            if record is None or RunState(record.state).live:
+                continue
+            why = await self._unused(node, record, clock)
+            if why is not None:
+                await self._destroy(record, [node], report, why)
+
+    async def _unused(self, node: NodeRecord, record: RunRecord, clock: int) -> str | None:
+        """Why ``node`` of ``record`` (a run that is not live) will not be used, or ``None``
+        when a resume may still take it."""
+        if node.state != _N.KEPT:
+            return f"its run is {record.state}"
+        if node.keep_until_ms is None or node.keep_until_ms <= clock:
+            return "its keep time is up"
+        if record.state not in RESUMABLE_STATES:
+            return f"its run is {record.state}"
+        snapshots = await self._store.snapshots(record.id)
+        if not any(s.used_at is None and s.node_kept and s.node_id == node.id for s in snapshots):
+            return "no resume will use it"
+        if not await self._resumable_session(record):
+            return "its workspace switched to another agent"
+        return None
+
+    async def _resumable_session(self, record: RunRecord) -> bool:
+        """Whether the run's agent session is still its workspace's active one."""
+        return any(
+            session.id == record.session_id and session.state == "active"
+            for session in await self._store.sessions(record.workspace_id)
+        )
+
+    async def _append_finished(self, record: RunRecord, state: RunState, error: str | None) -> None:
+        """The ``run.finished`` event a dead control plane could not write, so followers end."""
+        seq = await self._store.last_event_seq(record.id) + 1
+        event = RunFinished(
+            run_id=record.id,
+            seq=seq,
+            at=now(),
+            outcome=state.outcome or "error",
+            error=error,
+            agent_session_id=record.agent_session_id,
+        )
+        with suppress(NodeprovError):  # its writer got there after all: the stream has an end
+            await self._store.append_events([event_record(event)])
+
+    async def collect_garbage(
+        self, provider: NodeProvider[Any], *, dry_run: bool = False, settle: float = 0.0
+    ) -> GarbageReport:
+        """See :meth:`Orchestrator.collect_garbage`.
+
+        Raises:
+            ProviderError: the platform could not be asked.
+            StoreError: the store failed.
+        """
+        held = {
+            node.id for node in await self._store.nodes(states=(_N.INTENT, _N.LIVE, _N.KEPT, _N.DESTROYING))
+        }
+        report = await provider.collect_garbage(
+            dry_run=dry_run, alive=await owner_check(self._store), spare=held, settle=settle
+        )
+        if not dry_run:
+            for info in report.reaped:
+                await self._store.set_node_state(info.node_id, _N.DESTROYED)
+        return report
