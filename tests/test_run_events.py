@@ -106,6 +106,10 @@ async def test_transcript_frames_and_events_are_written_in_one_batch(tmp_path: P
         assert entries is not None
         assert len(entries) == 201
         assert await store.last_event_seq(run.id) > 200
+        # The Claude agent's summary is folded in the same batches, over all 201 entries.
+        [summary] = await store.transcripts.summaries(record.project_key)
+        assert summary["session_id"] == record.agent_session_id
+        assert summary["data"]
     assert 0 < commits < 50
 
 

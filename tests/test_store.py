@@ -7,6 +7,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -15,8 +16,18 @@ from claude_agent_sdk.testing import run_session_store_conformance
 
 from nodeprov.agents.claude import ClaudeSessionStore
 from nodeprov.errors import ConfigError, StoreError
-from nodeprov.store import EventRecord, RunRecord, SnapshotRecord, Store, TokenError, now
+from nodeprov.store import (
+    EntryBatch,
+    EntryKey,
+    EventRecord,
+    RunRecord,
+    SnapshotRecord,
+    Store,
+    TokenError,
+    now,
+)
 from nodeprov.store._db import Statements
+from nodeprov.store.entries import Summary
 
 pytestmark = pytest.mark.anyio
 
@@ -62,6 +73,27 @@ async def test_appends_are_idempotent_by_uuid(store: Store) -> None:
     await store.transcripts.append(key, [entry])  # type: ignore[arg-type]
     await store.transcripts.append(key, [entry, {"type": "tag"}])  # type: ignore[arg-type]
     assert await store.transcripts.load(key) == [entry, {"type": "tag"}]  # type: ignore[arg-type]
+
+
+async def test_a_summary_is_kept_only_where_the_writer_folds_one(store: Store) -> None:
+    """The store knows entries, not agents: a summary is the writer's fold, over what each
+    append really added; entries written without one keep none."""
+    key: EntryKey = {"project_key": "p", "session_id": "s"}
+    await store.transcripts.append(key, [{"type": "x", "uuid": "u1"}])
+    assert await store.transcripts.summaries("p") == []
+
+    def count(previous: Summary | None, folded: EntryKey, entries: list[Any]) -> Summary:
+        seen = previous["data"]["seen"] if previous else 0
+        return {"session_id": folded["session_id"], "mtime": 0, "data": {"seen": seen + len(entries)}}
+
+    await store.transcripts.append(
+        key, [{"type": "x", "uuid": "u1"}, {"type": "y", "uuid": "u2"}], fold=count
+    )
+    await store.transcripts.append(key, [{"type": "z", "uuid": "u3"}], fold=count)
+    [summary] = await store.transcripts.summaries("p")
+    assert (summary["session_id"], summary["data"]) == ("s", {"seen": 2})  # u1 was stored already
+    await store.transcripts.replace(key, [{"type": "w"}])  # no fold: the old summary goes
+    assert await store.transcripts.summaries("p") == []
 
 
 async def test_one_active_session_per_workspace_and_switching_archives(store: Store) -> None:
@@ -320,12 +352,14 @@ async def test_transcript_entries_are_stored_once_however_often_a_batch_is_writt
 
     session = await store.active_session("ws", "claude")
     await store.create_run(_run(session.id))
-    key = {"project_key": "p", "session_id": "s"}
+    key: EntryKey = {"project_key": "p", "session_id": "s"}
     lines = keyed([{"type": "response_item", "n": n} for n in range(3)])
     event = EventRecord("run-1", 1, "kind", now(), "{}")
-    await store.append_events([event], [(key, lines)])  # type: ignore[list-item]
-    await store.append_events([event], [(key, [*lines, *keyed([{"type": "response_item", "n": 3}])])])  # type: ignore[list-item]
-    assert await store.transcripts.load(key) == [{"type": "response_item", "n": n} for n in range(4)]  # type: ignore[arg-type]
+    await store.append_events([event], [EntryBatch(key, lines)])
+    await store.append_events(
+        [event], [EntryBatch(key, [*lines, *keyed([{"type": "response_item", "n": 3}])])]
+    )
+    assert await store.transcripts.load(key) == [{"type": "response_item", "n": n} for n in range(4)]
 
 
 async def test_a_batch_that_runs_too_long_is_interrupted(tmp_path: Path) -> None:

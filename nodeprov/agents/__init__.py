@@ -21,7 +21,7 @@ wrote the agent's session state onto a fresh node when the old node is gone.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
@@ -48,6 +48,7 @@ __all__ = [
     "Result",
     "SessionArchive",
     "StateKey",
+    "SummaryFold",
     "Thinking",
     "ToolResult",
     "ToolUse",
@@ -130,12 +131,21 @@ class StateKey(TypedDict):
     subpath: NotRequired[str]
 
 
+SummaryFold = Callable[[Any, StateKey, list[Any]], Any]
+"""Folds entries just added to a session's main state into its summary (the previous summary,
+``None`` for none): pure. An agent whose SDK lists sessions from summaries kept beside the
+entries (Claude's) passes one when it archives; see :data:`nodeprov.store.entries.Fold`."""
+
+
 class SessionArchive(Protocol):
     """Where an agent keeps its session state off the node (the store, for a run), so that
     the session can resume on another node. Entries are JSON objects, one per line of the
-    agent's state files, in order."""
+    agent's state files, in order; ``summarize`` keeps the agent's summary of a session beside
+    them, if it has one."""
 
-    def add(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
+    def add(
+        self, key: StateKey, entries: list[dict[str, Any]], *, summarize: SummaryFold | None = None
+    ) -> None:
         """Queue ``entries`` to be appended under ``key``; must not block."""
 
     async def flush(self) -> None:
@@ -151,7 +161,9 @@ class SessionArchive(Protocol):
     async def subpaths(self, key: StateKey) -> list[str]:
         """The ``subpath`` values stored beside ``key``'s main entry, sorted."""
 
-    async def replace(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
+    async def replace(
+        self, key: StateKey, entries: list[dict[str, Any]], *, summarize: SummaryFold | None = None
+    ) -> None:
         """Make ``entries`` all that ``key`` holds (durable when this returns)."""
 
 

@@ -11,7 +11,7 @@ import anyio
 
 from ..errors import NodeprovError
 from ..node import NodeHandle
-from . import SessionArchive, StateKey
+from . import SessionArchive, StateKey, SummaryFold
 
 __all__ = ["archive_file", "read_jsonl", "read_lines", "write_jsonl"]
 
@@ -68,10 +68,18 @@ async def write_jsonl(node: NodeHandle, path: str, entries: list[Any]) -> None:
     await node.write_file(path, entries_to_jsonl(entries))
 
 
-async def archive_file(node: NodeHandle, path: str, key: StateKey, archive: SessionArchive) -> None:
+async def archive_file(
+    node: NodeHandle,
+    path: str,
+    key: StateKey,
+    archive: SessionArchive,
+    *,
+    summarize: SummaryFold | None = None,
+) -> None:
     """Archive what ``path`` on ``node`` holds beyond the copy under ``key``: the rest is
     appended when the copy is the file's beginning, else a longer file replaces the copy;
-    a shorter one never does. A file that cannot be read leaves the copy as it is."""
+    a shorter one never does. A file that cannot be read leaves the copy as it is.
+    ``summarize``: see :class:`~nodeprov.agents.SessionArchive`."""
     await archive.flush()
     entries = await read_jsonl(node, path)
     if entries is None:
@@ -80,7 +88,7 @@ async def archive_file(node: NodeHandle, path: str, key: StateKey, archive: Sess
     if len(entries) <= len(held):
         return
     if entries[: len(held)] != held:
-        await archive.replace(key, entries)
+        await archive.replace(key, entries, summarize=summarize)
         return
-    archive.add(key, entries[len(held) :])
+    archive.add(key, entries[len(held) :], summarize=summarize)
     await archive.flush()

@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from ..agents import StateKey
+from ..agents import StateKey, SummaryFold
 from ..store import EntryStore
 from .journal import Journal
 
@@ -41,9 +41,11 @@ class Archive:
     def _filed(self, key: StateKey) -> StateKey:
         return {**key, "project_key": self._run_key}
 
-    def add(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
+    def add(
+        self, key: StateKey, entries: list[dict[str, Any]], *, summarize: SummaryFold | None = None
+    ) -> None:
         if entries:
-            self._journal.queue_frames(self._filed(key), entries)
+            self._journal.queue_frames(self._filed(key), entries, summarize)
 
     async def flush(self) -> None:
         # Called in the SDK's reader task, which the SDK cancels natively (piercing anyio's
@@ -70,6 +72,8 @@ class Archive:
     async def subpaths(self, key: StateKey) -> list[str]:
         return await self._transcripts.subpaths(self._filed(key))
 
-    async def replace(self, key: StateKey, entries: list[dict[str, Any]]) -> None:
+    async def replace(
+        self, key: StateKey, entries: list[dict[str, Any]], *, summarize: SummaryFold | None = None
+    ) -> None:
         await self._journal.flush()  # what was queued before goes first
-        await self._transcripts.replace(self._filed(key), entries)
+        await self._transcripts.replace(self._filed(key), entries, fold=summarize)

@@ -13,9 +13,9 @@ from typing import Any
 
 import anyio
 
-from ..agents import StateKey
+from ..agents import StateKey, SummaryFold
 from ..errors import RunStateError
-from ..store import EventRecord, Store, entry_key, now
+from ..store import EntryBatch, EventRecord, Store, entry_key, now
 from .events import RunEvent, RunFinished, event_from_json
 from .state import RunState
 
@@ -37,7 +37,7 @@ class Journal:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._pending_events: list[tuple[RunEvent, RunEvents]] = []  # with the drive that emitted each
-        self._pending_frames: list[tuple[StateKey, list[tuple[str, Any]]]] = []  # entries with their keys
+        self._pending_frames: list[EntryBatch] = []
         self._waiting = anyio.Event()
         self._flush_lock = anyio.Lock()
 
@@ -45,14 +45,15 @@ class Journal:
         """The events of a new drive of ``run_id``, numbered from ``first_seq``."""
         return RunEvents(self, self._store, run_id, first_seq)
 
-    def queue_frames(self, key: StateKey, entries: list[Any]) -> None:
-        """Queue transcript ``entries`` filed under ``key`` for the next write."""
+    def queue_frames(self, key: StateKey, entries: list[Any], summarize: SummaryFold | None = None) -> None:
+        """Queue transcript ``entries`` filed under ``key`` for the next write, folded into the
+        session's summary by ``summarize`` (the agent's, if it keeps one)."""
         # Keyed once, here: a batch written again after an unknown fate stores nothing twice.
         pending, keyed = self._pending_frames, [(entry_key(entry), entry) for entry in entries]
-        if pending and pending[-1][0] == key:
-            pending[-1][1].extend(keyed)
+        if pending and pending[-1].key == key and pending[-1].fold is summarize:
+            pending[-1].entries.extend(keyed)
         else:
-            pending.append((key, keyed))
+            pending.append(EntryBatch(key, keyed, summarize))
         self._waiting.set()
 
     def retry_soon(self) -> None:

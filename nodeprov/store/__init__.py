@@ -31,7 +31,7 @@ import anyio
 from ..errors import ConfigError, StoreError, TokenError
 from ._db import DEFAULT_STATEMENT_TIMEOUT, Database, PostgresDatabase, SQLiteDatabase, Statements
 from ._schema import migrate
-from .entries import EntryKey, EntryStore, KeyedEntry, entry_key, keyed
+from .entries import EntryBatch, EntryKey, EntryStore, KeyedEntry, entry_key, keyed
 from .records import (
     EventRecord,
     LeaseRecord,
@@ -43,6 +43,7 @@ from .records import (
 )
 
 __all__ = [
+    "EntryBatch",
     "EntryKey",
     "EntryStore",
     "EventRecord",
@@ -416,10 +417,10 @@ class Store:
     async def append_events(
         self,
         events: Sequence[EventRecord],
-        transcripts: Sequence[tuple[EntryKey, Sequence[KeyedEntry]]] = (),
+        transcripts: Sequence[EntryBatch] = (),
     ) -> None:
-        """Store run events and transcript entries (each with its idempotency key, see
-        :func:`~nodeprov.store.entries.keyed`; in the order given) in one transaction,
+        """Store run events and batches of transcript entries (each entry with its idempotency
+        key, see :func:`~nodeprov.store.entries.keyed`; in the order given) in one transaction,
         grouped with other writers' (one worker-thread hop for the whole batch). Durable once
         this returns. Exactly once: an event whose ``(run_id, seq)`` is stored already, and
         an entry whose key is, are skipped, so a batch whose fate was unknown (a timeout, a
@@ -438,8 +439,8 @@ class Store:
         def write(statements: Statements) -> None:
             if rows:
                 statements.executemany(sql, rows)
-            for key, entries in transcripts:
-                self.transcripts.append_in(statements, key, entries)
+            for batch in transcripts:
+                self.transcripts.append_in(statements, batch.key, batch.entries, fold=batch.fold)
 
         await self.db.grouped(write)
 

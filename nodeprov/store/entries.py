@@ -23,7 +23,17 @@ from typing import Any, NotRequired, TypedDict
 
 from ._db import Database, Statements
 
-__all__ = ["EntryKey", "EntryStore", "Fold", "KeyedEntry", "SessionListing", "Summary", "entry_key", "keyed"]
+__all__ = [
+    "EntryBatch",
+    "EntryKey",
+    "EntryStore",
+    "Fold",
+    "KeyedEntry",
+    "SessionListing",
+    "Summary",
+    "entry_key",
+    "keyed",
+]
 
 _CHUNK = 500  # keys per lookup: well under every backend's limit on parameters
 
@@ -52,6 +62,17 @@ class Summary(TypedDict):
 Fold = Callable[[Summary | None, EntryKey, list[Any]], Summary]
 """Fold entries just added to a session's main transcript into its summary (``None``: it
 has none yet); pure, called in the append's transaction."""
+
+
+@dataclass
+class EntryBatch:
+    """Entries to append under ``key`` (each with its idempotency key), folded into the
+    session's summary by ``fold`` when given: one element of a grouped write (see
+    :meth:`~nodeprov.store.Store.append_events`)."""
+
+    key: EntryKey
+    entries: list[KeyedEntry]
+    fold: Fold | None = None
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ from ..messages import json_value
 from ..structured import check_structured
 from .bridge import NodeTransport
 from .cli import bundled_cli_path
+from .session_store import fold_summary
 
 __all__ = ["ClaudeAgent", "ClaudeOptions", "convert"]
 
@@ -181,7 +182,8 @@ class ClaudeAgent(Agent[ClaudeOptions]):
         """The CLI mirrors in batches of its own, and a CLI stopped by a pause may not have
         sent its last frames, or any: the file on the node completes the archived copy."""
         path = f"{_config_dir(node)}/projects/{project_key}/{session_id}.jsonl"
-        await archive_file(node, path, {"project_key": project_key, "session_id": session_id}, archive)
+        key: StateKey = {"project_key": project_key, "session_id": session_id}
+        await archive_file(node, path, key, archive, summarize=fold_summary)
 
 
 class ClaudeSession(AgentSession):
@@ -317,7 +319,7 @@ class _Mirror:
         if key is None:
             logger.warning("dropping a transcript frame of %s: not under %s", file_path, self._projects_dir)
         elif entries:
-            self._archive.add(key, entries)
+            self._archive.add(key, entries, summarize=fold_summary)
 
     async def flush(self) -> None:
         await self._archive.flush()
@@ -332,7 +334,7 @@ class _ArchiveStore:
         self._archive = archive
 
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
-        self._archive.add(key, cast(list[dict[str, Any]], entries))
+        self._archive.add(key, cast(list[dict[str, Any]], entries), summarize=fold_summary)
         await self._archive.flush()
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:

@@ -24,10 +24,11 @@ from claude_agent_sdk.types import (
 
 from ...store.entries import EntryKey, EntryStore, Summary
 
-__all__ = ["ClaudeSessionStore"]
+__all__ = ["ClaudeSessionStore", "fold_summary"]
 
 
-def _fold(previous: Summary | None, key: EntryKey, entries: list[Any]) -> Summary:
+def fold_summary(previous: Summary | None, key: EntryKey, entries: list[Any]) -> Summary:
+    """The SDK's session summary, folded over ``entries`` (a :data:`~nodeprov.store.entries.Fold`)."""
     # The store's Summary and EntryKey are the SDK's SessionSummaryEntry and SessionKey, field for field.
     return fold_session_summary(previous, key, entries)
 
@@ -46,11 +47,11 @@ class ClaudeSessionStore(SessionStore):
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         """Durable once this returns. (The SDK's mirror calls this once per batch, never
         again with the same entries: an entry without a ``uuid`` gets a key of its own.)"""
-        await self._entries.append(_key(key), list(entries), fold=_fold)
+        await self._entries.append(_key(key), list(entries), fold=fold_summary)
 
     async def replace(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         """Make ``entries`` all that ``key`` holds, in one transaction, its summary folded anew."""
-        await self._entries.replace(_key(key), list(entries), fold=_fold)
+        await self._entries.replace(_key(key), list(entries), fold=fold_summary)
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
         return cast(list[SessionStoreEntry] | None, await self._entries.load(_key(key)))
