@@ -6,7 +6,7 @@ Docker's, a pod's and an SSH host's are: :class:`GroupProcess`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import NotRequired, TypedDict, Unpack
+from typing import NotRequired, TypedDict
 
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
@@ -27,8 +27,8 @@ would (a container runtime): what a process removed with its node reports."""
 
 
 class GroupArgs(TypedDict):
-    """What a provider tells :class:`GroupProcess` about a process it started (a subclass
-    passes them through): see there."""
+    """The keyword arguments of :class:`GroupProcess`, for a subclass to pass through
+    (``**process: Unpack[GroupArgs]``)."""
 
     pid: int
     signal_group: SignalGroup
@@ -47,22 +47,29 @@ class GroupProcess(SpawnedProcess):
     (what it started may have ignored SIGTERM), and the channel is closed. A process
     discarded with its node before its exit was seen reports :data:`KILLED`.
 
-    ``process`` holds the process's ``pid``, how to signal its group, its ``stop_policy``
-    and, optionally, how to tell whether its stdout pipe is still held. A subclass
-    implements :meth:`wait` (setting ``_returncode``), and may override :meth:`_reachable`.
+    A subclass implements :meth:`wait` (setting ``_returncode``), may override
+    :meth:`_reachable`, and takes the keyword arguments as :class:`GroupArgs`.
     """
 
-    def __init__(self, demux: Demux, stdin: ByteSendStream, **process: Unpack[GroupArgs]) -> None:
-        super().__init__(process["stop_policy"])
-        self.pid = process["pid"]
-        stdout_held = process.get("stdout_held")
+    def __init__(
+        self,
+        demux: Demux,
+        stdin: ByteSendStream,
+        *,
+        pid: int,
+        signal_group: SignalGroup,
+        stop_policy: StopPolicy,
+        stdout_held: Held | None = None,
+    ) -> None:
+        super().__init__(stop_policy)
+        self.pid = pid
         self._demux = demux
         self.stdin = stdin
         self.stdout: ByteReceiveStream = (
             Output(demux, STDOUT) if stdout_held is None else ReleasedStdout(demux, stdout_held)
         )
         self.stderr = Output(demux, STDERR)
-        self._signal_group = process["signal_group"]
+        self._signal_group = signal_group
         self._returncode: int | None = None
         self._signalled = ""
 
