@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeprov.preamble import REPORT_OK, environment_block
+from nodeprov.exec import REPORT_OK, environment_block
 from nodeprov_ssh.remote import command_line
 
 from .sshd import Sshd

@@ -35,8 +35,8 @@ from nodeprov import (
     StopPolicy,
     get_provider,
 )
+from nodeprov.agents._guard import GUARD_NAME
 from nodeprov.agents.claude import NodeTransport
-from nodeprov.spawn import GUARD_NAME
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,8 @@ import anyio
 import pytest
 from anyio.abc import SocketStream
 
-from nodeprov_docker.exec import STDERR, STDOUT, ExecOutput
+from nodeprov.exec import STDERR, STDOUT
+from nodeprov_docker.exec import ExecOutput
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""The stdin guard (nodeprov.spawn.guard_stdin) with real processes on a local node: the
+"""The stdin guard (nodeprov.agents._guard.guard_stdin) with real processes on a local node: the
 relay, the end-of-input marker, stopping a command whose control plane vanished, hostile
 arguments, exit statuses, and a control plane that is SIGKILLed."""
 
@@ -19,7 +19,7 @@ import pytest
 from anyio.abc import ByteReceiveStream
 
 from nodeprov import ConfigError, NodeHandle, SpawnedProcess, SpawnOptions, get_provider
-from nodeprov.spawn import _GUARD_WATCH, guard_stdin
+from nodeprov.agents._guard import _GUARD_WATCH, guard_stdin
 from nodeprov.testing import fake_agent_command
 from nodeprov.testing.conformance import HOSTILE_STRINGS, host_processes_matching, unique_marker, wait_until
 
@@ -294,7 +294,7 @@ import json, sys, anyio
 from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, AssistantMessage
 from nodeprov import SpawnOptions, StopPolicy, get_provider
 from nodeprov.agents.claude import NodeTransport
-from nodeprov.spawn import _GUARD_WATCH, guard_stdin
+from nodeprov.agents._guard import _GUARD_WATCH, guard_stdin
 
 async def main(root, mode, marker, cli):
     node = await get_provider("local", root=root).provision()

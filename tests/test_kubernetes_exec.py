@@ -12,8 +12,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from nodeprov.exec import END_RELAY, PREAMBLE, RELAYED_PREAMBLE
 from nodeprov.node import LABEL_NODE_ID
-from nodeprov.preamble import END_RELAY, PREAMBLE, RELAYED_PREAMBLE
 from nodeprov.spawn import SpawnOptions, StopPolicy
 from nodeprov.testing.conformance import run
 from nodeprov_kubernetes import KubernetesNode, KubernetesProvider

@@ -61,7 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ..node import NodeHandle
 from ..offline import demo_responses
-from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy, guard_stdin
+from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from . import (
     Agent,
     AgentOptions,
@@ -80,6 +80,7 @@ from . import (
     ToolUse,
 )
 from ._files import archive_file, read_lines, write_jsonl
+from ._guard import guard_stdin
 from .structured import check_structured
 
 __all__ = ["CodexAgent", "CodexOptions", "CodexSession", "ModelProvider"]

@@ -25,7 +25,7 @@ Differences from the SDK's subprocess transport, all deliberate:
   ``options.stderr`` when given, and its last lines are kept for :class:`AgentExitError`.
 - A process that closes stdout but keeps running is stopped after ``exit_timeout`` and
   reported, instead of being waited for forever.
-- The CLI runs behind a stdin guard (:func:`~nodeprov.spawn.guard_stdin`, ``guard=True``):
+- The CLI runs behind a stdin guard (:func:`~nodeprov.agents._guard.guard_stdin`, ``guard=True``):
   if the control plane dies or loses its connection to the node, the CLI stops itself
   instead of calling the model on with nobody listening. ``end_input()`` therefore sends
   an end-of-input line that the guard turns into EOF, rather than closing the channel.
@@ -59,7 +59,8 @@ from claude_agent_sdk.types import _configure_can_use_tool
 
 from ...errors import AgentError, AgentExitError, AgentOutputError, ConfigError, NodeprovError
 from ...node import NodeHandle
-from ...spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy, guard_stdin
+from ...spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
+from .._guard import guard_stdin
 
 __all__ = ["NodeTransport", "TranscriptSink", "agent_command", "agent_environment"]
 
@@ -188,7 +189,7 @@ class NodeTransport(Transport):
     then SIGTERM, then SIGKILL); ``exit_timeout`` bounds the wait for the process to exit
     once it has closed its stdout.
 
-    ``guard`` (on by default) runs the CLI inside :func:`~nodeprov.spawn.guard_stdin`, so
+    ``guard`` (on by default) runs the CLI inside :func:`~nodeprov.agents._guard.guard_stdin`, so
     that it stops itself when its channel to the control plane closes without an orderly
     stop: the control plane was killed, or its connection to the node dropped. The CLI then
     gets EOF, and ``eof_grace + term_grace`` seconds later SIGTERM, and ``term_grace``

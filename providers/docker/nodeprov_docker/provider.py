@@ -19,7 +19,6 @@ from docker.types import Mount
 from pydantic import BaseModel, ConfigDict, Field
 
 from nodeprov.errors import (
-    CommandNotFoundError,
     ConfigError,
     NodeGoneError,
     NodeprovError,
@@ -27,6 +26,15 @@ from nodeprov.errors import (
     ProviderError,
     ProvisionError,
     SpawnError,
+)
+from nodeprov.exec import (
+    DECODE_ARGUMENTS_SCRIPT,
+    HOLDS_PIPE_SCRIPT,
+    SENTINEL,
+    SHELL_NAME,
+    STDOUT,
+    encode_arguments,
+    read_report,
 )
 from nodeprov.node import (
     LABEL_NODE_ID,
@@ -39,16 +47,8 @@ from nodeprov.node import (
     Rollback,
     secret_field,
 )
-from nodeprov.spawn import (
-    DECODE_ARGUMENTS_SCRIPT,
-    HOLDS_PIPE_SCRIPT,
-    SHELL_NAME,
-    SpawnedProcess,
-    SpawnOptions,
-    StopPolicy,
-    encode_arguments,
-)
-from nodeprov_docker.exec import STDERR, STDOUT, DockerProcess, ExecOutput
+from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
+from nodeprov_docker.exec import DockerProcess, ExecOutput
 
 logger = logging.getLogger("nodeprov.docker")
 
@@ -57,17 +57,16 @@ T = TypeVar("T")
 _LOCAL_SOCKET = "unix:///var/run/docker.sock"  # the engine docker-py finds without DOCKER_HOST
 TOOLS_DIR = "/opt/nodeprov/tools"
 """Where the executables of NodeConfig.tools are mounted, read-only, one per name."""
-_SENTINEL = b"\x1enodeprov "
-_READY = _SENTINEL + b"ready "
+_READY = SENTINEL + b"ready "
 # Decodes the arguments the engine could not carry (see encode_arguments), tells a missing
-# command apart from a command that fails, reports the exec's pid inside the container (it
-# leads its own process group there) and what its stdout is (see DockerProcess), then execs
-# the command.
+# command apart from a command that fails, reports as every preamble does (read_report: the
+# exec's pid inside the container, where it leads its own process group, and what its stdout
+# is; not its start time, "-", which _SIGNAL_GROUP does not check), then execs the command.
 _PREAMBLE = (
     "__np_encoded=$1; shift\n"
     + DECODE_ARGUMENTS_SCRIPT
     + """command -v -- "$1" >/dev/null 2>&1 || { printf '\\036nodeprov notfound\\n'; exit 127; }
-printf '\\036nodeprov ok %s %s\\n' "$$" "$(readlink "/proc/$$/fd/1")"
+printf '\\036nodeprov ok %s - %s\\n' "$$" "$(readlink "/proc/$$/fd/1")"
 """
 )
 _SIGNAL_GROUP = 'kill -s "$1" -- "-$2" 2>/dev/null; exit 0'
@@ -222,11 +221,10 @@ class DockerNode(NodeHandle):
                     )["Id"]
                     socket = await _hijack(api.exec_start, exec_id, socket=True)
                     output = ExecOutput(socket)
-                    pid, stdout_pipe = await self._handshake(socket, output, options)
+                    pid, stdout_pipe = await self._handshake(output, options)
             except TimeoutError:
                 raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
         return DockerProcess(
-            socket,
             output,
             pid=pid,
             stop_policy=self._stop_policy,
@@ -262,36 +260,15 @@ class DockerNode(NodeHandle):
                 ) from None
             raise NodeGoneError(f"node {self.node_id}: its container is not running") from None
 
-    async def _handshake(
-        self, socket: SocketStream, output: ExecOutput, options: SpawnOptions
-    ) -> tuple[int, str]:
-        """Read the preamble's report (pid, stdout pipe); raise if the command could not be started."""
-        first = b""
+    async def _handshake(self, output: ExecOutput, options: SpawnOptions) -> tuple[int, str]:
+        """Read the preamble's report: (pid, stdout pipe); close the exec and raise (as
+        :func:`~nodeprov.exec.read_report`) if the command could not be started."""
         try:
-            while b"\n" not in first and len(first) < 4096:
-                first += await output.receive(STDOUT, 4096)
-        except anyio.EndOfStream:
-            pass
-        line, _, rest = first.partition(b"\n")
-        if line.startswith(_SENTINEL + b"ok "):
-            output.push_back(STDOUT, rest)
-            pid, _, pipe = line.removeprefix(_SENTINEL + b"ok ").decode().partition(" ")
-            return int(pid), pipe
-        if line == _SENTINEL + b"notfound":
-            await socket.aclose()
-            raise CommandNotFoundError(f"no command {options.command!r} on node {self.node_id}")
-        # The engine could not start even the shell (a missing cwd, no /bin/sh): say what it said.
-        said = first
-        try:
-            while len(said) < 4096:
-                said += await output.receive(STDERR, 4096)
-        except anyio.EndOfStream:
-            pass
-        await socket.aclose()
-        message = said.decode(errors="replace").strip() or "no output"
-        if "bash" in message and "executable file not found" in message:
-            message += " (environment names that are not shell names need bash on the node)"
-        raise SpawnError(f"cannot start {options.command!r} on node {self.node_id}: {message}")
+            report = await read_report(output, options, f"node {self.node_id}", explain=_explain_engine)
+        except BaseException:
+            await output.aclose()
+            raise
+        return report.pid, report.pipe
 
     @staticmethod
     async def _exit_code(api: Any, exec_id: str) -> int | None:
@@ -567,6 +544,14 @@ class DockerProvider(NodeProvider[DockerSettings]):
 
     async def probe(self) -> None:
         await _ask((await self.client()).ping)
+
+
+async def _explain_engine(said: str) -> str:
+    """What the engine said when it could not start even the shell (a missing cwd, no
+    /bin/sh), with a hint where the missing program is bash."""
+    if "bash" in said and "executable file not found" in said:
+        said += " (environment names that are not shell names need bash on the node)"
+    return said
 
 
 def _exec_env(inspected: dict[str, Any], home: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ without opening a port.
   ``unschedulable_timeout``) or its image cannot be pulled. The workdir is an emptyDir;
   tools are copied in (or mounted from the cluster node with ``tools_host_path``). The pod
   shares its process namespace, so the pause process reaps what processes leave behind.
-- Spawn execs ``/bin/sh -c PREAMBLE ...`` (see :mod:`nodeprov.preamble`): the environment
+- Spawn execs ``/bin/sh -c PREAMBLE ...`` (see :mod:`nodeprov.exec.preamble`): the environment
   goes over stdin, never into the pod or a command line. ``v5.channel.k8s.io`` is offered
   first (it can end stdin); on ``v4.channel.k8s.io`` stdin goes through a relay ended by a
   second exec once every byte has passed (see :mod:`nodeprov_kubernetes.exec`). The process
@@ -24,7 +24,8 @@ kubernetes-asyncio's and aiohttp's exceptions never leave this package. It runs 
 """
 
 from nodeprov_kubernetes.exec import PodProcess
-from nodeprov_kubernetes.provider import KubernetesNode, KubernetesProvider
+from nodeprov_kubernetes.node import KubernetesNode
+from nodeprov_kubernetes.provider import KubernetesProvider
 from nodeprov_kubernetes.settings import KubernetesSettings, Toleration
 
 __all__ = ["KubernetesNode", "KubernetesProvider", "KubernetesSettings", "PodProcess", "Toleration"]

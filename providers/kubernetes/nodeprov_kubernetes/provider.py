@@ -1,3 +1,7 @@
+"""The Kubernetes provider: :class:`KubernetesProvider` makes, finds and deletes the pods
+that are nodes (see :mod:`nodeprov_kubernetes`); the pod's spec is :mod:`~.manifest`'s, the
+node handle :mod:`~.node`'s."""
+
 from __future__ import annotations
 
 import functools
@@ -5,10 +9,7 @@ import json
 import logging
 import math
 import os
-import re
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import suppress
 from typing import Any, ClassVar
 
 import aiohttp
@@ -16,20 +17,10 @@ import anyio
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from nodeprov.errors import (
-    CommandNotFoundError,
-    ConfigError,
-    NodeGoneError,
-    NodeprovError,
-    ProviderError,
-    ProvisionError,
-    SpawnError,
-)
+from nodeprov.errors import ConfigError, NodeGoneError, NodeprovError, ProvisionError
+from nodeprov.exec import STDOUT
 from nodeprov.node import (
-    LABEL_EXPIRES_AT,
     LABEL_NODE_ID,
-    LABEL_OWNER,
-    LABEL_SESSION_ID,
     NodeConfig,
     NodeHandle,
     NodeInfo,
@@ -38,19 +29,6 @@ from nodeprov.node import (
     Requirement,
     Rollback,
 )
-from nodeprov.preamble import (
-    END_RELAY,
-    PREAMBLE,
-    RELAYED_PREAMBLE,
-    REPORT_NO_CWD,
-    REPORT_NO_PERL,
-    REPORT_NO_RELAY,
-    REPORT_NOT_FOUND,
-    REPORT_OK,
-    SIGNAL_GROUP,
-    environment_block,
-)
-from nodeprov.spawn import HOLDS_PIPE_SCRIPT, SpawnedProcess, SpawnOptions, StopPolicy, encode_arguments
 from nodeprov_kubernetes.api import (
     REQUEST_TIMEOUT,
     Api,
@@ -60,25 +38,25 @@ from nodeprov_kubernetes.api import (
     call,
     resolved_kubeconfig,
 )
-from nodeprov_kubernetes.exec import STDERR, STDOUT, V5, ExecChannel, PodProcess, exit_status
+from nodeprov_kubernetes.exec import exit_status
+from nodeprov_kubernetes.manifest import (
+    ANNOTATION_ENV,
+    ANNOTATION_LABELS,
+    ANNOTATION_TOOLS,
+    CONTAINER,
+    MANAGED_BY,
+    TOOLS_DIR,
+    node_labels,
+    pod_manifest,
+    pod_name,
+)
+from nodeprov_kubernetes.node import SCRIPT_TIMEOUT, KubernetesNode, copy_tool
 from nodeprov_kubernetes.settings import KubernetesSettings
+
+__all__ = ["KubernetesProvider"]
 
 logger = logging.getLogger("nodeprov.kubernetes")
 
-TOOLS_DIR = "/opt/nodeprov/tools"
-"""Where the executables of NodeConfig.tools lie in the pod, one per name."""
-CONTAINER = "node"
-MANAGED_BY = "app.kubernetes.io/managed-by"
-ANNOTATION_LABELS = "nodeprov.labels"
-"""Every label of the node (NodeConfig.resource_labels), exactly, as JSON: pod labels
-cannot hold an owner or an expiry time."""
-ANNOTATION_ENV = "nodeprov.env"
-"""The environment the pod's exec gives a process (the image's and the pod's), as JSON."""
-ANNOTATION_TOOLS = "nodeprov.tools"
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
-_LABEL_KEY = re.compile(
-    r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z"
-)
 _IMAGE_FAILURES = {
     "ErrImagePull",
     "ImagePullBackOff",
@@ -95,236 +73,7 @@ _NEEDED = [
     ("create", "pods", "exec"),
 ]
 """What nodes need of the namespace (see KubernetesProvider.probe)."""
-_SCRIPT_TIMEOUT = 30.0
 _SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"  # noqa: S105 - a path
-_KILL_TIMEOUT = 10.0
-# Every process this user may signal in the pod's (shared) PID namespace, but PID 1 (pause)
-# and the shell itself, which kill(2) spares.
-_KILL_ALL = "kill -s KILL -- -1 2>/dev/null; exit 0"
-_COPY_CHUNK = 1024 * 1024
-
-
-def pod_name(node_id: str) -> str:
-    return f"nodeprov-{node_id}"
-
-
-class KubernetesNode(NodeHandle):
-    """A node that is a pod; see :mod:`nodeprov_kubernetes`."""
-
-    def __init__(
-        self,
-        *,
-        provider: KubernetesProvider,
-        pod: str,
-        uid: str,
-        labels: Mapping[str, str],
-        workdir: str,
-        pod_env: Mapping[str, str],
-        tool_paths: Mapping[str, str],
-    ) -> None:
-        settings = provider.settings
-        super().__init__(
-            node_id=labels[LABEL_NODE_ID],
-            provider=KubernetesProvider.name,
-            labels=labels,
-            workdir=workdir,
-            base_env={**pod_env, **settings.env},
-            tool_paths=tool_paths,
-        )
-        self.pod = pod
-        self.uid = uid
-        self.namespace = settings.namespace
-        self._provider = provider
-        self._stop_policy = StopPolicy(eof_grace=settings.eof_grace, term_grace=settings.term_grace)
-
-    async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
-        # Until the API server has shown it speaks v5, stdin goes through the relay (see
-        # nodeprov.preamble); under v5 the relay ends with stdin all the same.
-        relayed = self._provider.exec_protocol != V5
-        argv = [
-            "/bin/sh",
-            "-c",
-            RELAYED_PREAMBLE if relayed else PREAMBLE,
-            "nodeprov",
-            options.cwd or self.workdir,
-            "",
-            *encode_arguments(options.argv),
-        ]
-        # Shielded, and bounded instead: a cancellation after the exec started would
-        # orphan the process. The core kills what a cancelled spawn returns.
-        with anyio.CancelScope(shield=True):
-            try:
-                with anyio.fail_after(self._provider.settings.spawn_timeout):
-                    channel = await self._exec(argv)
-                    self._provider.exec_protocol = channel.protocol
-                    try:
-                        await channel.send(environment_block({**self.base_env, **options.env}), counted=False)
-                        report = await self._handshake(channel, options)
-                    except BaseException:
-                        await channel.aclose()
-                        raise
-            except TimeoutError:
-                raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
-            except anyio.BrokenResourceError:
-                raise await self._gone_or_lost(None) or NodeGoneError(
-                    f"node {self.node_id}: the exec connection was lost"
-                ) from None
-        pid, start, pipe, relay, relay_start = report
-        return PodProcess(
-            channel,
-            pid=int(pid),
-            signal_group=functools.partial(self._signal_group, pid, start),
-            lost=self._gone_or_lost,
-            stop_policy=self._stop_policy,
-            end_relay=functools.partial(self._end_relay, relay, relay_start) if relay else None,
-            stdout_held=functools.partial(self._holds_pipe, pipe, pid) if pipe else None,
-        )
-
-    async def _exec(self, argv: list[str]) -> ExecChannel:
-        try:
-            return await self._provider.api.exec(self.pod, self.namespace, argv)
-        except NodeGoneError:
-            raise NodeGoneError(f"node {self.node_id}: its pod is gone or not running") from None
-        except UnreachableError:
-            # The kubelet answers an exec into a pod it is deleting HTTP 500: ask the pod.
-            gone = await self._pod_gone_if_known()
-            if gone is not None:
-                raise gone from None
-            raise
-
-    async def _pod_gone_if_known(self) -> NodeGoneError | None:
-        try:
-            return await self._pod_gone()
-        except NodeprovError:
-            return None
-
-    async def _handshake(self, channel: ExecChannel, options: SpawnOptions) -> list[str]:
-        """Read the preamble's report: [pid, start, pipe, relay, relay start]; raise if the
-        command could not be started."""
-        first = b""
-        try:
-            while b"\n" not in first and len(first) < 4096:
-                first += await channel.receive(STDOUT, 4096)
-        except anyio.EndOfStream:
-            pass
-        line, _, rest = first.partition(b"\n")
-        if line.startswith(REPORT_OK):
-            channel.push_back(STDOUT, rest)
-            return [*line.removeprefix(REPORT_OK).decode().split(" "), "", "", ""][:5]
-        where = f"on node {self.node_id}"
-        if line == REPORT_NOT_FOUND:
-            raise CommandNotFoundError(f"no command {options.command!r} {where}")
-        if line == REPORT_NO_CWD:
-            raise SpawnError(f"working directory {options.cwd!r} does not exist {where}")
-        if line == REPORT_NO_PERL:
-            raise SpawnError(f"environment names that are not shell names need perl {where}")
-        if line == REPORT_NO_RELAY:
-            raise SpawnError(f"no temporary directory for the stdin relay {where} (mktemp -d, mkfifo)")
-        # Not even the preamble ran (no /bin/sh in the image): say what the exec said.
-        with anyio.move_on_after(2):
-            error = await channel.collect(STDERR)
-            await channel.exited()
-        said = (first + error).decode(errors="replace").strip() or (channel.status or {}).get("message")
-        gone: NodeGoneError | None = None
-        if channel.status is None:
-            gone = await self._gone_or_lost(None)
-        else:
-            with suppress(NodeprovError):
-                gone = await self._pod_gone()
-        if gone is not None:
-            raise gone
-        raise SpawnError(f"cannot start {options.command!r} {where}: {said or 'no output'}")
-
-    async def _gone_or_lost(self, code: int | None) -> NodeGoneError | None:
-        """Why a process's exec ended as it did (``code``: its exit status, None if no status
-        came): the pod is gone or ending, or (no status) the connection was lost; None when
-        the exit status stands."""
-        try:
-            gone = await self._pod_gone()
-        except NodeprovError as error:
-            if code is not None:
-                return None
-            return NodeGoneError(f"node {self.node_id}: the exec connection was lost ({error})")
-        if gone is None and code is None:
-            return NodeGoneError(f"node {self.node_id}: the exec connection to the API server was lost")
-        return gone
-
-    async def _pod_gone(self) -> NodeGoneError | None:
-        """Why this node's pod is gone or ending (deleted, finished), or None if it runs.
-
-        Raises:
-            ProviderError: the API server could not be asked.
-        """
-        try:
-            pod = await self._provider.read_pod(self.pod)
-        except NodeGoneError:
-            return NodeGoneError(f"node {self.node_id}: its pod is gone")
-        if pod.metadata.uid != self.uid:
-            return NodeGoneError(f"node {self.node_id}: its pod is gone")
-        if pod.metadata.deletion_timestamp is not None or pod.status.phase in ("Failed", "Succeeded"):
-            ending = "being deleted" if pod.metadata.deletion_timestamp else pod.status.phase
-            return NodeGoneError(f"node {self.node_id}: its pod has ended ({pod.status.reason or ending})")
-        return None
-
-    async def _script(self, script: str, *args: str, seconds: float = _SCRIPT_TIMEOUT) -> tuple[int, bytes]:
-        """Run the POSIX sh ``script`` in the pod; (exit status, stdout).
-
-        Raises:
-            NodeGoneError: the pod is gone, or the connection was lost.
-            ProviderError: no answer in time, or the API server failed.
-        """
-        try:
-            with anyio.fail_after(seconds):
-                channel = await self._exec(["/bin/sh", "-c", script, "nodeprov", *args])
-                try:
-                    out = await channel.collect(STDOUT)
-                    await channel.exited()
-                finally:
-                    await channel.aclose()
-        except TimeoutError:
-            raise ProviderError(
-                f"node {self.node_id}: no answer from its pod in {_SCRIPT_TIMEOUT}s"
-            ) from None
-        code = None if channel.status is None else exit_status(channel.status)
-        if code is None:
-            raise NodeGoneError(f"node {self.node_id}: the exec ended without an exit status")
-        return code, out
-
-    async def _signal_group(self, pid: str, start: str, signal: str) -> None:
-        try:
-            await self._script(SIGNAL_GROUP, signal, pid, start)
-        except NodeGoneError:
-            pass  # the pod is gone, and every process with it
-        except ProviderError as error:
-            raise SpawnError(f"node {self.node_id}: could not signal process {pid}: {error}") from None
-
-    async def _holds_pipe(self, pipe: str, pid: str) -> bool:
-        code, _ = await self._script(HOLDS_PIPE_SCRIPT, pipe, pid)
-        return code != 1  # anything but a clear "no": held
-
-    async def _end_relay(self, relay: str, start: str, sent: int) -> None:
-        """End the stdin relay once it has passed on ``sent`` bytes (v4: see the module).
-        The ending runs on in the pod; this waits only until it has begun."""
-        try:
-            channel = await self._exec(["/bin/sh", "-c", END_RELAY, "nodeprov", relay, start, str(sent)])
-        except NodeprovError:
-            return  # the pod or the connection is gone: so is the process's stdin
-        try:
-            with anyio.move_on_after(_SCRIPT_TIMEOUT):
-                await channel.receive(STDOUT, 64)
-        except anyio.EndOfStream:
-            pass
-        finally:
-            await channel.aclose()
-
-    async def _destroy(self) -> None:
-        # Every process of the pod (but its pause process, PID 1) ended by one exec, then the
-        # object removed outright; where that exec cannot run, the graceful way.
-        try:
-            code, _ = await self._script(_KILL_ALL, seconds=_KILL_TIMEOUT)
-        except NodeprovError:
-            code = None
-        await self._provider.delete_pod(self.pod, self.uid, ended=code == 0)
 
 
 class KubernetesProvider(NodeProvider[KubernetesSettings]):
@@ -413,7 +162,9 @@ class KubernetesProvider(NodeProvider[KubernetesSettings]):
         labels = config.resource_labels()
         workdir = config.workdir or settings.workdir
         tool_paths = {tool: f"{TOOLS_DIR}/{tool}" for tool in config.tools}
-        body = self._manifest(config, name, labels, workdir, tool_paths)
+        body = pod_manifest(
+            settings, config, name=name, labels=labels, workdir=workdir, tool_paths=tool_paths
+        )
         try:
             async with Rollback() as rollback:
                 # Shielded: a create cut short here may still happen on the server, after the
@@ -452,105 +203,12 @@ class KubernetesProvider(NodeProvider[KubernetesSettings]):
                 if config.tools and not settings.tools_host_path:
                     async with anyio.create_task_group() as group:
                         for tool, path in config.tools.items():
-                            group.start_soon(_copy_tool, node, tool_paths[tool], path)
+                            group.start_soon(copy_tool, node, tool_paths[tool], path)
         except (ProvisionError, ConfigError):
             raise
         except NodeprovError as error:
             raise ProvisionError(f"cannot start node {config.node_id}: {error}") from None
         return node
-
-    def _manifest(
-        self,
-        config: NodeConfig,
-        name: str,
-        labels: Mapping[str, str],
-        workdir: str,
-        tool_paths: Mapping[str, str],
-    ) -> dict[str, Any]:
-        """The node's pod. Its main process sleeps; processes come through exec."""
-        settings = self.settings
-        for tool, path in config.tools.items():
-            if not settings.tools_host_path and not os.path.isfile(path):
-                raise ConfigError(f"tool {tool!r}: {path} is not a file on this machine")
-        pod_labels = {
-            **settings.labels,
-            **{key: value for key, value in labels.items() if _label_safe(key, value)},
-            MANAGED_BY: "nodeprov",
-        }
-        annotations = {
-            **settings.annotations,
-            **{key: labels[key] for key in (LABEL_OWNER, LABEL_EXPIRES_AT) if key in labels},
-            ANNOTATION_LABELS: json.dumps(dict(labels)),
-            ANNOTATION_TOOLS: json.dumps(dict(tool_paths)),
-        }
-        mounts: list[dict[str, Any]] = [{"name": "workdir", "mountPath": workdir}]
-        volumes: list[dict[str, Any]] = [{"name": "workdir", "emptyDir": {}}]
-        if config.tools and settings.tools_host_path:
-            for index, (tool, path) in enumerate(config.tools.items()):
-                volume = f"tool-{index}"
-                volumes.append({"name": volume, "hostPath": {"path": path, "type": "File"}})
-                mounts.append({"name": volume, "mountPath": tool_paths[tool], "readOnly": True})
-        elif config.tools:
-            volumes.append({"name": "tools", "emptyDir": {}})
-            mounts.append({"name": "tools", "mountPath": TOOLS_DIR})
-        security = {
-            key: value
-            for key, value in {
-                "runAsUser": settings.run_as_user,
-                "runAsGroup": settings.run_as_group,
-                "runAsNonRoot": settings.run_as_non_root or None,
-                "fsGroup": settings.fs_group,
-            }.items()
-            if value is not None
-        }
-        spec: dict[str, Any] = {
-            "restartPolicy": "Never",
-            # The cluster ends the pod at the node's lifetime, whether or not a control plane is left.
-            "activeDeadlineSeconds": None
-            if config.ttl is None
-            else max(1, math.ceil(config.ttl.total_seconds())),
-            "terminationGracePeriodSeconds": settings.termination_grace,
-            # The pause process is PID 1 and reaps what the node's processes leave behind.
-            "shareProcessNamespace": True,
-            "enableServiceLinks": False,
-            "automountServiceAccountToken": settings.automount_service_account_token,
-            "serviceAccountName": settings.service_account,
-            "imagePullSecrets": [{"name": secret} for secret in settings.image_pull_secrets] or None,
-            "nodeSelector": settings.node_selector or None,
-            "tolerations": [
-                {
-                    "key": toleration.key,
-                    "operator": toleration.operator,
-                    "value": toleration.value,
-                    "effect": toleration.effect,
-                    "tolerationSeconds": toleration.toleration_seconds,
-                }
-                for toleration in settings.tolerations
-            ]
-            or None,
-            "hostNetwork": settings.host_network or None,
-            "securityContext": security or None,
-            "containers": [
-                {
-                    "name": CONTAINER,
-                    "image": settings.image,
-                    "imagePullPolicy": settings.image_pull_policy,
-                    "command": ["sleep", "2147483647"],
-                    "workingDir": workdir,
-                    "env": [{"name": key, "value": value} for key, value in config.env.items()] or None,
-                    "resources": {"requests": settings.requests or None, "limits": settings.limits or None},
-                    "volumeMounts": mounts,
-                    "securityContext": {"allowPrivilegeEscalation": False},
-                }
-            ],
-            "volumes": volumes,
-        }
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "labels": pod_labels, "annotations": annotations},
-            "spec": _pruned(spec),
-        }
 
     async def _adopt(self, name: str, config: NodeConfig) -> str:
         """A pod of this name exists: adopted (its uid returned) if an earlier attempt of
@@ -648,13 +306,11 @@ class KubernetesProvider(NodeProvider[KubernetesSettings]):
         """The environment the pod's exec gives a process: the image's and the pod's."""
         channel = await self.api.exec(name, self.settings.namespace, ["cat", "/proc/self/environ"])
         try:
-            with anyio.fail_after(_SCRIPT_TIMEOUT):
+            with anyio.fail_after(SCRIPT_TIMEOUT):
                 out = await channel.collect(STDOUT)
                 await channel.exited()
         except TimeoutError:
-            raise ProvisionError(
-                f"pod {name}: reading its environment took over {_SCRIPT_TIMEOUT}s"
-            ) from None
+            raise ProvisionError(f"pod {name}: reading its environment took over {SCRIPT_TIMEOUT}s") from None
         finally:
             await channel.aclose()
         if channel.status is None or exit_status(channel.status) != 0:
@@ -739,7 +395,7 @@ class KubernetesProvider(NodeProvider[KubernetesSettings]):
             f"listing pods in namespace {namespace}",
         )
         return [
-            NodeInfo(pod.metadata.labels[LABEL_NODE_ID], self.name, _labels(pod), _state(pod))
+            NodeInfo(pod.metadata.labels[LABEL_NODE_ID], self.name, node_labels(pod), _state(pod))
             for pod in pods.items
         ]
 
@@ -759,47 +415,14 @@ class KubernetesProvider(NodeProvider[KubernetesSettings]):
             provider=self,
             pod=name,
             uid=pod.metadata.uid,
-            labels=_labels(pod),
+            labels=node_labels(pod),
             workdir=container.working_dir or "/",
             pod_env=json.loads(annotations.get(ANNOTATION_ENV) or "{}"),
             tool_paths=json.loads(annotations.get(ANNOTATION_TOOLS) or "{}"),
         )
 
 
-def _label_safe(key: str, value: str) -> bool:
-    return bool(_LABEL_KEY.match(key)) and bool(_LABEL_VALUE.match(value))
-
-
-def _labels(pod: Any) -> dict[str, str]:
-    """The node's labels, exactly (see :data:`ANNOTATION_LABELS`)."""
-    try:
-        labels = json.loads((pod.metadata.annotations or {}).get(ANNOTATION_LABELS) or "{}")
-    except ValueError:
-        labels = {}
-    return {**{LABEL_NODE_ID: pod.metadata.labels[LABEL_NODE_ID], LABEL_SESSION_ID: ""}, **labels}
-
-
 def _state(pod: Any) -> str:
     if pod.metadata.deletion_timestamp is not None:
         return "terminating"
     return str(pod.status.phase or "unknown").lower()
-
-
-def _pruned(value: Any) -> Any:
-    """``value`` without the ``None`` entries of its mappings (the API's "not set")."""
-    if isinstance(value, dict):
-        return {key: _pruned(item) for key, item in value.items() if item is not None}
-    if isinstance(value, list):
-        return [_pruned(item) for item in value]
-    return value
-
-
-async def _copy_tool(node: KubernetesNode, target: str, path: str) -> None:
-    """Copy the executable ``path`` of this machine into the pod, streamed."""
-
-    async def chunks() -> AsyncIterator[bytes]:
-        async with await anyio.open_file(path, "rb") as file:
-            while chunk := await file.read(_COPY_CHUNK):
-                yield chunk
-
-    await node.write_file(target, chunks(), mode=0o755)

@@ -5,7 +5,7 @@ is a session on one connection shared by the node's spawns and made again when i
   labels) and starts a watchdog there that destroys the node when its ``ttl`` is over, even
   if no control plane is left; tools are copied to the host once per content.
 - Spawn sends ``exec /bin/sh -c PREAMBLE ...`` with every argument single-quoted (see
-  :mod:`nodeprov_ssh.remote` and :mod:`nodeprov.preamble`); the environment goes over the
+  :mod:`nodeprov_ssh.remote` and :mod:`nodeprov.exec.preamble`); the environment goes over the
   session's stdin, never on a command line. The process leads its own process group (sshd
   makes each session one), recorded in the node's directory.
 - Stopping: OpenSSH ignores signal requests for root logins, and closing a channel does not

@@ -20,7 +20,6 @@ import asyncssh
 from pydantic import BaseModel, Field
 
 from nodeprov.errors import (
-    CommandNotFoundError,
     ConfigError,
     NodeFileError,
     NodeFileNotFoundError,
@@ -29,20 +28,21 @@ from nodeprov.errors import (
     ProviderError,
     SpawnError,
 )
-from nodeprov.node import NodeHandle
-from nodeprov.preamble import (
-    REPORT_GONE,
-    REPORT_NO_CWD,
-    REPORT_NO_PERL,
-    REPORT_NOT_FOUND,
-    REPORT_OK,
+from nodeprov.exec import (
+    HOLDS_PIPE_SCRIPT,
     SIGNAL_GROUP,
     SIGNAL_GROUP_FUNCTION,
+    START_TIME_FUNCTION,
+    STDERR,
+    STDOUT,
+    Report,
     environment_block,
+    read_report,
 )
-from nodeprov.spawn import HOLDS_PIPE_SCRIPT, ReleasedStdout, SpawnedProcess, SpawnOptions, StopPolicy
+from nodeprov.node import NodeHandle
+from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from nodeprov_ssh.link import Link
-from nodeprov_ssh.process import STDERR, STDOUT, Session, SshProcess
+from nodeprov_ssh.process import Session, SshProcess
 from nodeprov_ssh.remote import command_line, script_line
 
 logger = logging.getLogger("nodeprov.ssh")
@@ -69,9 +69,10 @@ pause() { sleep 0.1 2>/dev/null || sleep 1; }
 until_gone() {
   waited=0
   while [ "$waited" -lt 50 ]; do
-    now=$(awk '{ sub(/.*\\) /, ""); print $1 " " $20 }' "/proc/$1/stat" 2>/dev/null)
-    case $now in ''|Z*) return 0 ;; esac
-    [ "$2" = - ] || [ "${now#* }" = "$2" ] || return 0
+    now=$(__np_start_of "$1")
+    [ -n "$now" ] || return 0
+    [ "$2" = - ] || [ "$now" = "$2" ] || return 0
+    grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null && return 0  # a zombie
     pause; waited=$((waited + 1))
   done
 }
@@ -144,7 +145,9 @@ fi
 # $1: the node directory; $2: seconds the node may live (empty: for ever); $3: DESTROY.
 # Stdin: the node's record. The watchdog destroys the node when its lifetime is over, even
 # if no control plane is left to do it; it is the first process the node records.
-RECORD = """\
+RECORD = (
+    START_TIME_FUNCTION
+    + """\
 umask 077
 [ -d "$1" ] || exit 3
 cat >"$1/node.json.partial" && mv -f -- "$1/node.json.partial" "$1/node.json" || exit 1
@@ -155,9 +158,10 @@ if command -v setsid >/dev/null 2>&1; then
 else
   /bin/sh -c "$watch" nodeprov-watchdog "$@" </dev/null >/dev/null 2>&1 &
 fi
-start=$(awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$!/stat" 2>/dev/null)
+start=$(__np_start_of $!)
 printf '%s %s\\n' "$!" "${start:--}" >>"$1/processes"
 """
+)
 
 # $1: the root. Prints "NAME<TAB>RECORD" for each node directory with a record.
 LIST = """\
@@ -280,28 +284,20 @@ class SshNode(NodeHandle):
             try:
                 with anyio.fail_after(self._spawn_timeout):
                     await session.send(environment)
-                    pid, start, pipe = await self._handshake(session, options)
+                    report = await self._handshake(session, options)
             except TimeoutError:
                 await self._give_up(session, options)
                 raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
             except anyio.BrokenResourceError:
                 session.close()
                 raise NodeGoneError(f"{self.link.host}: the SSH connection was lost") from None
-        stdout = None
-        if pipe:
-            stdout = ReleasedStdout(
-                functools.partial(session.receive, STDOUT),
-                held=functools.partial(self._holds_pipe, pipe, pid),
-                end=functools.partial(session.end, STDOUT),
-                close=functools.partial(_discard, session, STDOUT),
-            )
         return SshProcess(
             session,
             host=self.link.host,
-            pid=pid,
-            stdout=stdout,
-            signal_group=functools.partial(self._signal_group, pid, start),
+            pid=report.pid,
+            signal_group=functools.partial(self._signal_group, report.pid, report.start),
             stop_policy=self._stop_policy,
+            stdout_held=functools.partial(self._holds_pipe, report.pipe, report.pid) if report.pipe else None,
         )
 
     async def _give_up(self, session: Session, options: SpawnOptions) -> None:
@@ -311,47 +307,21 @@ class SshNode(NodeHandle):
         with anyio.move_on_after(_GIVE_UP):
             session.write_eof()
             try:
-                pid, start, _ = await self._handshake(session, options)
-            except (NodeprovError, anyio.BrokenResourceError):
+                report = await self._handshake(session, options)
+            except NodeprovError:
                 pass  # it ended without starting the command
             else:
-                await self._signal_group(pid, start, "KILL")
+                await self._signal_group(report.pid, report.start, "KILL")
         session.close()
 
-    async def _handshake(self, session: Session, options: SpawnOptions) -> tuple[int, str, str]:
-        """Read the preamble's report: (pid, start time, stdout pipe); raise if the command
-        could not be started."""
-        first = b""
+    async def _handshake(self, session: Session, options: SpawnOptions) -> Report:
+        """Read the preamble's report; close the session and raise (as
+        :func:`~nodeprov.exec.read_report`) if the command could not be started."""
         try:
-            while b"\n" not in first and len(first) < 4096:
-                first += await session.receive(STDOUT, 4096)
-        except anyio.EndOfStream:
-            pass
-        line, _, rest = first.partition(b"\n")
-        if line.startswith(REPORT_OK):
-            session.push_back(STDOUT, rest)
-            pid, start, pipe = [*line.removeprefix(REPORT_OK).decode().split(" "), "", ""][:3]
-            return int(pid), start, pipe
-        session.close()
-        where = f"on node {self.node_id}"
-        if line == REPORT_NOT_FOUND:
-            raise CommandNotFoundError(f"no command {options.command!r} {where}")
-        if line == REPORT_NO_CWD:
-            raise SpawnError(f"working directory {options.cwd!r} does not exist {where}")
-        if line == REPORT_GONE:
-            raise NodeGoneError(f"node {self.node_id} is gone from {self.link.host}")
-        if line == REPORT_NO_PERL:
-            raise SpawnError(f"environment names that are not shell names need perl on {self.link.host}")
-        # The login shell could not even run the preamble (no /bin/sh, a nologin shell).
-        error = b""
-        with anyio.move_on_after(2):
-            try:
-                while len(error) < 4096:
-                    error += await session.receive(STDERR, 4096)
-            except anyio.EndOfStream:
-                pass
-        message = (first + error).decode(errors="replace").strip() or "no output"
-        raise SpawnError(f"cannot start {options.command!r} {where}: {message}")
+            return await read_report(session, options, f"node {self.node_id} ({self.link.host})")
+        except NodeprovError:
+            session.close()
+            raise
 
     async def write_file(self, path: str, data: bytes | AsyncIterable[bytes], *, mode: int = 0o600) -> None:
         """As :meth:`NodeHandle.write_file`, over SFTP when the host offers it: written
@@ -444,10 +414,6 @@ class SshNode(NodeHandle):
         code, _, error = await run_script(self.link, DESTROY, self.directory, "0")
         if code != 0:
             raise ProviderError(f"cannot remove node {self.node_id} on {self.link.host}: {said(code, error)}")
-
-
-async def _discard(session: Session, kind: int) -> None:
-    session.discard(kind)
 
 
 @functools.cache

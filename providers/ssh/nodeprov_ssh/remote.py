@@ -3,7 +3,7 @@
 SSH carries a command as one string, which the login shell parses. So the string is always
 ``exec /bin/sh -c PREAMBLE nodeprov-ssh ARG...`` with every argument single-quoted
 (:func:`shlex.quote`); the login shell must be a POSIX shell (csh-family shells treat
-quotes and newlines differently). The preamble (:mod:`nodeprov.preamble`) reads the
+quotes and newlines differently). The preamble (:mod:`nodeprov.exec.preamble`) reads the
 environment from the session's stdin, so no value is ever on a command line, where other
 users of the host could read it (``ps``).
 """
@@ -13,8 +13,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from nodeprov.preamble import PREAMBLE
-from nodeprov.spawn import encode_arguments
+from nodeprov.exec import PREAMBLE, encode_arguments
 
 
 def command_line(argv: Sequence[str], cwd: str, record: str = "") -> str:

@@ -1,9 +1,10 @@
 """The shell preamble of a process started over an exec channel that carries only a command
-and the standard streams: an SSH session, a Kubernetes pod's exec.
+and the standard streams (an SSH session, a Kubernetes pod's exec), and the report every
+preamble gives before it execs the command (:func:`read_report`; Docker's too).
 
 Such a channel has no way to pass an environment, or none that stays private (a command
 line shows in ``ps`` and in the platform's audit logs). So the command is always ``/bin/sh -c
-PREAMBLE NAME CWD RECORD ENCODED ARG...`` (see :func:`~nodeprov.spawn.encode_arguments`),
+PREAMBLE NAME CWD RECORD ENCODED ARG...`` (see :func:`~nodeprov.exec.shell.encode_arguments`),
 and the environment goes over stdin first, one ``NAME=VALUE`` line per variable with the
 value spelt in octal escapes (:func:`environment_block`), then an empty line; what follows
 on stdin is the process's own. The preamble clears the channel's own environment, changes
@@ -21,9 +22,16 @@ passed on every byte the control plane sent: the command reads EOF, as from a cl
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
 
-from .spawn import DECODE_ARGUMENTS_SCRIPT, SHELL_NAME, printf_escapes
+import anyio
+
+from ..errors import CommandNotFoundError, NodeGoneError, SpawnError
+from ..spawn import SpawnOptions
+from .demux import STDERR, STDOUT, Demux
+from .shell import DECODE_ARGUMENTS_SCRIPT, SHELL_NAME, START_TIME_FUNCTION, printf_escapes
 
 __all__ = [
     "END_RELAY",
@@ -38,7 +46,10 @@ __all__ = [
     "SENTINEL",
     "SIGNAL_GROUP",
     "SIGNAL_GROUP_FUNCTION",
+    "Explain",
+    "Report",
     "environment_block",
+    "read_report",
 ]
 
 SENTINEL = b"\x1enodeprov "
@@ -49,8 +60,6 @@ REPORT_NO_CWD = SENTINEL + b"nocwd"
 REPORT_GONE = SENTINEL + b"gone"
 REPORT_NO_PERL = SENTINEL + b"noperl"
 REPORT_NO_RELAY = SENTINEL + b"norelay"
-
-_START_TIME = """awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$1/stat" 2>/dev/null"""
 
 # Sets the variables the shell could not export (names that are not shell names), read
 # from its own environment, then execs the command, which keeps the pid.
@@ -63,8 +72,7 @@ _PERL_EXEC = (
 # Positional parameters: the cwd, a process file (each spawn appends "PID START" before it
 # starts, so a destroy can end it; empty for none), then encode_arguments(argv).
 PREAMBLE = f"""\
-__np_start_of() {{ {_START_TIME}; }}
-for __np_name in $(awk 'BEGIN {{ for (k in ENVIRON) print k }}'); do
+{START_TIME_FUNCTION}for __np_name in $(awk 'BEGIN {{ for (k in ENVIRON) print k }}'); do
   case $__np_name in [!A-Za-z_]*|*[!A-Za-z0-9_]*) ;; *) unset "$__np_name" 2>/dev/null ;; esac
 done
 __np_cwd=$1 __np_record=$2 __np_encoded=$3; shift 3
@@ -122,8 +130,7 @@ RELAYED_PREAMBLE = "__np_relay=1\n" + PREAMBLE
 # and bytes still on their way to it are lost.
 END_RELAY = f"""\
 printf 'ending\\n'; exec >/dev/null 2>&1
-__np_start_of() {{ {_START_TIME}; }}
-pause=0.01
+{START_TIME_FUNCTION}pause=0.01
 while [ "$(__np_start_of "$1")" = "$2" ]; do
   written=$(awk '$1 == "wchar:" {{ print $2 }}' "/proc/$1/io" 2>/dev/null)
   if [ -z "$written" ] || [ "$written" -ge "$3" ]; then kill "$1"; exit 0; fi
@@ -134,26 +141,108 @@ done
 
 # Signals the process group led by PID ($2), if PID is still the process recorded with
 # start time START ($3: a recycled pid is left alone; "-" where the host has no /proc).
-SIGNAL_GROUP_FUNCTION = """\
+SIGNAL_GROUP_FUNCTION = (
+    START_TIME_FUNCTION
+    + """\
 signal_group() {
   case $2 in ''|*[!0-9]*|0|1) return 0 ;; esac
   if [ -e "/proc/$2" ] && [ "$3" != - ]; then
-    [ "$(awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$2/stat" 2>/dev/null)" = "$3" ] || return 0
+    [ "$(__np_start_of "$2")" = "$3" ] || return 0
   fi
   kill -s "$1" -- "-$2" 2>/dev/null || kill -s "$1" "$2" 2>/dev/null
   return 0
 }
 """
+)
 SIGNAL_GROUP = SIGNAL_GROUP_FUNCTION + 'signal_group "$@"\n'
 """POSIX sh: ``SIGNAL PID START``, see :data:`SIGNAL_GROUP_FUNCTION`."""
 
 
 def environment_block(env: Mapping[str, str]) -> bytes:
     """The environment as the preamble reads it from stdin: ``NAME=VALUE`` lines, the value
-    spelt by :func:`~nodeprov.spawn.printf_escapes`; a name that is not a shell name is
+    spelt by :func:`~nodeprov.exec.shell.printf_escapes`; a name that is not a shell name is
     spelt too, and set by ``perl`` on the node (a POSIX shell cannot export it)."""
     lines = []
     for name, value in env.items():
         key = name if SHELL_NAME.match(name) else printf_escapes(os.fsencode(name))
         lines.append(f"{key}={printf_escapes(os.fsencode(value))}\n")
     return ("".join(lines) + "\n").encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What a preamble reported before it exec'd the command (see :data:`REPORT_OK`)."""
+
+    pid: int
+    """The process's id on the node; it leads its process group."""
+    start: str
+    """Its start time (see :data:`~nodeprov.exec.shell.START_TIME_FUNCTION`); ``-`` when
+    unknown."""
+    pipe: str
+    """Its stdout pipe (``pipe:[INODE]``); empty when unknown."""
+    relay: str
+    """The stdin relay's pid (:data:`RELAYED_PREAMBLE`); empty without a relay."""
+    relay_start: str
+    """The relay's start time; empty without a relay."""
+
+    @classmethod
+    def parse(cls, line: bytes) -> Report:
+        """The report in ``line``, a :data:`REPORT_OK` line without its line break."""
+        words = line.removeprefix(REPORT_OK).decode().split(" ")
+        pid, start, pipe, relay, relay_start = (words + [""] * 4)[:5]
+        return cls(int(pid), start, pipe, relay, relay_start)
+
+
+Explain = Callable[[str], Awaitable[str]]
+"""Given what the channel said when no report came (the first bytes of stdout and of stderr,
+perhaps nothing), what the :class:`~nodeprov.errors.SpawnError` says; may raise a nodeprov
+error that tells better (the node is gone)."""
+
+_REPORT_LIMIT = 4096  # bytes of a report line, and of what a shell that failed to start says
+_SAYING_TIME = 2.0  # seconds to wait for what a failed start says on stderr
+
+
+async def read_report(
+    output: Demux, options: SpawnOptions, node: str, *, explain: Explain | None = None
+) -> Report:
+    """Read the preamble's report off ``output``'s stdout; what comes after it is left there.
+
+    ``node`` names the node in messages (``node ID``, with its host where that helps).
+    When no report comes, what the channel said is read from stdout and stderr (bounded in
+    size and time) and passed through ``explain``. The channel is left open either way.
+
+    Raises:
+        CommandNotFoundError: there is no ``options.command`` on the node.
+        SpawnError: the working directory does not exist, an environment name needs a perl
+            the node lacks, there is no room for the stdin relay, or the shell could not
+            even run the preamble (what the channel said).
+        NodeGoneError: the node is gone (its directory was removed).
+        NodeprovError: whatever ``explain`` raises.
+    """
+    first = b""
+    with suppress(anyio.EndOfStream):
+        while b"\n" not in first and len(first) < _REPORT_LIMIT:
+            first += await output.receive(STDOUT, _REPORT_LIMIT)
+    line, _, rest = first.partition(b"\n")
+    if line.startswith(REPORT_OK):
+        output.push_back(STDOUT, rest)
+        return Report.parse(line)
+    if line == REPORT_NOT_FOUND:
+        raise CommandNotFoundError(f"no command {options.command!r} on {node}")
+    if line == REPORT_NO_CWD:
+        raise SpawnError(f"working directory {options.cwd!r} does not exist on {node}")
+    if line == REPORT_GONE:
+        raise NodeGoneError(f"{node} is gone")
+    if line == REPORT_NO_PERL:
+        raise SpawnError(f"environment names that are not shell names need perl on {node}")
+    if line == REPORT_NO_RELAY:
+        raise SpawnError(f"no temporary directory for the stdin relay on {node} (mktemp -d, mkfifo)")
+    # Not even the preamble ran (no /bin/sh, a nologin shell, a refused exec): say what was said.
+    error = b""
+    with anyio.move_on_after(_SAYING_TIME), suppress(anyio.EndOfStream):
+        while len(error) < _REPORT_LIMIT:
+            error += await output.receive(STDERR, _REPORT_LIMIT)
+    said = (first + error).decode(errors="replace").strip()
+    if explain is not None:
+        said = await explain(said)
+    raise SpawnError(f"cannot start {options.command!r} on {node}: {said or 'no output'}")

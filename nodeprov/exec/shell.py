@@ -1,0 +1,73 @@
+"""POSIX sh building blocks of the scripts nodeprov runs on nodes: arguments an exec channel
+cannot carry (:func:`encode_arguments`, :data:`DECODE_ARGUMENTS_SCRIPT`), environment names a
+shell can export (:data:`SHELL_NAME`), bytes spelt for ``printf %b`` (:func:`printf_escapes`),
+and a process's start time (:data:`START_TIME_FUNCTION`).
+
+Every script takes its values as positional parameters, never interpolated into its text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+__all__ = [
+    "DECODE_ARGUMENTS_SCRIPT",
+    "SHELL_NAME",
+    "START_TIME_FUNCTION",
+    "encode_arguments",
+    "printf_escapes",
+]
+
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+"""An environment name a POSIX shell can ``export`` (``sh`` drops the others when it execs)."""
+
+START_TIME_FUNCTION = """\
+__np_start_of() { awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$1/stat" 2>/dev/null; }
+"""
+"""POSIX sh: defines ``__np_start_of PID``, which prints the process's start time (clock
+ticks after boot, field 22 of ``/proc/PID/stat``; the command name before it may hold
+spaces and parentheses), or nothing where there is no such process or no ``/proc``. A pid
+and its start time name one process: a later one that gets the recycled pid differs."""
+
+
+def printf_escapes(data: bytes) -> str:
+    """``data`` as ``printf %b`` octal escapes: one line of ASCII whatever the bytes."""
+    return "".join(f"\\0{byte:03o}" for byte in data)
+
+
+def encode_arguments(argv: Sequence[str]) -> list[str]:
+    """``argv`` for :data:`DECODE_ARGUMENTS_SCRIPT`: first the indices (from 1, spaced) of
+    the arguments that are not UTF-8 (surrogate escapes, which an exec channel's JSON or
+    text command cannot carry), then the arguments with those spelt by
+    :func:`printf_escapes`."""
+    encoded: list[str] = []
+    spelt: list[str] = []
+    for index, arg in enumerate(argv, start=1):
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            encoded.append(str(index))
+            spelt.append(printf_escapes(os.fsencode(arg)))
+        else:
+            spelt.append(arg)
+    return [" ".join(encoded), *spelt]
+
+
+DECODE_ARGUMENTS_SCRIPT = """\
+if [ -n "$__np_encoded" ]; then
+  __np_n=0
+  for __np_arg in "$@"; do
+    __np_n=$((__np_n + 1))
+    case " $__np_encoded " in *" $__np_n "*)
+      __np_arg=$(printf '%bx' "$__np_arg"); __np_arg=${__np_arg%x} ;;
+    esac
+    set -- "$@" "$__np_arg"
+  done
+  shift "$__np_n"
+fi
+unset __np_encoded __np_n __np_arg
+"""
+"""POSIX sh: decodes, in ``"$@"``, the arguments whose indices ``$__np_encoded`` lists (the
+first word of :func:`encode_arguments`, shifted off by the caller)."""
