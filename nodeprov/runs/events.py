@@ -53,7 +53,7 @@ class RunStarted(RunEvent):
     prompt: str
     provider: str
     resumed_from: str | None = None
-    agent: str = "claude"
+    agent: str = "claude"  # history, not a choice: events stored before runs named their agent were Claude's
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ __all__ = ["PUBLIC_MODULES", "watch_public_api"]
 
 PUBLIC_MODULES = (
     "nodeprov.node",
+    "nodeprov.exec",
     "nodeprov.spawn",
     "nodeprov.agents.claude",
     "nodeprov.agents.codex",

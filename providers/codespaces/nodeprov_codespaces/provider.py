@@ -29,8 +29,16 @@ from nodeprov.node import (
     Rollback,
     secret_field,
 )
-from nodeprov_ssh import Link, MachineNode, SshNode, SshNodeFields, SshNodes, SshSessionSettings, Tunnel
-from nodeprov_ssh.command import CommandLink
+from nodeprov_ssh import (
+    CommandLink,
+    Link,
+    MachineNode,
+    SshNode,
+    SshNodeFields,
+    SshNodes,
+    SshSessionSettings,
+    Tunnel,
+)
 
 __all__ = [
     "DISPLAY_PREFIX",

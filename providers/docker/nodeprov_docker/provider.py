@@ -50,6 +50,8 @@ from nodeprov.node import (
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from nodeprov_docker.exec import DockerProcess, ExecOutput
 
+__all__ = ["TOOLS_DIR", "DockerMount", "DockerNode", "DockerProvider", "DockerSettings"]
+
 logger = logging.getLogger("nodeprov.docker")
 
 T = TypeVar("T")

@@ -32,8 +32,7 @@ from nodeprov.node import (
     Requirement,
     Rollback,
 )
-from nodeprov_ssh import Link, MachineNode, SshHostKeyError, SshNode, SshNodes, SshNodeSettings
-from nodeprov_ssh.node import MARKER
+from nodeprov_ssh import NODE_MARKER, Link, MachineNode, SshHostKeyError, SshNode, SshNodes, SshNodeSettings
 
 __all__ = [
     "LABEL_HOST_KEY",
@@ -159,7 +158,7 @@ class Ec2Node(MachineNode):
         directory = labels.get(LABEL_NODE_DIR, "")
         settings = provider.settings
         # Without SSH, what its tags tell; its record adds NodeConfig.env once connected.
-        known = {"PATH": settings.path, "HOME": f"{directory}/home", **settings.env, MARKER: directory}
+        known = {"PATH": settings.path, "HOME": f"{directory}/home", **settings.env, NODE_MARKER: directory}
         super().__init__(
             ssh=ssh,
             suspended=instance["State"]["Name"] in _SUSPENDED,

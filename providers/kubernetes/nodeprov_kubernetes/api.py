@@ -25,6 +25,17 @@ from nodeprov.errors import ConfigError, NodeGoneError, ProviderError
 from nodeprov_kubernetes.exec import PROTOCOLS, ExecChannel
 from nodeprov_kubernetes.settings import KubernetesSettings
 
+__all__ = [
+    "REQUEST_TIMEOUT",
+    "Api",
+    "ConflictError",
+    "ForbiddenError",
+    "UnreachableError",
+    "api_error",
+    "call",
+    "resolved_kubeconfig",
+]
+
 T = TypeVar("T")
 
 _DEFAULT_KUBECONFIG = "~/.kube/config"

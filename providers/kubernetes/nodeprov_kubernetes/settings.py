@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nodeprov.node import ProviderSettings, secret_field
 
+__all__ = ["KubernetesSettings", "Toleration"]
+
 
 class Toleration(BaseModel):
     """A toleration of every node's pod (as in a pod spec)."""

@@ -20,11 +20,12 @@ asyncssh's exceptions never leave this package.
 from nodeprov_ssh.command import CommandLink
 from nodeprov_ssh.link import Link, SshHostKeyError, SshLoginSettings, SshSessionSettings, Tunnel
 from nodeprov_ssh.machine import MachineNode
-from nodeprov_ssh.node import SshNode
+from nodeprov_ssh.node import NODE_MARKER, SshNode
 from nodeprov_ssh.process import SshProcess
 from nodeprov_ssh.provider import SshNodeFields, SshNodes, SshNodeSettings, SshProvider, SshSettings
 
 __all__ = [
+    "NODE_MARKER",
     "CommandLink",
     "Link",
     "MachineNode",

@@ -17,6 +17,8 @@ from nodeprov.errors import ConfigError
 from nodeprov_ssh.link import Link, SshSessionSettings
 from nodeprov_ssh.process import Session
 
+__all__ = ["CommandLink"]
+
 
 class _Channel:
     """The part of asyncssh's channel a :class:`Session` drives, over a local process."""

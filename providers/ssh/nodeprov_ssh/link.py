@@ -25,6 +25,16 @@ from nodeprov.errors import ConfigError, NodeGoneError, NodeprovError, ProviderE
 from nodeprov.node import ProviderSettings, secret_field
 from nodeprov_ssh.process import Session, open_session
 
+__all__ = [
+    "Link",
+    "SshHostKeyError",
+    "SshLoginSettings",
+    "SshSessionSettings",
+    "Tunnel",
+    "connect_options",
+    "mapped_errors",
+]
+
 logger = logging.getLogger("nodeprov.ssh")
 
 

@@ -15,6 +15,8 @@ from nodeprov.spawn import SpawnedProcess, SpawnOptions
 from nodeprov_ssh.node import SshNode
 from nodeprov_ssh.provider import SshNodes
 
+__all__ = ["MachineNode"]
+
 _PRE_DESTROY = 10.0  # seconds for the node's processes to be ended over SSH before the machine goes
 
 

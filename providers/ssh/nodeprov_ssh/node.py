@@ -45,6 +45,28 @@ from nodeprov_ssh.link import Link
 from nodeprov_ssh.process import Session, SshProcess
 from nodeprov_ssh.remote import command_line, script_line
 
+__all__ = [
+    "CREATE",
+    "DEFAULT_PATH",
+    "DESTROY",
+    "DESTROY_OWN",
+    "LIST",
+    "NODE_MARKER",
+    "PREPARE_ROOT",
+    "PROCESSES_FILE",
+    "READ_RECORD",
+    "RECORD",
+    "RECORD_FILE",
+    "TOOLS_DIR",
+    "UPLOAD",
+    "NodeRecord",
+    "SshNode",
+    "run_script",
+    "said",
+    "ttl_seconds",
+    "upload_tool",
+]
+
 logger = logging.getLogger("nodeprov.ssh")
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -100,7 +122,7 @@ fi
 rm -rf -- "$1"
 """
 )
-MARKER = "NODEPROV_NODE"
+NODE_MARKER = "NODEPROV_NODE"
 """In the environment of every process of an SSH node: the node's directory. Destroy ends
 every process that carries it, wherever it moved (a process group or session of its own)."""
 
@@ -261,7 +283,7 @@ class SshNode(NodeHandle):
             provider=provider,
             labels=record.labels,
             workdir=record.workdir,
-            base_env={"PATH": path, "HOME": f"{directory}/home", **record.env, **env, MARKER: directory},
+            base_env={"PATH": path, "HOME": f"{directory}/home", **record.env, **env, NODE_MARKER: directory},
             tool_paths=record.tools,
             file_roots=(directory, record.workdir),
         )

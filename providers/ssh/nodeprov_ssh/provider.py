@@ -39,6 +39,8 @@ from nodeprov_ssh.node import (
     upload_tool,
 )
 
+__all__ = ["SshNodeFields", "SshNodeSettings", "SshNodes", "SshProvider", "SshSettings"]
+
 logger = logging.getLogger("nodeprov.ssh")
 
 

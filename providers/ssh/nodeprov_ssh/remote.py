@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 from nodeprov.exec import PREAMBLE, encode_arguments
 
+__all__ = ["command_line", "script_line"]
+
 
 def command_line(argv: Sequence[str], cwd: str, record: str = "") -> str:
     """The remote command line that runs ``argv`` in ``cwd`` under the preamble, recording
