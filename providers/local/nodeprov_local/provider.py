@@ -34,15 +34,18 @@ from nodeprov.node import (
     pid_namespace,
     process_start_time,
 )
+from nodeprov.roots import check_root, make_root, strictly_inside
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from nodeprov_local import _supervisor
 from nodeprov_local.process import LocalProcess, StartedProcess, abandon, kill_tree, read_to_end, signal_group
-from nodeprov_local.root import check_root, make_root, remove_tree, strictly_inside
+from nodeprov_local.root import remove_tree
 from nodeprov_local.settings import LocalSettings
 
 __all__ = ["GROUPS_FILE", "RECORD_FILE", "SUPERVISED", "TMP_DIR", "TOMBSTONE", "LocalNode", "LocalProvider"]
 
 logger = logging.getLogger("nodeprov.local")
+
+_ROOT = "local provider root"  # how errors name it
 
 RECORD_FILE = "node.json"
 GROUPS_FILE = "process-groups"
@@ -203,7 +206,7 @@ class LocalNode(NodeHandle):
 
     async def _destroy(self) -> None:
         root = self.directory.parent
-        await anyio.to_thread.run_sync(check_root, root)
+        await anyio.to_thread.run_sync(check_root, root, _ROOT)
         if not await anyio.to_thread.run_sync(strictly_inside, root, self.directory):
             raise ProviderError(f"refusing to remove {self.directory}: not a directory inside {root}")
         # Out of the way first, in one rename: a spawn racing this destroy (another handle's)
@@ -309,7 +312,7 @@ class LocalProvider(NodeProvider[LocalSettings]):
         return self.settings.model_copy(update={"root": self.root})
 
     async def _provision(self, config: NodeConfig) -> NodeHandle:
-        await anyio.to_thread.run_sync(make_root, self.root)
+        await anyio.to_thread.run_sync(make_root, self.root, _ROOT)
         directory = anyio.Path(self.root) / config.node_id
         async with Rollback() as rollback:
             try:
@@ -367,7 +370,7 @@ class LocalProvider(NodeProvider[LocalSettings]):
         """The records of the nodes under the root. One in a symlinked directory, or whose node
         id is not a node id or not its directory's name, is skipped with a warning: it could
         lead a destroy to paths outside the root."""
-        if not check_root(self.root):
+        if not check_root(self.root, _ROOT):
             return []
         records = []
         for path in sorted(self.root.glob(f"*/{RECORD_FILE}")):

@@ -1,6 +1,5 @@
-"""The local provider's root and the nodes' directories in it: checked before anything under
-it is trusted (it decides what is deleted and signalled), and removed without ever crossing
-a file-system boundary."""
+"""Removing a local node's directory without ever crossing a file-system boundary (the root
+itself is checked by :mod:`nodeprov.roots`, as the fake provider's is)."""
 
 from __future__ import annotations
 
@@ -8,12 +7,9 @@ import os
 import re
 import stat
 from contextlib import suppress
-from itertools import takewhile
 from pathlib import Path
 
-from nodeprov.errors import ConfigError, ProviderError, ProvisionError
-
-__all__ = ["check_root", "make_root", "mount_points", "remove_tree", "strictly_inside"]
+__all__ = ["mount_points", "remove_tree"]
 
 
 def remove_tree(path: Path) -> list[str]:
@@ -70,46 +66,3 @@ def mount_points() -> set[str]:
         for line in lines
         if len(fields := line.split()) > 4
     }
-
-
-def check_root(root: Path) -> bool:
-    """Whether ``root`` exists; raises ConfigError if it does and cannot be trusted: everything
-    under it decides what is deleted and signalled."""
-    try:
-        info = os.lstat(root)
-    except FileNotFoundError:
-        return False
-    except OSError as error:
-        raise ProviderError(f"cannot examine the local provider root {root}: {error}") from None
-    if stat.S_ISLNK(info.st_mode):
-        why = "is a symbolic link"
-    elif not stat.S_ISDIR(info.st_mode):
-        why = "is not a directory"
-    elif info.st_uid != os.getuid():
-        why = f"is owned by uid {info.st_uid}, not by this user (uid {os.getuid()})"
-    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        why = f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
-    else:
-        return True
-    raise ConfigError(
-        f"local provider root {root} {why}; refused: it must be a directory of this user's "
-        "that only this user can write to (mode 0700)"
-    )
-
-
-def make_root(root: Path) -> None:
-    """Create ``root`` and its missing parents with mode 0700, then check it."""
-    for path in reversed(list(takewhile(lambda p: not os.path.lexists(p), [root, *root.parents]))):
-        try:
-            path.mkdir(mode=0o700)
-        except FileExistsError:
-            pass  # made meanwhile; checked below if it is the root
-        except OSError as error:
-            raise ProvisionError(f"cannot create the local provider root {root}: {error}") from None
-    check_root(root)
-
-
-def strictly_inside(root: Path, path: Path) -> bool:
-    """Whether ``path`` is no symlink and lies strictly inside ``root``: the test before removing it."""
-    resolved, base = path.resolve(), root.resolve()
-    return not path.is_symlink() and resolved != base and resolved.is_relative_to(base)
