@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar, Protocol
 
 import anyio
 
@@ -26,13 +26,11 @@ from nodeprov.exec import (
 )
 from nodeprov.node import LABEL_NODE_ID, NodeHandle
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
-from nodeprov_kubernetes.api import UnreachableError
+from nodeprov_kubernetes.api import Api, UnreachableError
 from nodeprov_kubernetes.exec import V5, ExecChannel, PodProcess, exit_status
+from nodeprov_kubernetes.settings import KubernetesSettings
 
-if TYPE_CHECKING:
-    from nodeprov_kubernetes.provider import KubernetesProvider
-
-__all__ = ["SCRIPT_TIMEOUT", "KubernetesNode", "copy_tool"]
+__all__ = ["SCRIPT_TIMEOUT", "KubernetesNode", "Pods", "copy_tool"]
 
 SCRIPT_TIMEOUT = 30.0
 """Seconds a short script in a pod (a signal, a check, reading the environment) may take."""
@@ -44,13 +42,29 @@ _KILL_ALL = "kill -s KILL -- -1 2>/dev/null; exit 0"
 _COPY_CHUNK = 1024 * 1024
 
 
+class Pods(Protocol):
+    """What a pod's node needs of its provider (:class:`~nodeprov_kubernetes.KubernetesProvider`)."""
+
+    name: ClassVar[str]
+    settings: KubernetesSettings
+    api: Api
+    exec_protocol: str
+    """The exec protocol the API server last agreed to (empty until the first exec)."""
+
+    async def read_pod(self, name: str) -> Any:
+        """The pod ``name``; :class:`~nodeprov.errors.NodeGoneError` when there is none."""
+
+    async def delete_pod(self, name: str, uid: str | None, *, ended: bool = False) -> None:
+        """Delete the pod (while it has ``uid``) and return once it is gone."""
+
+
 class KubernetesNode(NodeHandle):
     """A node that is a pod; see :mod:`nodeprov_kubernetes`."""
 
     def __init__(
         self,
         *,
-        provider: KubernetesProvider,
+        provider: Pods,
         pod: str,
         uid: str,
         labels: Mapping[str, str],
