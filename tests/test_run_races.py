@@ -176,6 +176,33 @@ async def test_pause_races_shutdown(store: Store, agent: Any, tmp_path: Path) ->
     await iterate(race, max(ITERATIONS // 4, 10))
 
 
+async def test_a_pause_cut_short_by_leaving_is_settled_and_said(
+    store: Store, agent: Any, tmp_path: Path
+) -> None:
+    """Leaving cancels a pause whose last store write hangs, after its snapshot was saved:
+    the pause is settled again on the way out, once, and says so (``run.paused``)."""
+    real_update = store.update_run
+    hung = anyio.Event()
+
+    async def paused_after_a_hang(run_id: str, **changes: Any) -> bool:
+        if changes.get("state") == RunState.PAUSED and not hung.is_set():
+            hung.set()
+            await anyio.sleep_forever()  # until leaving cancels it
+        return await real_update(run_id, **changes)
+
+    async with Orchestrator(store, shutdown_timeout=10) as orchestrator:
+        run = await orchestrator.start("go", options=agent({"stall": True}), **fake(tmp_path))
+        await agent_started(run)
+        store.update_run = paused_after_a_hang  # type: ignore[method-assign]
+    store.update_run = real_update  # type: ignore[method-assign]
+    assert hung.is_set()
+    assert await settled(store, run) is RunState.PAUSED
+    async with Orchestrator(store) as reader:
+        paused = [event async for event in reader.events(run.id, after=0) if event.kind == "run.paused"]
+    assert len(paused) == 1
+    assert len([s for s in await store.snapshots(run.id) if s.used_at is None]) == 1
+
+
 async def test_a_pause_during_a_resumes_start_up_keeps_the_conversation(
     store: Store, agent: Any, tmp_path: Path
 ) -> None:

@@ -395,8 +395,9 @@ class Driver:
             pause.keep_for = keep_for
             pause.saved = await self._snapshot(drive, pause.kind, pause.reason, keep_node=keep)
         snapshot = pause.saved
+        keep = snapshot.node_kept  # a settling retried after a cancellation has only the snapshot
         await self._save_state(drive)  # a kept node too: it may be gone before the resume
-        await self._release(drive, keep_for=pause.keep_for if snapshot.node_kept else None)
+        await self._release(drive, keep_for=pause.keep_for if keep else None)
         if await self._move(drive, RunState.PAUSED, pause_request=None):
             pause.snapshot = snapshot
             logger.info(

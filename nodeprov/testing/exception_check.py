@@ -3,7 +3,8 @@
 :func:`watch_public_api` wraps every public coroutine method and async context manager of
 the library's public classes (nodes, providers, processes, the store, the orchestrator and
 its runs, the SDK bridge) for the duration of a test. An exception that leaves the
-outermost wrapped call is a violation unless it is a ``NodeprovError``, a cancellation, or
+outermost wrapped call is a violation unless it is a ``NodeprovError``, a cancellation, the
+end of an iteration or of a byte stream (``StopAsyncIteration``, ``anyio.EndOfStream``), or
 raised by the caller's own code (a data stream the caller handed in that fails). The test
 suites use it as an autouse fixture that fails the test naming each violation.
 """
@@ -76,7 +77,8 @@ def _allowed(error: BaseException) -> bool:
         | KeyboardInterrupt
         | SystemExit
         | GeneratorExit
-        | StopAsyncIteration,
+        | StopAsyncIteration
+        | anyio.EndOfStream,  # how an anyio byte stream's receive says it has ended
     ) or not _raised_by_library(error)
 
 
