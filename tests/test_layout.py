@@ -1,0 +1,84 @@
+"""The shape of the house (see ARCHITECTURE.md), checked from the source: rooms of a size a
+newcomer can read, the store free of agent SDKs, the test kit imported only by tests, and
+no provider reaching into another's unexported modules."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted([*(ROOT / "nodeprov").rglob("*.py"), *(ROOT / "providers").glob("*/nodeprov_*/**/*.py")])
+MAX_MODULE_LINES, MAX_CLASS_LINES = 600, 400
+
+
+def _package(path: Path) -> str:
+    """The dotted name of the package ``path`` lies in."""
+    if path.is_relative_to(ROOT / "nodeprov"):
+        base = ROOT
+    else:
+        base = ROOT / "providers" / path.relative_to(ROOT / "providers").parts[0]
+    return ".".join(path.parent.relative_to(base).parts)
+
+
+def _imports(path: Path) -> Iterator[str]:
+    """The modules ``path`` imports, relative imports resolved."""
+    package = _package(path)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0]
+                yield f"{base}.{node.module}" if node.module else base
+            elif node.module:
+                yield node.module
+
+
+def test_no_module_over_600_lines_and_no_class_over_400() -> None:
+    too_big = []
+    for path in SOURCES:
+        text = path.read_text()
+        if (lines := text.count("\n")) > MAX_MODULE_LINES:
+            too_big.append(f"{path.relative_to(ROOT)}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            size = (node.end_lineno or node.lineno) - node.lineno + 1 if isinstance(node, ast.ClassDef) else 0
+            if size > MAX_CLASS_LINES:
+                too_big.append(f"{path.relative_to(ROOT)}: class {getattr(node, 'name', '')}, {size} lines")
+    assert too_big == []
+
+
+def test_the_store_imports_no_agent_sdk() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / "nodeprov" / "store").rglob("*.py")
+        for name in _imports(path)
+        if name.split(".")[0] in ("claude_agent_sdk", "openai") or name.startswith("nodeprov.agents")
+    ]
+    assert found == []
+
+
+def test_only_the_test_kit_imports_the_test_kit() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in SOURCES
+        if not path.is_relative_to(ROOT / "nodeprov" / "testing")
+        for name in _imports(path)
+        if name == "nodeprov.testing" or name.startswith("nodeprov.testing.")
+    ]
+    assert found == []
+
+
+@pytest.mark.parametrize("provider", sorted(p.name for p in (ROOT / "providers").iterdir() if p.is_dir()))
+def test_a_provider_uses_another_only_through_its_exports(provider: str) -> None:
+    own = f"nodeprov_{provider}"
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / "providers" / provider).glob(f"{own}/**/*.py")
+        for name in _imports(path)
+        if name.startswith("nodeprov_") and name.split(".")[0] != own and "." in name
+    ]
+    assert found == []
