@@ -197,7 +197,7 @@ async def test_a_batch_whose_connection_is_lost_as_it_commits_is_not_replayed(
     """The batch committed, but its connection was cut before the answer: its fate is
     unknown to the store, which says so instead of running it again on a new connection;
     the caller writes it again, and each entry is stored once."""
-    from nodeprov.store import keyed
+    from nodeprov.store import EntryBatch, EntryKey, keyed
 
     async with (
         await make_store(True),
@@ -205,13 +205,13 @@ async def test_a_batch_whose_connection_is_lost_as_it_commits_is_not_replayed(
         await Store.open(url) as opened,
     ):
         run_id = await _seed_run(opened)
-        key = {"project_key": "p", "session_id": "s"}
+        key: EntryKey = {"project_key": "p", "session_id": "s"}
         lines = keyed([{"type": "response_item", "n": n} for n in range(3)])
         event = EventRecord(run_id, 1, "kind", now(), "{}")
         await _writer_pid(opened)  # the batches' connection, opened before the relay is armed
         arm()
         with pytest.raises(StoreError, match="may have"):
-            await opened.append_events([event], [(key, lines)])  # type: ignore[list-item]
-        await opened.append_events([event], [(key, lines)])  # type: ignore[list-item]
-        assert await opened.transcripts.load(key) == [entry for _, entry in lines]  # type: ignore[arg-type]
+            await opened.append_events([event], [EntryBatch(key, lines)])
+        await opened.append_events([event], [EntryBatch(key, lines)])
+        assert await opened.transcripts.load(key) == [entry for _, entry in lines]
         assert [e.seq for e in await opened.events(run_id)] == [1]
