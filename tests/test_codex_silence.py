@@ -58,7 +58,10 @@ def _fake_codex(tmp_path: Path, item: dict[str, object], seconds: float) -> str:
 async def test_a_running_item_is_no_silence(
     tmp_path: Path, local_node: object, item: dict[str, object]
 ) -> None:
-    agent = get_agent("codex", {"cli_path": _fake_codex(tmp_path, item, 2.0), "no_output_timeout": 0.5})
+    # The item runs twice the limit. The limit leaves the start-up room (the process and its
+    # guard, before the first line, count as the model's silence): 0.5 s was once too little
+    # on a machine running two suites at once.
+    agent = get_agent("codex", {"cli_path": _fake_codex(tmp_path, item, 4.0), "no_output_timeout": 2.0})
     async with agent.session(local_node) as session:  # type: ignore[arg-type]
         messages = [message async for message in session.turn("go")]
     assert isinstance(messages[-1], Result)
