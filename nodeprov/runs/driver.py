@@ -391,9 +391,10 @@ class Driver:
         assert pause is not None
         if pause.saved is None:  # nothing to keep before provisioning, or past the node's lifetime
             keep_for = _keep_time(drive.node, pause.keep_for) if drive.node is not None else 0.0
-            keep = pause.keep_node and keep_for >= 1.0
             pause.keep_for = keep_for
-            pause.saved = await self._snapshot(drive, pause.kind, pause.reason, keep_node=keep)
+            pause.saved = await self._snapshot(
+                drive, pause.kind, pause.reason, keep_node=pause.keep_node and keep_for >= 1.0
+            )
         snapshot = pause.saved
         keep = snapshot.node_kept  # a settling retried after a cancellation has only the snapshot
         await self._save_state(drive)  # a kept node too: it may be gone before the resume
