@@ -21,11 +21,22 @@ wrote the agent's session state onto a fresh node when the old node is gone.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Generic, Literal, NotRequired, Protocol, Self, TypedDict, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    NotRequired,
+    Protocol,
+    Self,
+    TypedDict,
+    TypeVar,
+)
 
 from pydantic import Field, ValidationError
 
@@ -33,6 +44,9 @@ from ..errors import ConfigError
 from ..node import NodeHandle
 from ..settings import Settings, secret_field
 from .messages import AgentText, ErrorMessage, Message, Notice, Result, Thinking, ToolResult, ToolUse
+
+if TYPE_CHECKING:
+    from ..store.entries import Fold  # the store is not loaded for a type
 
 __all__ = [
     "Agent",
@@ -48,7 +62,6 @@ __all__ = [
     "Result",
     "SessionArchive",
     "StateKey",
-    "SummaryFold",
     "Thinking",
     "ToolResult",
     "ToolUse",
@@ -131,21 +144,14 @@ class StateKey(TypedDict):
     subpath: NotRequired[str]
 
 
-SummaryFold = Callable[[Any, StateKey, list[Any]], Any]
-"""Folds entries just added to a session's main state into its summary (the previous summary,
-``None`` for none): pure. An agent whose SDK lists sessions from summaries kept beside the
-entries (Claude's) passes one when it archives; see :data:`nodeprov.store.entries.Fold`."""
-
-
 class SessionArchive(Protocol):
     """Where an agent keeps its session state off the node (the store, for a run), so that
     the session can resume on another node. Entries are JSON objects, one per line of the
-    agent's state files, in order; ``summarize`` keeps the agent's summary of a session beside
-    them, if it has one."""
+    agent's state files, in order; ``summarize`` (a :data:`~nodeprov.store.entries.Fold`)
+    keeps the agent's summary of a session beside them, if its SDK lists sessions from one
+    (Claude's)."""
 
-    def add(
-        self, key: StateKey, entries: list[dict[str, Any]], *, summarize: SummaryFold | None = None
-    ) -> None:
+    def add(self, key: StateKey, entries: list[dict[str, Any]], *, summarize: Fold | None = None) -> None:
         """Queue ``entries`` to be appended under ``key``; must not block."""
 
     async def flush(self) -> None:
@@ -162,7 +168,7 @@ class SessionArchive(Protocol):
         """The ``subpath`` values stored beside ``key``'s main entry, sorted."""
 
     async def replace(
-        self, key: StateKey, entries: list[dict[str, Any]], *, summarize: SummaryFold | None = None
+        self, key: StateKey, entries: list[dict[str, Any]], *, summarize: Fold | None = None
     ) -> None:
         """Make ``entries`` all that ``key`` holds (durable when this returns)."""
 

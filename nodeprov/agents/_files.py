@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import logging
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..errors import NodeprovError
 from ..node import NodeHandle
-from . import SessionArchive, StateKey, SummaryFold
+from . import SessionArchive, StateKey
+
+if TYPE_CHECKING:
+    from ..store.entries import Fold
 
 __all__ = ["archive_file", "read_jsonl", "read_lines", "write_jsonl"]
 
@@ -74,7 +77,7 @@ async def archive_file(
     key: StateKey,
     archive: SessionArchive,
     *,
-    summarize: SummaryFold | None = None,
+    summarize: Fold | None = None,
 ) -> None:
     """Archive what ``path`` on ``node`` holds beyond the copy under ``key``: the rest is
     appended when the copy is the file's beginning, else a longer file replaces the copy;

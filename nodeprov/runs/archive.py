@@ -8,8 +8,9 @@ from typing import Any
 
 import anyio
 
-from ..agents import StateKey, SummaryFold
+from ..agents import StateKey
 from ..store import EntryStore
+from ..store.entries import Fold
 from .journal import Journal
 
 __all__ = ["Archive"]
@@ -41,9 +42,7 @@ class Archive:
     def _filed(self, key: StateKey) -> StateKey:
         return {**key, "project_key": self._run_key}
 
-    def add(
-        self, key: StateKey, entries: list[dict[str, Any]], *, summarize: SummaryFold | None = None
-    ) -> None:
+    def add(self, key: StateKey, entries: list[dict[str, Any]], *, summarize: Fold | None = None) -> None:
         if entries:
             self._journal.queue_frames(self._filed(key), entries, summarize)
 
@@ -73,7 +72,7 @@ class Archive:
         return await self._transcripts.subpaths(self._filed(key))
 
     async def replace(
-        self, key: StateKey, entries: list[dict[str, Any]], *, summarize: SummaryFold | None = None
+        self, key: StateKey, entries: list[dict[str, Any]], *, summarize: Fold | None = None
     ) -> None:
         await self._journal.flush()  # what was queued before goes first
         await self._transcripts.replace(self._filed(key), entries, fold=summarize)

@@ -13,9 +13,10 @@ from typing import Any
 
 import anyio
 
-from ..agents import StateKey, SummaryFold
+from ..agents import StateKey
 from ..errors import RunStateError
 from ..store import EntryBatch, EventRecord, Store, entry_key, now
+from ..store.entries import Fold
 from .events import RunEvent, RunFinished, event_from_json
 from .state import RunState
 
@@ -45,7 +46,7 @@ class Journal:
         """The events of a new drive of ``run_id``, numbered from ``first_seq``."""
         return RunEvents(self, self._store, run_id, first_seq)
 
-    def queue_frames(self, key: StateKey, entries: list[Any], summarize: SummaryFold | None = None) -> None:
+    def queue_frames(self, key: StateKey, entries: list[Any], summarize: Fold | None = None) -> None:
         """Queue transcript ``entries`` filed under ``key`` for the next write, folded into the
         session's summary by ``summarize`` (the agent's, if it keeps one)."""
         # Keyed once, here: a batch written again after an unknown fate stores nothing twice.
