@@ -42,6 +42,7 @@ from pydantic import Field, ValidationError
 
 from ..errors import ConfigError
 from ..node import NodeHandle
+from ..prompts import Block, ImageBlock, ImageLimits, Prompt, TextBlock, prompt_blocks
 from ..settings import Settings, secret_field
 from .messages import AgentText, ErrorMessage, Message, Notice, Result, Thinking, ToolResult, ToolUse
 
@@ -105,6 +106,11 @@ class AgentOptions(Settings):
         description="Seconds the agent may wait on its model without saying anything (its model-API "
         "retry notices do not count; time a tool of the agent's runs does not count) before the turn "
         "ends with DeadlineError. None: no limit.",
+    )
+    images: Literal["refuse", "text-only"] = Field(
+        default="refuse",
+        description="A prompt with images for a model that cannot see them (its ModelInfo says so): "
+        "refused with ConfigError, or reduced to its text blocks.",
     )
     ship_cli: bool = Field(
         default=False,
@@ -185,13 +191,15 @@ class AgentSession(ABC):
     session_id: str | None = None
 
     @abstractmethod
-    def turn(self, prompt: str) -> AsyncIterator[Message]:
-        """Send ``prompt`` and yield the agent's messages until the turn's :class:`Result`
-        (the last message). A turn the agent ends without a result, or with output that
-        is not its protocol, raises.
+    def turn(self, prompt: Prompt) -> AsyncIterator[Message]:
+        """Send ``prompt`` (text, or text and image blocks: :mod:`nodeprov.prompts`) and
+        yield the agent's messages until the turn's :class:`Result` (the last message). A
+        turn the agent ends without a result, or with output that is not its protocol,
+        raises. The prompt goes through :meth:`Agent.prepare_prompt` first.
 
         Raises:
-            ConfigError: the options are inconsistent.
+            ConfigError: the options are inconsistent, or the prompt is refused (see
+                :meth:`Agent.prepare_prompt`).
             SpawnError, CommandNotFoundError: the agent could not be started on the node.
             AgentOutputError: the agent's output is malformed.
             AgentExitError: the agent exited without a result, or stopped answering.
@@ -234,8 +242,9 @@ class Agent(ABC, Generic[OptionsT]):
     CLI's name: the default command on a node, and its key in a node's ``tool_paths``),
     ``capabilities``, ``models`` (the models it knows), ``model_patterns`` (regular
     expressions, matched in full, of the model names routed to it; see
-    :func:`nodeprov.agents.registry.route_model`), and ``fallback`` (whether it takes the
-    models no agent claims).
+    :func:`nodeprov.agents.registry.route_model`), ``fallback`` (whether it takes the
+    models no agent claims), and ``image_limits`` (what its model API accepts of a prompt's
+    images; None: it takes no images).
     """
 
     name: ClassVar[str]
@@ -245,6 +254,7 @@ class Agent(ABC, Generic[OptionsT]):
     models: ClassVar[tuple[ModelInfo, ...]] = ()
     model_patterns: ClassVar[tuple[str, ...]] = ()
     fallback: ClassVar[bool] = False
+    image_limits: ClassVar[ImageLimits | None] = None
 
     def __init__(self, options: OptionsT) -> None:
         self.options = options
@@ -288,6 +298,43 @@ class Agent(ABC, Generic[OptionsT]):
             ConfigError: this agent has no offline model.
         """
         raise ConfigError(f"the {cls.name} agent has no offline scripted model")
+
+    def model_info(self) -> ModelInfo | None:
+        """The :class:`ModelInfo` of the options' model among :attr:`models`, None for a
+        model the agent does not list (or its default)."""
+        return next((info for info in self.models if info.id == self.options.model), None)
+
+    def limits_for_images(self) -> ImageLimits | None:
+        """What the options' model API accepts of a prompt's images (None: no images):
+        :attr:`image_limits`, for an agent whose models all speak one API."""
+        return self.image_limits
+
+    def prepare_prompt(self, prompt: Prompt) -> tuple[Block, ...]:
+        """``prompt`` as the blocks this agent sends: checked before anything is provisioned
+        (a run's start and resume) and again by every turn. Images go to a model that sees:
+        a model :attr:`models` lists without ``vision``, or an agent without image limits,
+        refuses them, or with ``images="text-only"`` in the options gets the text blocks
+        alone. A model it does not list is taken to see (its API is the judge).
+
+        Raises:
+            ConfigError: one line: the images are refused, or break the API's limits
+                (count, size, media type).
+        """
+        blocks = prompt_blocks(prompt)
+        images = [block for block in blocks if isinstance(block, ImageBlock)]
+        if not images:
+            return blocks
+        info, limits = self.model_info(), self.limits_for_images()
+        if limits is None or (info is not None and not info.vision):
+            if self.options.images == "text-only":
+                return tuple(block for block in blocks if isinstance(block, TextBlock))
+            model = f"model {info.id}" if info is not None else "it"
+            raise ConfigError(
+                f"the {self.name} agent cannot send images to {model}: use a model that sees them, "
+                "or the option images='text-only' to send the prompt's text alone"
+            )
+        limits.check(images, f"the {self.name} agent's model API")
+        return blocks
 
     def cli_on(self, node: NodeHandle) -> str:
         """The agent's CLI on ``node``: ``options.cli_path``, else the node's ``tool_paths``
