@@ -18,10 +18,12 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/nodeprov run "Say hello from the node"
 
-# Install and start the engines the tests need (Docker, the test base image), and the Codex CLI.
+# Install and start the engines the tests need (Docker, the test base image), and the Codex and
+# OpenCode CLIs.
 engines:
 	scripts/engines.sh
 	scripts/codex.sh >/dev/null
+	scripts/opencode.sh >/dev/null
 	scripts/kubernetes.sh --background
 
 lint: setup
