@@ -7,10 +7,23 @@ tests use them (:mod:`nodeprov.testing` re-exports them).
 - :class:`ScriptedResponses`: the OpenAI Responses API (the Codex CLI); turns are
   :class:`ResponsesText`, :class:`ExecCommand`, :class:`ResponsesStall`,
   :class:`ResponsesHttpError`.
+- :class:`ScriptedChat`: the OpenAI Chat Completions API (OpenCode, through an
+  OpenAI-compatible provider); turns are :class:`ChatText`, :class:`BashCommand`,
+  :class:`ChatToolCall`, :class:`ChatStall`, :class:`ChatHttpError`.
 - :mod:`~nodeprov.offline.demo`: the built-in demo script on each.
 """
 
-from .demo import demo_messages, demo_responses
+from .chat import (
+    BashCommand,
+    ChatHttpError,
+    ChatRequest,
+    ChatStall,
+    ChatText,
+    ChatToolCall,
+    ChatTurn,
+    ScriptedChat,
+)
+from .demo import demo_chat, demo_messages, demo_responses
 from .messages import RecordedRequest, ScriptedModel, Stall, Text, ToolUse, Turn
 from .responses import (
     ExecCommand,
@@ -23,6 +36,13 @@ from .responses import (
 )
 
 __all__ = [
+    "BashCommand",
+    "ChatHttpError",
+    "ChatRequest",
+    "ChatStall",
+    "ChatText",
+    "ChatToolCall",
+    "ChatTurn",
     "ExecCommand",
     "RecordedRequest",
     "ResponsesHttpError",
@@ -30,12 +50,14 @@ __all__ = [
     "ResponsesStall",
     "ResponsesText",
     "ResponsesTurn",
+    "ScriptedChat",
     "ScriptedModel",
     "ScriptedResponses",
     "Stall",
     "Text",
     "ToolUse",
     "Turn",
+    "demo_chat",
     "demo_messages",
     "demo_responses",
 ]

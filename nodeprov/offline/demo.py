@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import shlex
 
+from .chat import BashCommand, ChatText, ScriptedChat
 from .messages import ScriptedModel, Text, ToolUse
 from .responses import ExecCommand, ResponsesText, ScriptedResponses
 
-__all__ = ["demo_messages", "demo_responses"]
+__all__ = ["demo_chat", "demo_messages", "demo_responses"]
 
 _LOOK = "Let me look at the node first."
 
@@ -32,3 +33,9 @@ def demo_responses(prompt: str) -> ScriptedResponses:
     return ScriptedResponses(
         [ExecCommand(["sh", "-c", _command(prompt)], text=_LOOK), ResponsesText(_answer(prompt))]
     )
+
+
+def demo_chat(prompt: str) -> ScriptedChat:
+    """The demo for ``prompt`` on the scripted Chat Completions API: the same command (with
+    OpenCode's ``bash`` tool), the same answer."""
+    return ScriptedChat([BashCommand(_command(prompt), text=_LOOK), ChatText(_answer(prompt))])

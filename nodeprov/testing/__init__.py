@@ -4,10 +4,14 @@
   real Claude Code CLI talks to; turns are :class:`Text`, :class:`ToolUse`, :class:`Stall`.
 - :class:`ScriptedResponses`: a scripted OpenAI Responses API server on 127.0.0.1 that the
   real Codex CLI talks to; turns are :class:`ResponsesText`, :class:`ExecCommand`,
-  :class:`ResponsesStall`, :class:`ResponsesHttpError`. Both are product code in
-  :mod:`nodeprov.offline` (the CLI's default model), re-exported here.
+  :class:`ResponsesStall`, :class:`ResponsesHttpError`.
+- :class:`ScriptedChat`: a scripted OpenAI Chat Completions API server on 127.0.0.1 that
+  the real OpenCode CLI talks to; turns are :class:`ChatText`, :class:`BashCommand`,
+  :class:`ChatToolCall`, :class:`ChatStall`, :class:`ChatHttpError`. All three are product
+  code in :mod:`nodeprov.offline` (the CLI's default model), re-exported here.
 - The pytest plugin (:mod:`nodeprov.testing.pytest_plugin`, loaded automatically) provides
-  the ``scripted_model``, ``scripted_responses`` and ``local_node`` fixtures.
+  the ``scripted_model``, ``scripted_responses``, ``scripted_chat`` and ``local_node``
+  fixtures.
 - :mod:`nodeprov.testing.conformance`: the suite every provider must pass.
 - :func:`fake_agent_command`: a fake Claude Code CLI that plays a script of steps
   (:mod:`nodeprov.testing.fake_agent`), for fast tests of what drives agents.
@@ -18,6 +22,13 @@
 """
 
 from ..offline import (
+    BashCommand,
+    ChatHttpError,
+    ChatRequest,
+    ChatStall,
+    ChatText,
+    ChatToolCall,
+    ChatTurn,
     ExecCommand,
     RecordedRequest,
     ResponsesHttpError,
@@ -25,6 +36,7 @@ from ..offline import (
     ResponsesStall,
     ResponsesText,
     ResponsesTurn,
+    ScriptedChat,
     ScriptedModel,
     ScriptedResponses,
     Stall,
@@ -35,6 +47,13 @@ from ..offline import (
 from .fake_agent import fake_agent_command
 
 __all__ = [
+    "BashCommand",
+    "ChatHttpError",
+    "ChatRequest",
+    "ChatStall",
+    "ChatText",
+    "ChatToolCall",
+    "ChatTurn",
     "ExecCommand",
     "RecordedRequest",
     "ResponsesHttpError",
@@ -42,6 +61,7 @@ __all__ = [
     "ResponsesStall",
     "ResponsesText",
     "ResponsesTurn",
+    "ScriptedChat",
     "ScriptedModel",
     "ScriptedResponses",
     "Stall",

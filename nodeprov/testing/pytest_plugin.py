@@ -7,6 +7,8 @@ Fixtures:
   the agent's environment.
 - ``scripted_responses``: a running :class:`~nodeprov.testing.ScriptedResponses` (the
   Responses API the Codex CLI talks to) with an empty script; ``extend`` it likewise.
+- ``scripted_chat``: a running :class:`~nodeprov.testing.ScriptedChat` (the Chat
+  Completions API OpenCode talks to) with an empty script; ``extend`` it likewise.
 - ``local_node``: a node of the local provider under the test's ``tmp_path``, destroyed
   after the test (async: mark the test ``@pytest.mark.anyio``).
 - ``nodeprov_ssh_host``: a :class:`~nodeprov.testing.containers.SshHostContainer` for the
@@ -42,7 +44,7 @@ from typing import TYPE_CHECKING, NoReturn
 import pytest
 
 from nodeprov.node import NodeHandle
-from nodeprov.offline import ScriptedModel, ScriptedResponses
+from nodeprov.offline import ScriptedChat, ScriptedModel, ScriptedResponses
 from nodeprov.registry import get_provider
 
 if TYPE_CHECKING:
@@ -56,6 +58,7 @@ __all__ = [
     "nodeprov_postgres_url",
     "nodeprov_ssh_host",
     "require_engine",
+    "scripted_chat",
     "scripted_model",
     "scripted_responses",
 ]
@@ -94,6 +97,13 @@ def scripted_model() -> Iterator[ScriptedModel]:
 def scripted_responses() -> Iterator[ScriptedResponses]:
     """A scripted Responses API on 127.0.0.1, stopped after the test."""
     with ScriptedResponses() as model:
+        yield model
+
+
+@pytest.fixture
+def scripted_chat() -> Iterator[ScriptedChat]:
+    """A scripted Chat Completions API on 127.0.0.1, stopped after the test."""
+    with ScriptedChat() as model:
         yield model
 
 
