@@ -16,7 +16,7 @@ from . import SessionArchive, StateKey
 if TYPE_CHECKING:
     from ..store.entries import Fold
 
-__all__ = ["archive_file", "read_jsonl", "read_lines", "write_jsonl"]
+__all__ = ["archive_entries", "archive_file", "read_jsonl", "read_lines", "write_jsonl"]
 
 logger = logging.getLogger("nodeprov.agents")
 
@@ -83,10 +83,17 @@ async def archive_file(
     appended when the copy is the file's beginning, else a longer file replaces the copy;
     a shorter one never does. A file that cannot be read leaves the copy as it is.
     ``summarize``: see :class:`~nodeprov.agents.SessionArchive`."""
-    await archive.flush()
     entries = await read_jsonl(node, path)
-    if entries is None:
-        return
+    if entries is not None:
+        await archive_entries(entries, key, archive, summarize=summarize)
+
+
+async def archive_entries(
+    entries: list[dict[str, Any]], key: StateKey, archive: SessionArchive, *, summarize: Fold | None = None
+) -> None:
+    """Archive what ``entries`` (a node's copy of a state file) hold beyond the copy under
+    ``key``, as :func:`archive_file` does."""
+    await archive.flush()
     held = await archive.load(key) or []
     if len(entries) <= len(held):
         return

@@ -1,0 +1,144 @@
+"""Where a workspace's OpenCode keeps its state on a node, and its sessions' state between a
+node and an archive."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import secrets
+from contextlib import suppress
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ...errors import AgentExitError, NodeFileError, NodeprovError
+from ...node import NodeHandle
+from ...spawn import SpawnOptions
+from .. import SessionArchive, StateKey
+from .._files import archive_entries, read_lines
+
+if TYPE_CHECKING:
+    from .agent import OpenCodeAgent
+
+__all__ = ["home_of", "load_state", "save_state", "state_key", "workspace_env"]
+
+logger = logging.getLogger("nodeprov.agents.opencode")
+
+_PROJECT_PREFIX = "opencode-"
+_CLI_TIMEOUT = 60.0  # an `opencode export` or `import`: a start of OpenCode, on a loaded node too
+_SESSION = "session"  # the subpath of a session's own record beside its messages
+
+# Nothing from other hosts: a node may have no way out but the model's. Nothing from the
+# node's $HOME either (its ~/.claude, its skills).
+_QUIET = {
+    "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    "OPENCODE_DISABLE_MODELS_FETCH": "1",  # the catalog built into OpenCode serves
+    "OPENCODE_DISABLE_SHARE": "1",
+    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+    "OPENCODE_DISABLE_EXTERNAL_SKILLS": "1",
+}
+
+
+def state_key(workspace: str) -> str:
+    """``opencode-``, the workspace's name (letters, digits, ``.``, ``_``, ``-``) and a hash of it."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", workspace)[:40]
+    return f"{_PROJECT_PREFIX}{safe}-{hashlib.sha256(workspace.encode()).hexdigest()[:12]}"
+
+
+def home_of(node: NodeHandle, project_key: str) -> str:
+    """The home of the workspace whose key is ``project_key`` on ``node``."""
+    return f"{node.base_env.get('HOME', '/root')}/.nodeprov/opencode/{project_key}"
+
+
+def workspace_env(home: str) -> dict[str, str]:
+    """What puts the directories OpenCode uses under ``home``: its data (the sessions'
+    SQLite database, logs), config, state and cache (its temporary files: the wrapper's
+    ``TMPDIR``)."""
+    return {
+        "XDG_DATA_HOME": f"{home}/data",
+        "XDG_CONFIG_HOME": f"{home}/config",
+        "XDG_STATE_HOME": f"{home}/state",
+        "XDG_CACHE_HOME": f"{home}/cache",
+        # The home whose .opencode is a config directory of OpenCode's (read, and given npm
+        # packages): the workspace's, not the node's $HOME.
+        "OPENCODE_TEST_HOME": home,
+        **_QUIET,
+    }
+
+
+async def save_state(
+    agent: OpenCodeAgent, node: NodeHandle, session_id: str, project_key: str, archive: SessionArchive
+) -> None:
+    """Archive the session as ``opencode export`` gives it: its messages, one entry each, and
+    its own record (subpath ``session``). A node that cannot say leaves the archive as it is."""
+    home = home_of(node, project_key)
+    try:
+        exported = json.loads(await _run(agent, node, home, ["export", session_id]))
+        info, messages = exported["info"], exported["messages"]
+    except (NodeprovError, TimeoutError, ValueError, KeyError, TypeError) as error:
+        logger.warning("session %s not exported from node %s: %s", session_id, node.node_id, error)
+        return
+    key: StateKey = {"project_key": project_key, "session_id": session_id}
+    await archive_entries([m for m in messages if isinstance(m, dict)], key, archive)
+    record: StateKey = {**key, "subpath": _SESSION}
+    if await archive.load(record) != [info]:
+        await archive.replace(record, [info])
+
+
+async def load_state(
+    agent: OpenCodeAgent, node: NodeHandle, session_id: str, project_key: str, archive: SessionArchive
+) -> bool:
+    """Give the workspace's OpenCode on ``node`` the archived session (``opencode import``).
+
+    Raises:
+        NodeFileError: OpenCode did not take it.
+    """
+    key: StateKey = {"project_key": project_key, "session_id": session_id}
+    messages, record = await archive.load(key), await archive.load({**key, "subpath": _SESSION})
+    if not messages or not record:
+        return False
+    home = home_of(node, project_key)
+    path = f"{home}/nodeprov/import-{session_id}.json"
+    await node.write_file(path, json.dumps({"info": record[0], "messages": messages}).encode())
+    try:
+        await _run(agent, node, home, ["import", path])
+    except (AgentExitError, TimeoutError) as error:
+        raise NodeFileError(
+            f"session {session_id} not imported by opencode on node {node.node_id}: {error}"
+        ) from None
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLI_TIMEOUT), suppress(NodeprovError):
+            await _run_plain(node, SpawnOptions("rm", ["-f", path]))  # the conversation is in OpenCode's now
+    return True
+
+
+async def _run(agent: OpenCodeAgent, node: NodeHandle, home: str, args: list[str]) -> bytes:
+    """The stdout of ``opencode ARGS`` for the workspace whose home is ``home``.
+
+    Raises:
+        AgentExitError: OpenCode failed.
+        TimeoutError: it took longer than :data:`_CLI_TIMEOUT`.
+        NodeprovError: it could not be run.
+    """
+    stderr_file = f"{home}/nodeprov/stderr-{secrets.token_hex(8)}.log"
+    with anyio.fail_after(_CLI_TIMEOUT):
+        said, status = await _run_plain(node, agent.wrapped(home, stderr_file, [agent.cli_on(node), *args]))
+    if status != 0:
+        lines = await read_lines(node, stderr_file)
+        raise AgentExitError(
+            f"opencode {args[0]} failed (exit status {status})",
+            exit_code=status,
+            stderr_tail="\n".join(line[:2000] for line in lines[-20:]),
+        )
+    return said
+
+
+async def _run_plain(node: NodeHandle, options: SpawnOptions) -> tuple[bytes, int]:
+    async with await node.spawn(options) as process:
+        await process.stdin.aclose()
+        await process.stderr.aclose()
+        said = b"".join([chunk async for chunk in process.stdout])
+        return said, await process.wait()
