@@ -12,7 +12,7 @@ from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, Message, Resu
 from nodeprov import NodeHandle
 from nodeprov.agents.claude import NodeTransport, bundled_cli_path
 from nodeprov.runs import Run
-from nodeprov.testing import ScriptedModel, ScriptedResponses
+from nodeprov.testing import ScriptedChat, ScriptedModel, ScriptedResponses
 from nodeprov.testing.conformance import host_processes_matching, wait_until
 from nodeprov.testing.pytest_plugin import require_engine
 
@@ -65,6 +65,20 @@ def require_codex_cli() -> None:
     require_engine("the Codex CLI", CodexAgent.local_cli() is not None, "run scripts/codex.sh")
 
 
+def require_opencode_cli() -> None:
+    """The OpenCode CLI: ``NODEPROV_OPENCODE_CLI``, else the one ``scripts/opencode.sh``
+    installed (its AVX2 build, else its baseline one), made known to
+    :meth:`OpenCodeAgent.local_cli` through that variable."""
+    if not os.environ.get("NODEPROV_OPENCODE_CLI"):
+        found = _REPO.glob(".tools/opencode-*/node_modules/opencode-linux-*/bin/opencode")
+        installed = sorted(found, key=lambda path: (path.parents[3].name, "baseline" not in path.parts[-3]))
+        if installed:
+            os.environ["NODEPROV_OPENCODE_CLI"] = str(installed[-1])
+    from nodeprov.agents.opencode import OpenCodeAgent
+
+    require_engine("the OpenCode CLI", OpenCodeAgent.local_cli() is not None, "run scripts/opencode.sh")
+
+
 def run_options(model: ScriptedModel, **fields: Any) -> dict[str, Any]:
     """Orchestrator options for a claude agent that talks to ``model``, may run tools without
     asking, and whose CLI is this machine's (the SDK's bundled one), shipped to the node."""
@@ -79,6 +93,20 @@ def codex_run_options(responses: ScriptedResponses, **fields: Any) -> dict[str, 
         "env": responses.agent_env(),
         "model_provider": responses.codex_config(),
         "model": responses.model,
+        "permission": "full",
+        "ship_cli": True,
+        **fields,
+    }
+
+
+def opencode_run_options(chat: ScriptedChat, **fields: Any) -> dict[str, Any]:
+    """Orchestrator options for an opencode agent that talks to ``chat`` (an OpenAI-compatible
+    provider of its config), may run commands without asking, and whose CLI is this
+    machine's, shipped to the node."""
+    return {
+        "env": chat.agent_env(),
+        "provider": chat.opencode_provider(),
+        "model": chat.opencode_model,
         "permission": "full",
         "ship_cli": True,
         **fields,

@@ -1,7 +1,8 @@
 """The agent conformance suite (nodeprov.testing.agent_conformance) on a local node, a
 Docker node, an SSH node (an unprivileged login to a real sshd) and a Kubernetes pod (the
-test cluster), for the real Claude Code CLI and the real Codex CLI, each against its
-scripted model; and for Claude Code on a codespace, and in a pod it was copied into."""
+test cluster), for the real Claude Code CLI, the real Codex CLI and the real OpenCode CLI,
+each against its scripted model; and for Claude Code on a codespace, and in a pod it was
+copied into."""
 
 from __future__ import annotations
 
@@ -15,9 +16,13 @@ import pytest
 
 from nodeprov import NodeConfig, NodeHandle, agent_class, get_provider
 from nodeprov.testing import (
+    BashCommand,
+    ChatStall,
+    ChatText,
     ExecCommand,
     ResponsesStall,
     ResponsesText,
+    ScriptedChat,
     ScriptedModel,
     ScriptedResponses,
     Stall,
@@ -34,7 +39,14 @@ from nodeprov.testing.agent_conformance import (
 )
 from nodeprov.testing.conformance import run
 
-from .agents import codex_run_options, require_claude_cli, require_codex_cli, run_options
+from .agents import (
+    codex_run_options,
+    opencode_run_options,
+    require_claude_cli,
+    require_codex_cli,
+    require_opencode_cli,
+    run_options,
+)
 from .codespaces import running_codespaces
 from .kubernetes import Cluster
 from .pods import pod_settings
@@ -77,16 +89,38 @@ def codex_harness(responses: ScriptedResponses) -> AgentHarness:
     )
 
 
-@pytest.fixture(params=["claude", "codex"])
+def opencode_harness(chat: ScriptedChat) -> AgentHarness:
+    def down(port: int) -> dict[str, Any]:
+        provider = {**chat.opencode_provider(), "base_url": f"http://127.0.0.1:{port}/v1"}
+        return opencode_run_options(chat, provider=provider)
+
+    return AgentHarness(
+        agent="opencode",
+        options=opencode_run_options(chat),
+        script=chat.extend,
+        text=ChatText,
+        shell=BashCommand,
+        stall=ChatStall,
+        structured=lambda value: ChatText(json.dumps(value)),
+        requests=lambda: [request.text() for request in chat.agent_requests],
+        down=down,
+    )
+
+
+@pytest.fixture(params=["claude", "codex", "opencode"])
 def harness(request: pytest.FixtureRequest) -> Iterator[AgentHarness]:
     if request.param == "claude":
         require_claude_cli()
         with ScriptedModel() as model:
             yield claude_harness(model)
-    else:
+    elif request.param == "codex":
         require_codex_cli()
         with ScriptedResponses() as responses:
             yield codex_harness(responses)
+    else:
+        require_opencode_cli()
+        with ScriptedChat() as chat:
+            yield opencode_harness(chat)
 
 
 @pytest.fixture(params=["local", "docker", "ssh", "kubernetes"])

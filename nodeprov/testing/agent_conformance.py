@@ -23,8 +23,8 @@ import anyio
 import pytest
 
 from ..agents import AgentSession, AgentText, Message, Result, ToolResult, ToolUse
-from ..agents.registry import get_agent
-from ..errors import AgentError, DeadlineError
+from ..agents.registry import agent_class, get_agent
+from ..errors import AgentError, ConfigError, DeadlineError
 from ..node import NodeHandle
 from .conformance import host_processes_matching, unique_marker, wait_until
 
@@ -188,7 +188,12 @@ _SCHEMA = {
 async def check_structured_output(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
     """Under an output schema a matching answer is the result's ``structured`` value, and one
     that does not match ends the turn with an error result that says so (the Claude CLI
-    refuses it and the model, asked again, answers in plain text here)."""
+    refuses it and the model, asked again, answers in plain text here). An agent without
+    structured output (its capabilities say so) refuses an output schema in its options."""
+    if not agent_class(harness.agent).capabilities.structured_output:
+        with pytest.raises(ConfigError, match="output"):
+            get_agent(harness.agent, {**harness.options, "output_schema": _SCHEMA})
+        return
     agent = get_agent(harness.agent, {**harness.options, "output_schema": _SCHEMA})
     harness.script([harness.structured({"answer": "42"})])
     async with agent.session(node) as session:
