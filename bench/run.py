@@ -15,6 +15,8 @@ nodeprov's speed ratio against it (see bench/common.py).
   against ``kubectl run`` + ``kubectl wait`` + ``kubectl exec`` (the test cluster, 1.20).
 - cli: ``nodeprov run`` against the raw Claude Code CLI on the same scripted model;
   ``nodeprov --help`` against the interpreter's own start-up.
+- opencode: ``nodeprov run --agent opencode`` against the raw ``opencode run`` on the same
+  scripted model.
 
 Every row prints the median speed ratio and its spread (the lowest and highest pair).
 """
@@ -25,7 +27,16 @@ import argparse
 
 import anyio
 
-from . import cli_bench, codex_bench, docker_bench, ec2_bench, foundation, kubernetes_bench, ssh_bench
+from . import (
+    cli_bench,
+    codex_bench,
+    docker_bench,
+    ec2_bench,
+    foundation,
+    kubernetes_bench,
+    opencode_bench,
+    ssh_bench,
+)
 from .common import print_rows
 
 SUITES = {
@@ -36,6 +47,7 @@ SUITES = {
     "ec2": ec2_bench.run,
     "kubernetes": kubernetes_bench.run,
     "cli": cli_bench.run,
+    "opencode": opencode_bench.run,
 }
 
 

@@ -147,6 +147,13 @@ class OpenCodeAgent(Agent[OpenCodeOptions]):
     # A provider/model pair, as OpenCode spells models: no other agent's names have a slash.
     model_patterns: ClassVar[tuple[str, ...]] = (f"{_PROVIDER_ID}/.+",)
 
+    def __init__(self, options: OpenCodeOptions) -> None:
+        super().__init__(options)
+        # The (node, session) pairs archived since their last turn: an export is an OpenCode
+        # start (most of a second), and a run's node going asks again for what its last turn
+        # just archived.
+        self._exported: set[tuple[str, str]] = set()
+
     @classmethod
     @asynccontextmanager
     async def offline(cls, prompt: str) -> AsyncIterator[dict[str, Any]]:
@@ -270,7 +277,13 @@ class OpenCodeAgent(Agent[OpenCodeOptions]):
     async def export_state(
         self, node: NodeHandle, session_id: str, project_key: str, archive: SessionArchive
     ) -> None:
-        await save_state(self, node, session_id, project_key, archive)
+        done = (node.node_id, session_id)
+        if done not in self._exported and await save_state(self, node, session_id, project_key, archive):
+            self._exported.add(done)
+
+    def state_changes(self, node: NodeHandle, session_id: str | None) -> None:
+        """A turn of ``session_id`` starts on ``node``: its archive no longer holds all of it."""
+        self._exported.discard((node.node_id, session_id or ""))
 
 
 class OpenCodeSession(AgentSession):
@@ -319,6 +332,7 @@ class OpenCodeSession(AgentSession):
             term_grace=policy.term_grace,
         )
         self._interrupted = False
+        self._agent.state_changes(node, self.session_id)
         converter = Converter(self.session_id)
         async with await node.spawn(spawn) as process:
             self._process = process

@@ -71,21 +71,23 @@ def workspace_env(home: str) -> dict[str, str]:
 
 async def save_state(
     agent: OpenCodeAgent, node: NodeHandle, session_id: str, project_key: str, archive: SessionArchive
-) -> None:
+) -> bool:
     """Archive the session as ``opencode export`` gives it: its messages, one entry each, and
-    its own record (subpath ``session``). A node that cannot say leaves the archive as it is."""
+    its own record (subpath ``session``); return whether it was. A node that cannot say
+    leaves the archive as it is."""
     home = home_of(node, project_key)
     try:
         exported = json.loads(await _run(agent, node, home, ["export", session_id]))
         info, messages = exported["info"], exported["messages"]
     except (NodeprovError, TimeoutError, ValueError, KeyError, TypeError) as error:
         logger.warning("session %s not exported from node %s: %s", session_id, node.node_id, error)
-        return
+        return False
     key: StateKey = {"project_key": project_key, "session_id": session_id}
     await archive_entries([m for m in messages if isinstance(m, dict)], key, archive)
     record: StateKey = {**key, "subpath": _SESSION}
     if await archive.load(record) != [info]:
         await archive.replace(record, [info])
+    return True
 
 
 async def load_state(
