@@ -1,8 +1,9 @@
 """One message model for every agent.
 
 An agent's own output (the Claude Code CLI's stream-json messages, the Codex CLI's JSONL
-events) is converted into these, one or more per agent message; each keeps the agent's
-message in ``raw`` (as JSON values), so nothing the agent said is lost. Run events, the
+events, OpenCode's JSON events) is converted into these, one or more per agent message;
+each keeps the agent's message in ``raw`` (as JSON values), so nothing the agent said is
+lost. Run events, the
 CLI's ``--json`` output and its rendering use them.
 
 :func:`message_to_json` and :func:`message_from_json` are their stored form:
@@ -58,7 +59,8 @@ class Thinking(Message):
 @dataclass(frozen=True)
 class ToolUse(Message):
     """The agent calls a tool: ``name`` with ``input``. A shell command has ``name``
-    ``"Bash"`` (Claude) or ``"command_execution"`` (Codex) and ``input["command"]``."""
+    ``"Bash"`` (Claude), ``"command_execution"`` (Codex) or ``"bash"`` (OpenCode) and
+    ``input["command"]``."""
 
     kind: ClassVar[str] = "tool_use"
     id: str
