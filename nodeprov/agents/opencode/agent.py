@@ -321,7 +321,9 @@ class OpenCodeSession(AgentSession):
             await node.write_file(files[-1], image.data)
         self._stderr_file = f"{home}/nodeprov/stderr-{secrets.token_hex(8)}.log"
         argv = self._agent.command(node, resume=self.session_id, files=files)
-        policy = StopPolicy()
+        # The end of stdin means nothing to OpenCode (it has had it since the prompt): an
+        # abort signals at once, and a guard whose channel closed waits no longer for it.
+        policy = StopPolicy(eof_grace=0.0)
         marker = f"nodeprov-end-input-{secrets.token_hex(16)}"
         # Guarded: stdin ends after the prompt, and OpenCode stops itself if the control
         # plane goes; what its commands leave (each runs in a session of its own) is swept.
@@ -335,6 +337,7 @@ class OpenCodeSession(AgentSession):
         self._agent.state_changes(node, self.session_id)
         converter = Converter(self.session_id)
         async with await node.spawn(spawn) as process:
+            process.stop_policy = policy
             self._process = process
             try:
                 # The prompt on stdin, never an argument (`ps` shows those, the kernel caps them).
