@@ -186,8 +186,9 @@ class CodexAgent(Agent[CodexOptions]):
 
     @classmethod
     def local_cli(cls) -> str | None:
-        """``NODEPROV_CODEX_CLI``, else ``codex`` on PATH; an npm install's JavaScript launcher
-        is followed to the native binary it runs (which needs no node.js on a node)."""
+        """``NODEPROV_CODEX_CLI``, else ``codex`` on PATH, if an executable file is there; an
+        npm install's JavaScript launcher is followed to the native binary it runs (which
+        needs no node.js on a node)."""
         found = os.environ.get("NODEPROV_CODEX_CLI") or shutil.which("codex")
         if found is None:
             return None
@@ -198,7 +199,7 @@ class CodexAgent(Agent[CodexOptions]):
                 path.parent.parent.glob("node_modules/@openai/codex-linux-*/vendor/*/bin/codex")
             )
             return str(natives[0]) if natives else None
-        return str(path)
+        return str(path) if os.access(path, os.X_OK) and path.is_file() else None
 
     def session(
         self,
