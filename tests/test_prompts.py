@@ -141,16 +141,6 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
         yield opened
 
 
-async def test_the_store_keeps_each_image_once_by_hash(store: Store) -> None:
-    first, second = ImageBlock.from_bytes(png(seed=1)), ImageBlock.from_bytes(png(seed=2))
-    await store.images.put([first, first])
-    await store.images.put([first, second])
-    got = await store.images.get([first.sha256, second.sha256, "0" * 64])
-    assert got == {first.sha256: first, second.sha256: second}
-    rows = await store.db.fetchall("SELECT sha256 FROM images")
-    assert sorted(row[0] for row in rows) == sorted([first.sha256, second.sha256])
-
-
 def fake_run(tmp_path: Path, **settings: Any) -> dict[str, Any]:
     options = {
         "cli_path": fake_agent_command(tmp_path),
