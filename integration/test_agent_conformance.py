@@ -113,21 +113,23 @@ async def provider(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
         yield chosen
 
 
-@pytest.fixture
-async def node(provider: NodeProvider[Any], harness: AgentHarness) -> AsyncIterator[NodeHandle]:
-    """A node with this machine's CLI of the agent."""
+async def _with_cli(provider: NodeProvider[Any], harness: AgentHarness) -> NodeHandle:
+    """A new node with this machine's CLI of the agent."""
     cli = agent_class(harness.agent).local_cli()
     assert cli is not None
-    async with await provider.provision(NodeConfig(tools={harness.agent: cli})) as made:
+    return await provider.provision(NodeConfig(tools={harness.agent: cli}))
+
+
+@pytest.fixture
+async def node(provider: NodeProvider[Any], harness: AgentHarness) -> AsyncIterator[NodeHandle]:
+    async with await _with_cli(provider, harness) as made:
         yield made
 
 
 @pytest.fixture
 async def fresh_node(provider: NodeProvider[Any], harness: AgentHarness) -> AsyncIterator[NodeHandle]:
     """A second node of the same provider, where nothing of the first node's sessions is."""
-    cli = agent_class(harness.agent).local_cli()
-    assert cli is not None
-    async with await provider.provision(NodeConfig(tools={harness.agent: cli})) as made:
+    async with await _with_cli(provider, harness) as made:
         yield made
 
 
