@@ -326,8 +326,9 @@ async def test_leaving_is_bounded_when_a_provider_hangs(store: Store, agent: Any
         )
         await agent_started(hung_destroy)
         started = anyio.current_time()
-    # Neither the hour's hang nor a destroy's own limit (NodeHandle.destroy_timeout) was waited for; the bound
-    # documented adds the store's own time, so the margin is a loaded disk's.
+    # Neither the hour's hang nor a destroy's own limit (NodeHandle.destroy_timeout) was
+    # waited for; the bound documented adds the store's own time, so the margin is a loaded
+    # disk's.
     assert anyio.current_time() - started < shutdown_timeout + 60
     assert hung_provision.outcome == "paused"  # provisioning was interrupted
     assert hung_destroy.outcome in ("paused", "error")
