@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from nodeprov import NodeConfig, NodeHandle, agent_class, get_provider
+from nodeprov import NodeConfig, NodeHandle, NodeProvider, agent_class, get_provider
 from nodeprov.testing import (
     BashCommand,
     ChatStall,
@@ -34,6 +34,7 @@ from nodeprov.testing.agent_conformance import (
     AgentHarness,
     check_endpoint_down,
     check_malformed_output,
+    check_resume_on_a_fresh_node,
     check_structured_output,
     check_tool_turn,
 )
@@ -65,6 +66,7 @@ def claude_harness(model: ScriptedModel) -> AgentHarness:
         stall=Stall,
         structured=lambda value: ToolUse("StructuredOutput", value),
         requests=lambda: [request.text() for request in model.agent_requests],
+        images=lambda: [request.images() for request in model.agent_requests],
         down=lambda port: run_options(
             model, env={**model.agent_env(), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}"}
         ),
@@ -85,6 +87,7 @@ def codex_harness(responses: ScriptedResponses) -> AgentHarness:
         stall=ResponsesStall,
         structured=lambda value: ResponsesText(json.dumps(value)),
         requests=lambda: [request.text() for request in responses.agent_requests],
+        images=lambda: [request.images() for request in responses.agent_requests],
         down=down,
     )
 
@@ -103,6 +106,7 @@ def opencode_harness(chat: ScriptedChat) -> AgentHarness:
         stall=ChatStall,
         structured=lambda value: ChatText(json.dumps(value)),
         requests=lambda: [request.text() for request in chat.agent_requests],
+        images=lambda: [request.images() for request in chat.agent_requests],
         down=down,
     )
 
@@ -124,27 +128,43 @@ def harness(request: pytest.FixtureRequest) -> Iterator[AgentHarness]:
 
 
 @pytest.fixture(params=["local", "docker", "ssh", "kubernetes"])
-async def node(
-    request: pytest.FixtureRequest, tmp_path: Path, harness: AgentHarness
-) -> AsyncIterator[NodeHandle]:
-    """A node with this machine's CLI of the agent. On Docker nothing reaps a process the
-    agent leaves behind (the local provider's supervisor would)."""
-    cli = agent_class(harness.agent).local_cli()
-    assert cli is not None
+async def provider(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[NodeProvider[Any]]:
+    """A provider of each kind. On Docker nothing reaps a process the agent leaves behind
+    (the local provider's supervisor would)."""
     if request.param == "local":
-        provider = get_provider("local", root=tmp_path / "nodes")
+        chosen = get_provider("local", root=tmp_path / "nodes")
     elif request.param == "ssh":
         sshd = request.getfixturevalue("sshd")
-        provider = get_provider("ssh", **sshd.settings(UNPRIVILEGED, root=".nodeprov/agents"))
+        chosen = get_provider("ssh", **sshd.settings(UNPRIVILEGED, root=".nodeprov/agents"))
     elif request.param == "kubernetes":
         cluster, image = request.getfixturevalue("kubernetes_cluster"), request.getfixturevalue("base_image")
         # The cluster's node is this machine: the CLI is mounted, not copied into every pod
         # (test_claude_copied_into_a_kubernetes_pod copies it).
-        provider = get_provider("kubernetes", **pod_settings(cluster, image, tools_host_path=True))
+        chosen = get_provider("kubernetes", **pod_settings(cluster, image, tools_host_path=True))
     else:
         image = request.getfixturevalue("base_image")
-        provider = get_provider("docker", image=image, network_mode="host", pull="never")
-    async with provider, await provider.provision(NodeConfig(tools={harness.agent: cli})) as made:
+        chosen = get_provider("docker", image=image, network_mode="host", pull="never")
+    async with chosen:
+        yield chosen
+
+
+async def _with_cli(provider: NodeProvider[Any], harness: AgentHarness) -> NodeHandle:
+    """A new node with this machine's CLI of the agent."""
+    cli = agent_class(harness.agent).local_cli()
+    assert cli is not None
+    return await provider.provision(NodeConfig(tools={harness.agent: cli}))
+
+
+@pytest.fixture
+async def node(provider: NodeProvider[Any], harness: AgentHarness) -> AsyncIterator[NodeHandle]:
+    async with await _with_cli(provider, harness) as made:
+        yield made
+
+
+@pytest.fixture
+async def fresh_node(provider: NodeProvider[Any], harness: AgentHarness) -> AsyncIterator[NodeHandle]:
+    """A second node of the same provider, where nothing of the first node's sessions is."""
+    async with await _with_cli(provider, harness) as made:
         yield made
 
 
@@ -165,6 +185,12 @@ async def test_agent_conformance(
     tmp_path: Path,
 ) -> None:
     await check(harness, node, tmp_path)
+
+
+async def test_agent_resumes_on_a_fresh_node(
+    harness: AgentHarness, node: NodeHandle, fresh_node: NodeHandle, tmp_path: Path
+) -> None:
+    await check_resume_on_a_fresh_node(harness, node, fresh_node, tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ TABLES = [
     "workspaces",
     "transcript_entries",
     "transcript_summaries",
+    "images",
 ]
 
 

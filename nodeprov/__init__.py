@@ -51,6 +51,7 @@ from .node import (
     owner_alive,
     secret_field,
 )
+from .prompts import ImageBlock, Prompt, TextBlock
 from .registry import get_provider, provider_class, provider_names
 from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
 
@@ -80,6 +81,7 @@ __all__ = [
     "CommandNotFoundError",
     "ConfigError",
     "DeadlineError",
+    "ImageBlock",
     "NodeConfig",
     "NodeFileError",
     "NodeFileNotFoundError",
@@ -90,6 +92,7 @@ __all__ = [
     "NodeProvider",
     "NodeSuspendedError",
     "NodeprovError",
+    "Prompt",
     "ProviderError",
     "ProviderNotFoundError",
     "ProviderSettings",
@@ -103,6 +106,7 @@ __all__ = [
     "SpawnedProcess",
     "StopPolicy",
     "StoreError",
+    "TextBlock",
     "TokenError",
     "abandoned",
     "agent_class",

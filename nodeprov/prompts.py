@@ -73,7 +73,7 @@ class ImageBlock:
         Raises:
             ConfigError: ``data`` is not a PNG, JPEG, GIF or WebP image.
         """
-        media_type = sniff_media_type(data)
+        media_type = _sniff_media_type(data)
         if media_type is None:
             raise ConfigError("not a PNG, JPEG, GIF or WebP image")
         return cls(data, media_type)
@@ -148,7 +148,7 @@ def prompt_images(prompt: Prompt) -> tuple[ImageBlock, ...]:
     return tuple(block for block in prompt_blocks(prompt) if isinstance(block, ImageBlock))
 
 
-def sniff_media_type(data: bytes) -> str | None:
+def _sniff_media_type(data: bytes) -> str | None:
     """The media type the bytes' signature says, if one of :data:`MEDIA_TYPES`."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
         return "image/png"
@@ -185,12 +185,14 @@ class ImageLimits:
                 raise ConfigError(f"image {number} is {image.media_type}: {api} takes {accepted}")
             if image.size > self.max_bytes:
                 raise ConfigError(
-                    f"image {number} is {image.size} bytes: {api} takes at most {self.max_bytes} bytes an image"
+                    f"image {number} is {image.size} bytes: {api} takes at most {self.max_bytes} bytes "
+                    "an image"
                 )
         total = sum(image.size for image in images)
         if total > self.max_total_bytes:
             raise ConfigError(
-                f"the images are {total} bytes in all: {api} takes at most {self.max_total_bytes} in one prompt"
+                f"the images are {total} bytes in all: {api} takes at most {self.max_total_bytes} "
+                "in one prompt"
             )
 
 

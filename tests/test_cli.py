@@ -131,3 +131,19 @@ def test_only_commands_that_drive_claude_import_the_sdk(
         [sys.executable, "-c", _IMPORTS_AFTER, *args], env=env, capture_output=True, text=True, check=True
     )
     assert done.stderr.splitlines()[-1] == f"{loads_sdk} {loads_sdk}", done.stderr
+
+
+def test_agents_lists_each_agent_its_routes_and_what_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODEPROV_CODEX_CLI", "/nonexistent/codex")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    listed = runner.invoke(app, ["agents", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {row["name"]: row for row in map(json.loads, listed.stdout.splitlines())}
+    assert rows["claude"]["default"] is True
+    assert rows["codex"]["capabilities"] == {"streaming": True, "structured_output": True, "images": True}
+    assert {"id": "o3-mini", "vision": False}.items() <= next(
+        model for model in rows["codex"]["models"] if model["id"] == "o3-mini"
+    ).items()
+    shown = runner.invoke(app, ["agents"])
+    assert "not found" in shown.stdout
+    assert "[red]" not in shown.stdout  # a style, not markup printed as it is

@@ -317,7 +317,6 @@ async def test_leaving_is_bounded_when_a_provider_hangs(store: Store, agent: Any
     # a destroy that hangs, which a loaded machine's disk slows (with 2 s in all, the run was
     # once left pausing; with 6 s, its last writes ended 7.6 s past the bound).
     shutdown_timeout = 30
-    started = anyio.current_time()
     async with Orchestrator(store, shutdown_timeout=shutdown_timeout) as orchestrator:
         hung_provision = await orchestrator.start(
             "never provisioned", options=agent({"text": "x"}), **fake(tmp_path, provision_delay=3600)
@@ -327,8 +326,9 @@ async def test_leaving_is_bounded_when_a_provider_hangs(store: Store, agent: Any
         )
         await agent_started(hung_destroy)
         started = anyio.current_time()
-    # Neither the hour's hang nor a destroy's own limit (120 s) was waited for; the bound
-    # documented adds the store's own time, so the margin is a loaded disk's.
+    # Neither the hour's hang nor a destroy's own limit (NodeHandle.destroy_timeout) was
+    # waited for; the bound documented adds the store's own time, so the margin is a loaded
+    # disk's.
     assert anyio.current_time() - started < shutdown_timeout + 60
     assert hung_provision.outcome == "paused"  # provisioning was interrupted
     assert hung_destroy.outcome in ("paused", "error")

@@ -14,6 +14,7 @@ import anyio.lowlevel
 import pytest
 from claude_agent_sdk.testing import run_session_store_conformance
 
+from nodeprov import ImageBlock
 from nodeprov.agents.claude import ClaudeSessionStore
 from nodeprov.errors import ConfigError, StoreError
 from nodeprov.store import (
@@ -28,6 +29,7 @@ from nodeprov.store import (
 )
 from nodeprov.store._db import Statements
 from nodeprov.store.entries import Summary
+from nodeprov.testing.images import sample_png
 
 pytestmark = pytest.mark.anyio
 
@@ -376,3 +378,13 @@ async def test_a_batch_that_runs_too_long_is_interrupted(tmp_path: Path) -> None
         seen: list[tuple[object, ...]] = []
         await store.db.grouped(lambda statements: seen.extend(statements.fetchall("SELECT 1")))
         assert seen == [(1,)]  # the connection is still good
+
+
+async def test_the_store_keeps_each_image_once_by_hash(store: Store) -> None:
+    first, second = ImageBlock.from_bytes(sample_png(seed=1)), ImageBlock.from_bytes(sample_png(seed=2))
+    await store.images.put([first, first])
+    await store.images.put([first, second])
+    got = await store.images.get([first.sha256, second.sha256, "0" * 64])
+    assert got == {first.sha256: first, second.sha256: second}
+    rows = await store.db.fetchall("SELECT sha256 FROM images")
+    assert sorted(row[0] for row in rows) == sorted([first.sha256, second.sha256])

@@ -38,6 +38,10 @@ process gets exactly the options' ``env`` and that ``CODEX_HOME`` over the node'
 environment, and sees no other workspace's sessions or credentials. The session state is
 the thread's rollout file under ``CODEX_HOME/sessions``, archived after every turn and
 before the node goes.
+
+A prompt's images are written to the node under the workspace's home, named by their hash,
+and attached with ``--image``; the prompt's text goes on stdin. Codex puts the images before
+the text in its user message, whatever their order in the prompt.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ import posixpath
 import re
 import secrets
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -61,6 +65,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ..node import NodeHandle
 from ..offline import demo_responses
+from ..prompts import OPENAI_IMAGE_LIMITS, ImageBlock, ImageLimits, Prompt, prompt_text
 from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from . import (
     Agent,
@@ -167,8 +172,10 @@ class CodexAgent(Agent[CodexOptions]):
         ModelInfo("gpt-5-codex", "GPT-5 Codex", 400_000, vision=True),
         ModelInfo("gpt-5", "GPT-5", 400_000, vision=True),
         ModelInfo("o4-mini", "o4-mini", 200_000, vision=True),
+        ModelInfo("o3-mini", "o3-mini", 200_000, vision=False),
     )
     model_patterns: ClassVar[tuple[str, ...]] = (r"gpt-.*", r"o[1-4](-.*)?", r"codex-.*")
+    image_limits: ClassVar[ImageLimits | None] = OPENAI_IMAGE_LIMITS
 
     @classmethod
     @asynccontextmanager
@@ -179,8 +186,9 @@ class CodexAgent(Agent[CodexOptions]):
 
     @classmethod
     def local_cli(cls) -> str | None:
-        """``NODEPROV_CODEX_CLI``, else ``codex`` on PATH; an npm install's JavaScript launcher
-        is followed to the native binary it runs (which needs no node.js on a node)."""
+        """``NODEPROV_CODEX_CLI``, else ``codex`` on PATH, if an executable file is there; an
+        npm install's JavaScript launcher is followed to the native binary it runs (which
+        needs no node.js on a node)."""
         found = os.environ.get("NODEPROV_CODEX_CLI") or shutil.which("codex")
         if found is None:
             return None
@@ -191,7 +199,7 @@ class CodexAgent(Agent[CodexOptions]):
                 path.parent.parent.glob("node_modules/@openai/codex-linux-*/vendor/*/bin/codex")
             )
             return str(natives[0]) if natives else None
-        return str(path)
+        return str(path) if os.access(path, os.X_OK) and path.is_file() else None
 
     def session(
         self,
@@ -209,9 +217,11 @@ class CodexAgent(Agent[CodexOptions]):
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", workspace)[:40]
         return f"{_PROJECT_PREFIX}{safe}-{hashlib.sha256(workspace.encode()).hexdigest()[:12]}"
 
-    def command(self, node: NodeHandle, *, resume: str | None, schema_file: str | None) -> list[str]:
+    def command(
+        self, node: NodeHandle, *, resume: str | None, schema_file: str | None, images: Sequence[str] = ()
+    ) -> list[str]:
         """The argument vector of one turn: ``codex exec`` (or ``codex exec resume ID``),
-        which reads its prompt from stdin (``-``)."""
+        which reads its prompt from stdin (``-``) and attaches the image files ``images``."""
         options = self.options
         argv = [self.cli_on(node), "exec", "--json", *_QUIET, *_SANDBOX[options.permission]]
         argv += ["--cd", node.node_path(options.cwd or node.workdir)]
@@ -230,6 +240,8 @@ class CodexAgent(Agent[CodexOptions]):
             argv += ["--output-schema", schema_file]
         if resume is not None:
             argv += ["resume", resume]
+        # One path an option (--image takes a list: a bare path after it would join the list).
+        argv += [f"--image={path}" for path in images]
         return [*argv, "--", "-"]  # the prompt comes on stdin
 
     async def import_state(
@@ -277,18 +289,24 @@ class CodexSession(AgentSession):
         self._failure = ""  # the last reconnect notice of the turn
         self._stderr_file = ""
 
-    async def turn(self, prompt: str) -> AsyncIterator[Message]:
+    async def turn(self, prompt: Prompt) -> AsyncIterator[Message]:
         node, options = self._node, self._agent.options
+        blocks = self._agent.prepare_prompt(prompt)
+        text = prompt_text(blocks)
+        if "\x00" in text:
+            raise ConfigError("a prompt cannot hold a NUL character")
         home = _home(node, self._project_key)
+        images: list[str] = []
+        for image in (block for block in blocks if isinstance(block, ImageBlock)):
+            images.append(f"{home}/nodeprov/images/{image.filename}")
+            await node.write_file(images[-1], image.data)
         schema_file = None
         if options.output_schema is not None:
             schema = json.dumps(options.output_schema, sort_keys=True).encode()
             schema_file = f"{home}/nodeprov/schema-{hashlib.sha256(schema).hexdigest()[:16]}.json"
             await node.write_file(schema_file, schema)
         self._stderr_file = f"{home}/nodeprov/stderr-{secrets.token_hex(8)}.log"
-        if "\x00" in prompt:
-            raise ConfigError("a prompt cannot hold a NUL character")
-        argv = self._agent.command(node, resume=self.session_id, schema_file=schema_file)
+        argv = self._agent.command(node, resume=self.session_id, schema_file=schema_file, images=images)
         # The workspace's home is made private; stderr goes to a file there, which no full
         # pipe can stall and which is read back only when the turn fails.
         prepared = ["-c", _WRAPPER, "nodeprov-codex", home, self._stderr_file, *argv]
@@ -306,7 +324,7 @@ class CodexSession(AgentSession):
             self._process = process
             try:
                 # The prompt, then the end of input (the guard's marker: a line of its own).
-                await process.stdin.send(f"{prompt}\n{marker}\n".encode())
+                await process.stdin.send(f"{text}\n{marker}\n".encode())
                 await process.stderr.aclose()
                 result: Result | None = None
                 async for batch in self._messages(process, options.no_output_timeout or float("inf")):

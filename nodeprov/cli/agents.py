@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import anyio
 import typer
+from rich.text import Text
 
 from ..agents.registry import agent_class, agent_names
 from ..errors import NodeprovError
@@ -50,8 +51,8 @@ def agents(
         [
             [
                 row["name"] + (" (default)" if row["default"] else ""),
-                row["local_cli"] or "[red]not found[/]",
-                *([row["node_cli"] or "[red]not found[/]"] if provider else []),
+                row["local_cli"] or _NOT_FOUND,
+                *([row["node_cli"] or _NOT_FOUND] if provider else []),
                 ", ".join(row["model_patterns"]),
                 ", ".join(k for k, v in row["capabilities"].items() if v),
             ]
@@ -59,6 +60,9 @@ def agents(
         ],
         ids=("agent",),
     )
+
+
+_NOT_FOUND = Text("not found", style="red")
 
 
 def _describe(name: str) -> dict[str, Any]:
@@ -69,7 +73,7 @@ def _describe(name: str) -> dict[str, Any]:
         "cli_name": cls.cli_name,
         "local_cli": cls.local_cli(),
         "model_patterns": list(cls.model_patterns),
-        "capabilities": dataclasses.asdict(cls.capabilities),
+        "capabilities": {**dataclasses.asdict(cls.capabilities), "images": cls.image_limits is not None},
         "models": [dataclasses.asdict(model) for model in cls.models],
     }
 

@@ -38,7 +38,10 @@ def show_event(event: RunEvent, json_output: bool) -> None:
     elif isinstance(event, AgentMessage):
         render_message(event.message)
     elif isinstance(event, RunStarted):
-        out.print(f"[dim]agent {escape(event.agent)} on a {escape(event.provider)} node[/]", soft_wrap=True)
+        images = f", {len(event.images)} image{'s'[: len(event.images) != 1]}" if event.images else ""
+        out.print(
+            f"[dim]agent {escape(event.agent)} on a {escape(event.provider)} node{images}[/]", soft_wrap=True
+        )
     elif isinstance(event, NodeReady):
         how = (
             "reused"

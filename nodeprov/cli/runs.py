@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import anyio
@@ -29,11 +30,13 @@ from .app import (
 from .render import emit, out, print_table, when
 
 if TYPE_CHECKING:
+    from ..prompts import Block, Prompt
     from ..runs import Orchestrator, Run
 
 __all__ = [
     "AgentOption",
     "IdleTimeoutOption",
+    "ImageOption",
     "MessageEnvOption",
     "OutputSchemaOption",
     "PermissionOption",
@@ -75,10 +78,44 @@ AgentOption = Annotated[
     str | None,
     typer.Option(help="The agent (see `nodeprov agents`); default: the one the model routes to."),
 ]
+ImageOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--image",
+        metavar="FILE",
+        help="A PNG, JPEG, GIF or WebP image for the agent, after the text; '-' reads one from stdin. "
+        "Repeatable. Refused before anything is provisioned where the model cannot see images "
+        "(or give --option images=text-only to send the text alone).",
+    ),
+]
 OutputSchemaOption = Annotated[
     typer.FileText | None,
     typer.Option(help="A JSON schema file the agent's result must match; the result is then parsed."),
 ]
+
+
+def _prompt(text: str, images: list[str] | None) -> Prompt:
+    """The text and the ``--image`` files (``-``: stdin, once), read now.
+
+    Raises:
+        ConfigError: a file cannot be read or is not an image, or ``-`` is given twice.
+    """
+    if not images:
+        return text
+    from ..prompts import ImageBlock, TextBlock
+
+    if images.count("-") > 1:
+        raise ConfigError("--image -: stdin holds one image")
+    blocks: list[Block] = [TextBlock(text)]
+    for path in images:
+        if path == "-":
+            try:
+                blocks.append(ImageBlock.from_bytes(sys.stdin.buffer.read()))
+            except ConfigError as error:
+                raise ConfigError(f"--image -: {error}") from None
+        else:
+            blocks.append(ImageBlock.from_file(path))
+    return blocks
 
 
 def _agent_options(
@@ -107,6 +144,7 @@ def _agent_options(
 @app.command()
 def run(  # noqa: PLR0917 - one parameter per command-line option
     prompt: Annotated[str, typer.Argument(help="The task for the agent.")],
+    image: ImageOption = None,
     provider: Annotated[str, typer.Option("--provider", "-p", help="Provider name.")] = "local",
     setting: SettingOption = None,
     model: Annotated[
@@ -160,14 +198,15 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
         )
         options["ship_cli"] = on_this_host if ship_cli is None else ship_cli
         chosen = route_model(None if model == SCRIPTED else model, agent)
-        get_agent(chosen, options)  # bad options: before a run is recorded
+        full_prompt = _prompt(prompt, image)
+        get_agent(chosen, options).prepare_prompt(full_prompt)  # refused: before a run is recorded
         request = RunRequest(
             prompt, model, chosen, options, keep_node, store, json_output, timeout, idle_timeout
         )
 
         async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:
             return await orchestrator.start(
-                prompt,
+                full_prompt,
                 provider=provider,
                 provider_settings=settings,
                 agent=chosen,
@@ -185,6 +224,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
 def resume(  # noqa: PLR0917 - one parameter per command-line option
     run_id: RunOption,
     message: Annotated[str, typer.Option(help="What to tell the agent.")] = "continue",
+    image: ImageOption = None,
     setting: Annotated[
         list[str] | None,
         typer.Option(
@@ -217,6 +257,7 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
         from .drive import RunRequest, drive_run  # see the imports
 
         options = _agent_options(model, env, permission, option)
+        full_message = _prompt(message, image)
         request = RunRequest(
             message, model, record.agent, options, keep_node, store, json_output, timeout, idle_timeout
         )
@@ -224,7 +265,7 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
         async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:
             return await orchestrator.resume_run(
                 run_id,
-                message=message,
+                message=full_message,
                 options=options,
                 provider_settings=settings,
                 deadline=timeout,

@@ -77,23 +77,34 @@ PREAMBLE = f"""\
 done
 __np_cwd=$1 __np_record=$2 __np_encoded=$3; shift 3
 {DECODE_ARGUMENTS_SCRIPT}__np_start=$(__np_start_of $$)
+# The environment is read whole before anything that may end this early: the control plane's
+# write of it must never meet a closed channel (a missing cwd is a SpawnError, not a lost node).
+__np_env=
+while :; do
+  # The channel closed before the environment's end: the spawn was given up. Never run.
+  IFS= read -r __np_line || exit 124
+  [ -n "$__np_line" ] || break
+  __np_env="$__np_env$__np_line
+"
+done
 if [ -n "$__np_record" ]; then
   {{ [ -d "${{__np_record%/*}}" ] && printf '%s %s\\n' "$$" "${{__np_start:--}}" >>"$__np_record"; }} ||
     {{ printf '\\036nodeprov gone\\n'; exit 125; }}
 fi
 cd -- "$__np_cwd" 2>/dev/null || {{ printf '\\036nodeprov nocwd\\n'; exit 126; }}
 unset PWD OLDPWD
-__np_extra=
-while :; do
-  # The channel closed before the environment's end: the spawn was given up. Never run.
-  IFS= read -r __np_line || exit 124
-  [ -n "$__np_line" ] || break
+__np_extra= __np_ifs=$IFS
+set -f; IFS='
+'
+for __np_line in $__np_env; do
   case ${{__np_line%%=*}} in
     [!A-Za-z_]*|*[!A-Za-z0-9_]*) __np_extra="$__np_extra$__np_line
 " ;;
+    IFS) __np_ifs=$(printf '%bx' "${{__np_line#*=}}"); __np_ifs=${{__np_ifs%x}}; export IFS ;;  # set below
     *) __np_value=$(printf '%bx' "${{__np_line#*=}}"); export "${{__np_line%%=*}}=${{__np_value%x}}" ;;
   esac
 done
+set +f; IFS=$__np_ifs
 command -v -- "$1" >/dev/null 2>&1 || {{ printf '\\036nodeprov notfound\\n'; exit 127; }}
 __np_relayed=
 if [ -n "$__np_relay" ]; then
@@ -108,7 +119,7 @@ fi
 __np_pipe=$(readlink "/proc/$$/fd/1" 2>/dev/null)
 printf '\\036nodeprov ok %s %s %s%s\\n' "$$" "${{__np_start:--}}" "$__np_pipe" "$__np_relayed"
 unset -f __np_start_of
-unset __np_name __np_line __np_value __np_cwd __np_start __np_record
+unset __np_name __np_line __np_value __np_cwd __np_start __np_record __np_env __np_ifs
 unset __np_relay __np_relayed __np_fifo __np_pipe
 if [ -n "$__np_extra" ]; then
   command -v perl >/dev/null 2>&1 || {{ printf '\\036nodeprov noperl\\n'; exit 127; }}

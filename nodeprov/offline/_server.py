@@ -5,6 +5,8 @@ management. :class:`~nodeprov.offline.ScriptedModel` (Messages API) and
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import json
 import threading
@@ -20,6 +22,21 @@ import anyio.to_thread
 # How often a server looks at its shutdown flag: stop() waits up to this long (the
 # default, 0.5 s, was most of a short `nodeprov run`'s shutdown).
 _POLL_INTERVAL = 0.02
+
+
+def decode_data_url(url: object) -> tuple[str, bytes] | None:
+    """The media type and bytes of a base64 ``data:`` URL (how OpenAI's APIs carry an image),
+    else None."""
+    if not isinstance(url, str) or not url.startswith("data:"):
+        return None
+    header, _, data = url[5:].partition(",")
+    media_type, _, encoding = header.partition(";")
+    if encoding != "base64":
+        return None
+    try:
+        return media_type, base64.b64decode(data, validate=True)
+    except binascii.Error:
+        return None
 
 
 class _Recorded(Protocol):

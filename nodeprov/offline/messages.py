@@ -12,6 +12,7 @@ Point the CLI at it with :meth:`ScriptedModel.agent_env`.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,6 +75,11 @@ class RecordedRequest:
         """Every text and tool-result string in the request's messages, joined."""
         return "\n".join(_strings(self.messages))
 
+    def images(self) -> list[tuple[str, bytes]]:
+        """The media type and decoded bytes of every base64 image block in the request's
+        messages, oldest first: what the model was shown."""
+        return list(_images(self.messages))
+
 
 def _strings(value: Any) -> Iterator[str]:
     if isinstance(value, str):
@@ -85,6 +91,18 @@ def _strings(value: Any) -> Iterator[str]:
         for key in ("text", "content"):
             if key in value:
                 yield from _strings(value[key])
+
+
+def _images(value: Any) -> Iterator[tuple[str, bytes]]:
+    if isinstance(value, list):
+        for item in value:
+            yield from _images(item)
+    elif isinstance(value, dict):
+        source = value.get("source")
+        if value.get("type") == "image" and isinstance(source, dict) and source.get("type") == "base64":
+            yield str(source.get("media_type")), base64.b64decode(str(source.get("data")))
+        elif "content" in value:
+            yield from _images(value["content"])
 
 
 class ScriptedModel(ScriptedServer[Turn, RecordedRequest]):

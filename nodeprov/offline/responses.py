@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._server import ScriptedServer, ScriptHandler, ScriptState
+from ._server import ScriptedServer, ScriptHandler, ScriptState, decode_data_url
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -156,6 +156,20 @@ class ResponsesRequest:
             elif kind in {"function_call_output", "custom_tool_call_output"}:
                 parts.extend(_strings(item.get("output")))
         return "\n".join(parts)
+
+    def images(self) -> list[tuple[str, bytes]]:
+        """The media type and decoded bytes of every ``input_image`` (a base64 ``data:``
+        URL) in the request's messages, oldest first: what the model was shown."""
+        found: list[tuple[str, bytes]] = []
+        messages = [item for item in self.input if item.get("type", "message") == "message"]
+        for item in messages:
+            content = item.get("content")
+            for part in content if isinstance(content, list) else []:
+                if isinstance(part, dict) and part.get("type") == "input_image":
+                    decoded = decode_data_url(part.get("image_url"))
+                    if decoded is not None:
+                        found.append(decoded)
+        return found
 
 
 def _strings(value: Any) -> Iterator[str]:

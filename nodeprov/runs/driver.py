@@ -15,6 +15,7 @@ import anyio
 from ..agents import Agent, AgentSession, Result
 from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError
 from ..node import LABEL_EXPIRES_AT, NodeHandle, NodeProvider
+from ..prompts import prompt_images, prompt_text
 from ..store import NodeRecordState, SnapshotRecord, Store
 from .archive import Archive
 from .events import AgentMessage, NodeReady, NodeReleased, RunFinished, RunPaused, RunStarted
@@ -113,7 +114,8 @@ class Driver:
         resumed = f"{plan.resume.pause_kind} pause at {plan.resume.created_at}" if plan.resume else None
         events.emit(
             RunStarted,
-            prompt=plan.prompt,
+            prompt=prompt_text(plan.prompt),
+            images=tuple(image.ref() for image in prompt_images(plan.prompt)),
             provider=plan.provider,
             agent=plan.agent.name,
             resumed_from=resumed,

@@ -47,13 +47,16 @@ class RunEvent:
 @dataclass(frozen=True)
 class RunStarted(RunEvent):
     """A drive of the run began: its first start, or a resume (``resumed_from`` names the
-    snapshot's pause kind and time)."""
+    snapshot's pause kind and time). ``prompt`` is the text the agent is given, ``images``
+    its images by reference (:meth:`~nodeprov.prompts.ImageBlock.ref`: hash, media type,
+    size; the bytes stay in the store)."""
 
     kind: ClassVar[str] = "run.started"
     prompt: str
     provider: str
     resumed_from: str | None = None
     agent: str = "claude"  # history, not a choice: events stored before runs named their agent were Claude's
+    images: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,4 +133,6 @@ def event_from_json(body: Mapping[str, Any]) -> RunEvent:
     fields = {name: value for name, value in body.items() if name in names}
     if cls is AgentMessage:
         fields["message"] = message_from_json(body.get("message") or {})
+    if cls is RunStarted:
+        fields["images"] = tuple(fields.get("images") or ())
     return cls(**fields)

@@ -14,6 +14,7 @@ from ..agents import Agent, AgentOptions
 from ..agents.registry import get_agent, route_model
 from ..errors import ConfigError, RunStateError
 from ..node import NodeConfig
+from ..prompts import Block, ImageBlock, Prompt, TextBlock, prompt_blocks, prompt_images, prompt_text
 from ..store import RunRecord, SnapshotRecord, Store, dumps, new_id, now
 from .lease import Lease
 from .nodes import Nodes
@@ -24,9 +25,10 @@ __all__ = ["Launcher", "Plan"]
 
 @dataclass(frozen=True)
 class Plan:
-    """How to get the run's node and what to tell the agent."""
+    """How to get the run's node and what to tell the agent (``prompt``: prepared for it,
+    see :meth:`~nodeprov.agents.Agent.prepare_prompt`)."""
 
-    prompt: str
+    prompt: tuple[Block, ...]
     provider: str
     provider_settings: dict[str, Any]
     agent: Agent[Any]
@@ -48,7 +50,7 @@ class Launcher:
 
     async def plan_start(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         provider: str,
         provider_settings: Mapping[str, Any] | None,
@@ -59,11 +61,12 @@ class Launcher:
         deadline: float | None,
         idle_timeout: float | None,
     ) -> tuple[RunRecord, Plan]:
-        """The record of a new run (not stored yet) and the plan of its first drive.
+        """The record of a new run (not stored yet: store it with the plan's images) and
+        the plan of its first drive.
 
         Raises:
             ProviderNotFoundError, ConfigError: the provider, the agent, or their settings
-                or options are wrong.
+                or options are wrong, or the agent refuses the prompt (its images).
             StoreError: the store failed.
         """
         settings = dict(provider_settings or {})
@@ -71,11 +74,12 @@ class Launcher:
         checked = (await self._nodes.provider(provider, settings)).resolved_settings()
         model = options.model if isinstance(options, AgentOptions) else (options or {}).get("model")
         chosen = await _agent_of(lambda: get_agent(route_model(model, agent), options))
+        blocks = chosen.prepare_prompt(prompt)
         _check_limits(deadline, idle_timeout)
         session = await self._store.active_session(workspace, chosen.name)
         run_id = new_id("run")
         plan = Plan(
-            prompt,
+            blocks,
             provider,
             settings,
             chosen,
@@ -89,7 +93,8 @@ class Launcher:
             id=run_id,
             session_id=session.id,
             workspace_id=workspace,
-            prompt=prompt,
+            prompt=prompt_text(blocks),
+            prompt_blocks=_blocks_json(blocks),
             node_provider=provider,
             node_settings=dumps(checked.storable()),
             node_secret_fields=dumps(checked.secrets_set()),
@@ -113,6 +118,7 @@ class Launcher:
         self,
         token: str,
         *,
+        message: Prompt,
         options: AgentOptions | Mapping[str, Any] | None,
         given_settings: dict[str, Any],
         deadline: float | None,
@@ -123,7 +129,8 @@ class Launcher:
         Raises:
             TokenError: the token is unknown or used already.
             ConfigError: a secret provider setting is missing from ``given_settings``, the
-                options are invalid for the run's agent, or a limit is not a positive number.
+                options are invalid for the run's agent, the agent refuses ``message`` (its
+                images), or a limit is not a positive number.
             RunStateError: the run is not paused or failed, or its workspace's session was
                 archived.
         """
@@ -144,7 +151,7 @@ class Launcher:
                     f"stored; give them again: {', '.join(missing)}"
                 )
             if current is not None:
-                await _agent_of(lambda: _resumed_agent(current, options))
+                (await _agent_of(lambda: _resumed_agent(current, options))).prepare_prompt(message)
                 await self._check_session(current)
         return await self._store.claim_snapshot(token)
 
@@ -161,7 +168,7 @@ class Launcher:
     async def plan_resume(
         self,
         snapshot: SnapshotRecord,
-        message: str,
+        message: Prompt,
         options: AgentOptions | Mapping[str, Any] | None,
         given_settings: dict[str, Any],
         *,
@@ -192,10 +199,13 @@ class Launcher:
             raise RunStateError(f"run {record.id} was resumed by another control plane")
         await self._store.use_snapshots(record.id)  # an earlier pause's token must not fork the run
         settings = {**json.loads(record.node_settings), **given_settings}
+        blocks = prompt_blocks(message)
+        await self._store.images.put(prompt_images(blocks))
         if snapshot.agent_session_id is None:  # the agent never started: start it afresh
-            message = record.prompt if message == "continue" else f"{record.prompt}\n\n{message}"
+            original = await self._stored_prompt(record)
+            blocks = original if message == "continue" else (*original, *blocks)
         return Plan(
-            message,
+            agent.prepare_prompt(blocks),
             record.node_provider,
             settings,
             agent,
@@ -205,6 +215,28 @@ class Launcher:
             deadline,
             idle_timeout,
         )
+
+    async def _stored_prompt(self, record: RunRecord) -> tuple[Block, ...]:
+        """The run's first prompt, its images read back from the store.
+
+        Raises:
+            RunStateError: an image of the prompt is missing from the store.
+        """
+        stored = json.loads(record.prompt_blocks)
+        if not stored:
+            return (TextBlock(record.prompt),)
+        images = await self._store.images.get([b["sha256"] for b in stored if b["type"] == "image"])
+        blocks: list[Block] = []
+        for block in stored:
+            if block["type"] == "text":
+                blocks.append(TextBlock(block["text"]))
+            elif (image := images.get(block["sha256"])) is not None:
+                blocks.append(image)
+            else:
+                raise RunStateError(
+                    f"image {block['sha256']} of run {record.id}'s prompt is not in the store"
+                )
+        return tuple(blocks)
 
     async def latest_token(self, run_id: str) -> str:
         """The token of ``run_id``'s latest unused snapshot.
@@ -233,6 +265,16 @@ def _check_limits(deadline: float | None, idle_timeout: float | None) -> None:
     for name, value in (("deadline", deadline), ("idle_timeout", idle_timeout)):
         if value is not None and not 0 < value < float("inf"):
             raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
+def _blocks_json(blocks: tuple[Block, ...]) -> str:
+    """A prompt's blocks as a run keeps them: ``[]`` for text alone (the record's ``prompt``),
+    else text blocks and image references."""
+    if not any(isinstance(block, ImageBlock) for block in blocks):
+        return "[]"
+    return json.dumps(
+        [b.ref() if isinstance(b, ImageBlock) else {"type": "text", "text": b.text} for b in blocks]
+    )
 
 
 def _storable_node_config(config: NodeConfig) -> str:

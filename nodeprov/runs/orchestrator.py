@@ -20,6 +20,7 @@ from anyio.abc import TaskGroup
 from ..agents import AgentOptions
 from ..errors import ConfigError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeConfig, NodeProvider
+from ..prompts import Prompt, prompt_images
 from ..store import Store
 from .driver import Drive, Driver, Teardown
 from .events import RunEvent
@@ -194,7 +195,7 @@ class Orchestrator:
 
     async def start(
         self,
-        prompt: str,
+        prompt: Prompt,
         *,
         provider: str,
         provider_settings: Mapping[str, Any] | None = None,
@@ -206,6 +207,10 @@ class Orchestrator:
         idle_timeout: float | None = None,
     ) -> Run:
         """Start a run of ``prompt`` on a new node of ``provider``; returns at once.
+
+        ``prompt`` is text, or text and image blocks (:mod:`nodeprov.prompts`), checked
+        against the agent's model before anything is provisioned (see
+        :meth:`~nodeprov.agents.Agent.prepare_prompt`); the run keeps its images by hash.
 
         ``agent`` names the agent (see :func:`~nodeprov.registry.route_model`: by default
         the one the options' model routes to); ``options`` are its options (its options
@@ -219,7 +224,8 @@ class Orchestrator:
 
         Raises:
             ProviderNotFoundError, ConfigError: the provider, the agent, or their settings
-                or options are wrong.
+                or options are wrong, or the agent refuses the prompt's images (a model
+                that cannot see them; too many, too large, or of a type its API refuses).
             StoreError: the store failed.
         """
         record, plan = await self._launcher.plan_start(
@@ -235,7 +241,7 @@ class Orchestrator:
         )
         self._launching.add(record.id)
         try:
-            await self.store.create_run(record)
+            await self.store.create_run(record, prompt_images(plan.prompt))
             return await self._launch(record.id, plan)
         finally:
             self._launching.discard(record.id)
@@ -244,7 +250,7 @@ class Orchestrator:
         self,
         token: str,
         *,
-        message: str = "continue",
+        message: Prompt = "continue",
         options: AgentOptions | Mapping[str, Any] | None = None,
         provider_settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
@@ -257,20 +263,27 @@ class Orchestrator:
         ``options`` are laid over the run's stored ones, and carry what was never stored
         (``env``, with credentials). ``provider_settings`` are laid over the stored ones:
         the run's secret settings (never stored) must be given again. A run paused before
-        its agent ever started is started again with its own prompt.
+        its agent ever started is started again with its own prompt (its images too),
+        followed by ``message`` unless that is ``"continue"``. ``message`` may hold images,
+        as a prompt of :meth:`start`.
 
         Raises:
             TokenError: the token is unknown or used already.
-            ConfigError: a secret provider setting the run was started with is missing, or
-                the options are invalid for the run's agent (checked before the token is
-                used).
+            ConfigError: a secret provider setting the run was started with is missing, the
+                options are invalid for the run's agent, or the agent refuses the message's
+                images (checked before the token is used).
             RunStateError: the run is not paused or failed, its workspace's session was
                 archived (the workspace switched to another agent since), or another
                 control plane resumed it first.
         """
         given = dict(provider_settings or {})
         snapshot = await self._launcher.claim(
-            token, options=options, given_settings=given, deadline=deadline, idle_timeout=idle_timeout
+            token,
+            message=message,
+            options=options,
+            given_settings=given,
+            deadline=deadline,
+            idle_timeout=idle_timeout,
         )
         self._launching.add(snapshot.run_id)
         try:
@@ -285,7 +298,7 @@ class Orchestrator:
         self,
         run_id: str,
         *,
-        message: str = "continue",
+        message: Prompt = "continue",
         options: AgentOptions | Mapping[str, Any] | None = None,
         provider_settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,

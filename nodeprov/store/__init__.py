@@ -1,6 +1,6 @@
-"""The durable session store: workspaces and their agent sessions, runs and their events,
-node intents, pause snapshots, control-plane leases, and agent transcripts mirrored off the
-nodes.
+"""The durable session store: workspaces and their agent sessions, runs and their events
+and their prompts' images, node intents, pause snapshots, control-plane leases, and agent
+transcripts mirrored off the nodes.
 
 ``await Store.open()`` uses an embedded SQLite file under the user's state directory
 (``$XDG_STATE_HOME/nodeprov/nodeprov.db``, WAL, safe with several processes);
@@ -29,9 +29,11 @@ from typing import Any, Self
 import anyio
 
 from ..errors import ConfigError, StoreError, TokenError
+from ..prompts import ImageBlock
 from ._db import DEFAULT_STATEMENT_TIMEOUT, Database, PostgresDatabase, SQLiteDatabase, Statements
 from ._schema import migrate
 from .entries import EntryBatch, EntryKey, EntryStore, KeyedEntry, entry_key, keyed
+from .images import ImageStore
 from .records import (
     EventRecord,
     LeaseRecord,
@@ -47,6 +49,7 @@ __all__ = [
     "EntryKey",
     "EntryStore",
     "EventRecord",
+    "ImageStore",
     "KeyedEntry",
     "LeaseRecord",
     "NodeRecord",
@@ -130,6 +133,11 @@ class Store:
         self._heartbeats: Database | None = None
         self._heartbeats_opening = anyio.Lock()
         self._closed = False
+
+    @cached_property
+    def images(self) -> ImageStore:
+        """Prompts' images, by hash."""
+        return ImageStore(self.db)
 
     @cached_property
     def transcripts(self) -> EntryStore:
@@ -222,8 +230,11 @@ class Store:
 
     # -- runs --------------------------------------------------------------------------
 
-    async def create_run(self, run: RunRecord) -> None:
-        await self.db.execute(*_insert("runs", run))
+    async def create_run(self, run: RunRecord, images: Sequence[ImageBlock] = ()) -> None:
+        """Store a new run, and the images its prompt names, in one transaction."""
+        async with self.db.transaction() as tx:
+            await ImageStore.put_in(tx, images)
+            await tx.execute(*_insert("runs", run))
 
     async def update_run(
         self,

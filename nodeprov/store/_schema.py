@@ -11,7 +11,10 @@ _SERIAL = {
     "postgres": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
 }
 
-# Each migration is a list of statements; {serial} is the dialect's auto-increment key.
+_BLOB = {"sqlite": "BLOB", "postgres": "BYTEA"}
+
+# Each migration is a list of statements; {serial} is the dialect's auto-increment key,
+# {blob} its type of binary data.
 MIGRATIONS: list[list[str]] = [
     [
         """CREATE TABLE workspaces (
@@ -126,6 +129,17 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN node_config TEXT NOT NULL DEFAULT '{{}}'",  # {{}}: format() escapes
         "CREATE INDEX nodes_run ON nodes(run_id)",
     ],
+    [
+        # Prompts' images, once each, by content hash: records and events name them by hash.
+        """CREATE TABLE images (
+            sha256 TEXT PRIMARY KEY,
+            media_type TEXT NOT NULL,
+            size BIGINT NOT NULL,
+            data {blob} NOT NULL,
+            created_at TEXT NOT NULL)""",
+        # A prompt of blocks (JSON: text blocks, and images by reference); '[]': the text alone.
+        "ALTER TABLE runs ADD COLUMN prompt_blocks TEXT NOT NULL DEFAULT '[]'",
+    ],
 ]
 
 
@@ -142,7 +156,7 @@ async def migrate(db: Database) -> int:
             if version in done:
                 continue
             for statement in statements:
-                await tx.execute(statement.format(serial=_SERIAL[db.dialect]))
+                await tx.execute(statement.format(serial=_SERIAL[db.dialect], blob=_BLOB[db.dialect]))
             await tx.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                 (version, datetime.now(UTC).isoformat()),

@@ -41,7 +41,9 @@ class RunRecord:
     ``node_secret_fields`` the names of the secret ones it was given (JSON list).
     ``agent`` is the agent that runs it, ``agent_options`` its options less their secrets
     (:meth:`~nodeprov.agents.AgentOptions.storable`), ``project_key`` where its session
-    state is archived.
+    state is archived. ``prompt`` is the prompt's text; ``prompt_blocks`` a prompt of
+    blocks as JSON (text blocks, and images as :meth:`~nodeprov.prompts.ImageBlock.ref`,
+    their bytes in the store's images), ``[]`` for a prompt that is text alone.
     """
 
     id: str
@@ -64,6 +66,7 @@ class RunRecord:
     agent: str
     node_secret_fields: str = "[]"  # noqa: S105 - names of secrets, never values
     node_config: str = "{}"
+    prompt_blocks: str = "[]"
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,22 @@ from typing import Any
 import anyio
 import pytest
 
-from ..agents import AgentSession, AgentText, Message, Result, ToolResult, ToolUse
+from ..agents import AgentSession, AgentText, Message, Result, StateKey, ToolResult, ToolUse
 from ..agents.registry import agent_class, get_agent
 from ..errors import AgentError, ConfigError, DeadlineError
 from ..node import NodeHandle
+from ..prompts import ImageBlock, Prompt, TextBlock
 from .conformance import host_processes_matching, unique_marker, wait_until
+from .images import sample_png
 
-__all__ = ["AGENT_CHECKS", "AgentHarness", "run_turn"]
+__all__ = [
+    "AGENT_CHECKS",
+    "AgentHarness",
+    "MemoryArchive",
+    "check_image_turn",
+    "check_resume_on_a_fresh_node",
+    "run_turn",
+]
 
 TURN_TIMEOUT = 120.0
 
@@ -41,8 +50,9 @@ class AgentHarness:
     ``script(turns)``: append turns to the model's script. ``text(t)``, ``shell(cmd)`` and
     ``stall()`` make turns, and ``structured(value)`` a turn whose answer is that JSON value
     (as the agent gives an answer under an output schema); ``requests()`` gives the text of
-    each agent request the model received, oldest first; ``down(port)`` gives options whose
-    endpoint is that closed port.
+    each agent request the model received, oldest first, and ``images()`` the images of
+    each (media type and decoded bytes); ``down(port)`` gives options whose endpoint is that
+    closed port.
     """
 
     agent: str
@@ -53,10 +63,39 @@ class AgentHarness:
     stall: Callable[[], Any]
     structured: Callable[[Any], Any]
     requests: Callable[[], list[str]]
+    images: Callable[[], list[list[tuple[str, bytes]]]]
     down: Callable[[int], dict[str, Any]]
 
 
-async def run_turn(session: AgentSession, prompt: str) -> list[Message]:
+class MemoryArchive:
+    """A :class:`~nodeprov.agents.SessionArchive` in memory: where a session's state goes
+    between two nodes in :func:`check_resume_on_a_fresh_node`."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+
+    @staticmethod
+    def _key(key: StateKey) -> tuple[str, str, str]:
+        return key["project_key"], key["session_id"], key.get("subpath", "")
+
+    def add(self, key: StateKey, entries: list[dict[str, Any]], *, summarize: Any = None) -> None:
+        self.entries.setdefault(self._key(key), []).extend(entries)
+
+    async def flush(self) -> None:
+        pass
+
+    async def load(self, key: StateKey) -> list[dict[str, Any]] | None:
+        return list(self.entries.get(self._key(key), [])) or None
+
+    async def subpaths(self, key: StateKey) -> list[str]:
+        project, session, _ = self._key(key)
+        return sorted(sub for (p, s, sub) in self.entries if (p, s) == (project, session) and sub)
+
+    async def replace(self, key: StateKey, entries: list[dict[str, Any]], *, summarize: Any = None) -> None:
+        self.entries[self._key(key)] = list(entries)
+
+
+async def run_turn(session: AgentSession, prompt: Prompt) -> list[Message]:
     """Every message of one turn, bounded in time."""
     with anyio.fail_after(TURN_TIMEOUT):
         return [message async for message in session.turn(prompt)]
@@ -115,6 +154,40 @@ def _long_command(harness: AgentHarness, node: NodeHandle) -> tuple[str, AgentSe
     marker = unique_marker()
     harness.script([harness.shell(f"sh -c 'sleep {marker}'"), harness.text("unreachable")])
     return marker, get_agent(harness.agent, harness.options).session(node)
+
+
+async def check_resume_on_a_fresh_node(
+    harness: AgentHarness, node: NodeHandle, fresh: NodeHandle, tmp_path: Path
+) -> None:
+    """A session whose state went off ``node`` through an archive (:meth:`Agent.export_state`)
+    resumes on ``fresh``, another node where nothing of it was (:meth:`Agent.import_state`):
+    the model is sent the earlier conversation. Not in :data:`AGENT_CHECKS`: it needs a
+    second node."""
+    harness.script([harness.text("noted"), harness.text("quince")])
+    agent, archive = get_agent(harness.agent, harness.options), MemoryArchive()
+    async with agent.session(node, archive=archive) as first:
+        assert not _result(await run_turn(first, "remember: the word is quince")).is_error
+    assert first.session_id
+    key = agent.state_key(node)
+    await agent.export_state(node, first.session_id, key, archive)
+    assert await agent.import_state(fresh, first.session_id, key, archive)
+    async with agent.session(fresh, resume=first.session_id) as again:
+        messages = await run_turn(again, "what was the word?")
+    assert not _result(messages).is_error
+    last = harness.requests()[-1]
+    assert "remember: the word is quince" in last, last
+    assert "what was the word?" in last
+
+
+async def check_image_turn(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
+    """An image of the prompt reaches the model byte for byte, with the prompt's text."""
+    image = ImageBlock.from_bytes(sample_png(16, 9, seed=5))
+    harness.script([harness.text("a gradient")])
+    async with get_agent(harness.agent, harness.options).session(node) as session:
+        messages = await run_turn(session, [TextBlock("what is in this picture?"), image])
+    assert not _result(messages).is_error
+    assert harness.images()[-1] == [("image/png", image.data)]
+    assert "what is in this picture?" in harness.requests()[-1]
 
 
 async def check_interrupt_leaves_no_process(harness: AgentHarness, node: NodeHandle, tmp_path: Path) -> None:
@@ -224,6 +297,7 @@ def _gone(marker: str) -> Callable[[], Awaitable[bool]]:
 AGENT_CHECKS = (
     check_text_turn,
     check_tool_turn,
+    check_image_turn,
     check_resume,
     check_interrupt_leaves_no_process,
     check_abort_leaves_no_process,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import posixpath
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, ClassVar, Literal, cast
 
@@ -34,6 +35,7 @@ from pydantic import Field
 
 from ...node import NodeHandle
 from ...offline import demo_messages
+from ...prompts import ANTHROPIC_IMAGE_LIMITS, Block, ImageBlock, ImageLimits, Prompt, prompt_text
 from ...settings import secret_field
 from .. import (
     Agent,
@@ -105,6 +107,7 @@ class ClaudeAgent(Agent[ClaudeOptions]):
     )
     model_patterns: ClassVar[tuple[str, ...]] = (r"claude-.*", "opus", "sonnet", "haiku")
     fallback: ClassVar[bool] = True
+    image_limits: ClassVar[ImageLimits | None] = ANTHROPIC_IMAGE_LIMITS
 
     @classmethod
     def local_cli(cls) -> str | None:
@@ -194,6 +197,7 @@ class ClaudeSession(AgentSession):
         self, agent: ClaudeAgent, node: NodeHandle, resume: str | None, archive: SessionArchive | None
     ) -> None:
         self.session_id = resume
+        self._agent = agent
         self._options = agent.sdk_options(node, resume=resume, archive=archive)
         mirror = _Mirror(archive, f"{_config_dir(node)}/projects") if archive is not None else None
         self._transport = NodeTransport.for_node(node, self._options, transcripts=mirror)
@@ -201,12 +205,16 @@ class ClaudeSession(AgentSession):
         self._quiet_limit = agent.options.no_output_timeout
         self._client: ClaudeSDKClient | None = None
 
-    async def turn(self, prompt: str) -> AsyncIterator[Message]:
+    async def turn(self, prompt: Prompt) -> AsyncIterator[Message]:
+        blocks = self._agent.prepare_prompt(prompt)
         if self._client is None:
             client = ClaudeSDKClient(options=self._options, transport=self._transport)
             await client.connect()
             self._client = client
-        await self._client.query(prompt)
+        if any(isinstance(block, ImageBlock) for block in blocks):
+            await self._client.query(_user_message(blocks))
+        else:
+            await self._client.query(prompt_text(blocks))
         async for converted in quiet_bounded(self._converted(self._client), self._quiet_limit, "claude"):
             message = converted
             if isinstance(message, Result) and self._schema is not None:
@@ -233,6 +241,25 @@ class ClaudeSession(AgentSession):
                 with suppress(Exception):  # the abort is what counts: nothing to report
                     await client.disconnect()
             await self._transport.close()  # idempotent; a disconnect that failed may have left it open
+
+
+async def _user_message(blocks: Sequence[Block]) -> AsyncIterator[dict[str, Any]]:
+    """The prompt as the SDK sends content blocks: one stream-json user message whose
+    content is Messages API blocks (an image as base64 with its media type)."""
+    content = [
+        {
+            "type": "image",
+            "source": {
+                "type": "base64",
+                "media_type": block.media_type,
+                "data": base64.b64encode(block.data).decode(),
+            },
+        }
+        if isinstance(block, ImageBlock)
+        else {"type": "text", "text": block.text}
+        for block in blocks
+    ]
+    yield {"type": "user", "message": {"role": "user", "content": content}, "parent_tool_use_id": None}
 
 
 def convert(message: SDKMessage) -> list[Message]:  # noqa: PLR0911 - one return per kind
