@@ -1,5 +1,6 @@
 """Prompts with images as users give them: ``nodeprov run --image`` with the real Claude Code
-CLI and the real Codex CLI, each against its scripted model API, on local and Docker nodes.
+CLI, the real Codex CLI and the real OpenCode CLI, each against its scripted model API, on
+local and Docker nodes.
 The PNG reaches the model request byte for byte (base64-decoded and compared); after a pause
 the resume on a fresh node still shows the model the first turn's image; what a model cannot
 take is refused before anything is provisioned, with one line."""
@@ -16,11 +17,21 @@ from pathlib import Path
 
 import pytest
 
-from nodeprov.testing import ExecCommand, ResponsesText, ScriptedModel, ScriptedResponses, Text, ToolUse
+from nodeprov.testing import (
+    BashCommand,
+    ChatText,
+    ExecCommand,
+    ResponsesText,
+    ScriptedChat,
+    ScriptedModel,
+    ScriptedResponses,
+    Text,
+    ToolUse,
+)
 from nodeprov.testing.conformance import host_processes_matching, unique_marker
 from nodeprov.testing.images import sample_png
 
-from .agents import require_claude_cli, require_codex_cli
+from .agents import require_claude_cli, require_codex_cli, require_opencode_cli
 from .test_cli import NODEPROV, environment, lines, nodeprov
 
 IMAGE = sample_png(64, 48, seed=7)
@@ -31,37 +42,46 @@ class Model:
     """An agent's scripted model API and the ``nodeprov run`` options that use it."""
 
     agent: str
-    server: ScriptedModel | ScriptedResponses
+    server: ScriptedModel | ScriptedResponses | ScriptedChat
     options: list[str]
     env: list[str]  # -e options: never stored, given again on resume
 
     def say(self, text: str) -> None:
-        self.server.extend([Text(text) if self.agent == "claude" else ResponsesText(text)])  # type: ignore[list-item]
+        said = {"claude": Text, "codex": ResponsesText, "opencode": ChatText}[self.agent](text)
+        self.server.extend([said])
 
     def run_command(self, command: str) -> None:
         if self.agent == "claude":
             self.server.extend([ToolUse("Bash", {"command": command})])  # type: ignore[list-item]
-        else:
+        elif self.agent == "codex":
             self.server.extend([ExecCommand(["sh", "-c", command])])  # type: ignore[list-item]
+        else:
+            self.server.extend([BashCommand(command)])  # type: ignore[list-item]
 
     def images(self) -> list[list[tuple[str, bytes]]]:
         """What each of the agent's requests showed the model."""
         return [request.images() for request in self.server.agent_requests]
 
 
-@pytest.fixture(params=["claude", "codex"])
+@pytest.fixture(params=["claude", "codex", "opencode"])
 def model(request: pytest.FixtureRequest) -> Iterator[Model]:
     if request.param == "claude":
         require_claude_cli()
         with ScriptedModel() as messages:
             env = _each("-e", [f"{name}={value}" for name, value in messages.agent_env().items()])
             yield Model("claude", messages, ["--model", "claude-sonnet-4-5"], env)
-    else:
+    elif request.param == "codex":
         require_codex_cli()
         with ScriptedResponses(model="gpt-5-codex") as responses:
             provider = "model_provider=" + json.dumps(responses.codex_config())
             env = _each("-e", [f"{name}={value}" for name, value in responses.agent_env().items()])
             yield Model("codex", responses, ["--model", "gpt-5-codex", "-o", provider], env)
+    else:
+        require_opencode_cli()
+        with ScriptedChat() as chat:
+            provider = "provider=" + json.dumps(chat.opencode_provider())
+            env = _each("-e", [f"{name}={value}" for name, value in chat.agent_env().items()])
+            yield Model("opencode", chat, ["--model", chat.opencode_model, "-o", provider], env)
 
 
 def _each(flag: str, values: list[str]) -> list[str]:

@@ -144,6 +144,8 @@ class OpenCodeAgent(Agent[OpenCodeOptions]):
         ModelInfo("anthropic/claude-sonnet-4-5", "Claude Sonnet 4.5", 1_000_000, vision=True),
         ModelInfo("openai/gpt-5", "GPT-5", 400_000, vision=True),
     )
+    # Anthropic's, the stricter: for a model whose API is not known (limits_for_images).
+    image_limits: ClassVar[ImageLimits | None] = ANTHROPIC_IMAGE_LIMITS
     # A provider/model pair, as OpenCode spells models: no other agent's names have a slash.
     model_patterns: ClassVar[tuple[str, ...]] = (f"{_PROVIDER_ID}/.+",)
 
@@ -187,13 +189,13 @@ class OpenCodeAgent(Agent[OpenCodeOptions]):
             return ModelInfo(model, found.name or model, found.context_window, vision=found.vision)
         return super().model_info()
 
-    def limits_for_images(self) -> ImageLimits:
+    def limits_for_images(self) -> ImageLimits | None:
         """OpenAI's limits for an OpenAI-compatible endpoint and OpenAI's models; Anthropic's
         (the stricter) for Claude models and any other."""
         owner, _, model = (self.options.model or "").partition("/")
         custom = self.options.provider is not None and owner == self.options.provider.id
         openai = custom or owner == "openai" or model.startswith(("gpt-", "o1", "o3", "o4"))
-        return OPENAI_IMAGE_LIMITS if openai else ANTHROPIC_IMAGE_LIMITS
+        return OPENAI_IMAGE_LIMITS if openai else self.image_limits
 
     def session(
         self,
