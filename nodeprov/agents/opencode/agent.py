@@ -338,23 +338,22 @@ class OpenCodeSession(AgentSession):
         self._interrupted = False
         self._agent.state_changes(node, self.session_id)
         converter = Converter(self.session_id)
-        async with await node.spawn(spawn) as process:
-            process.stop_policy = policy
-            self._process = process
-            try:
-                # The prompt on stdin, never an argument (`ps` shows those, the kernel caps them).
-                await process.stdin.send(f"{text}\n{marker}\n".encode())
-                await process.stderr.aclose()
-                async for batch in self._messages(
-                    process, converter, options.no_output_timeout or float("inf")
-                ):
-                    for message in batch:
-                        yield message
-                result = await self._ending(process, converter)
-                await self._archive_state()
-                yield result
-            finally:
-                self._process = None
+        process = await node.spawn(spawn)
+        process.stop_policy = policy
+        self._process = process
+        try:
+            # The prompt on stdin, never an argument (`ps` shows those, the kernel caps them).
+            await process.stdin.send(f"{text}\n{marker}\n".encode())
+            await process.stderr.aclose()
+            async for batch in self._messages(process, converter, options.no_output_timeout or float("inf")):
+                for message in batch:
+                    yield message
+            result = await self._ending(process, converter)
+            await self._archive_state()
+            yield result
+        finally:
+            self._process = None
+            await _stop(process)
 
     async def _messages(
         self, process: SpawnedProcess, converter: Converter, quiet_limit: float
@@ -421,10 +420,23 @@ class OpenCodeSession(AgentSession):
         if process is not None:
             self._interrupted = True
             await process.terminate()
+            # The end of the guard's channel too: it sweeps at once what the turn left,
+            # which a node that waits for every process of the turn (a local one) waits for.
+            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, NodeprovError):
+                await process.stdin.aclose()
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             process, self._process = self._process, None
             if process is not None:
-                with suppress(NodeprovError):
-                    await process.aclose()
+                await _stop(process)
+
+
+async def _stop(process: SpawnedProcess) -> None:
+    """Stop a turn's process (shielded, never raises): SIGTERM to OpenCode before the end of
+    the guard's channel, so that the guard finds it gone and sweeps what it left at once
+    (rather than after its grace, OpenCode not being gone yet)."""
+    with anyio.CancelScope(shield=True), suppress(NodeprovError):
+        if process.returncode is None:
+            await process.terminate()
+        await process.aclose()
