@@ -102,13 +102,16 @@ def codex_run_options(responses: ScriptedResponses, **fields: Any) -> dict[str, 
 def opencode_run_options(chat: ScriptedChat, **fields: Any) -> dict[str, Any]:
     """Orchestrator options for an opencode agent that talks to ``chat`` (an OpenAI-compatible
     provider of its config), may run commands without asking, and whose CLI is this
-    machine's, shipped to the node."""
+    machine's, shipped to the node. The no-output limit is a loaded machine's: it counts
+    OpenCode's own start-up, which took over 30 s once at a load average of 44 (a check of
+    the limit sets its own)."""
     return {
         "env": chat.agent_env(),
         "provider": chat.opencode_provider(),
         "model": chat.opencode_model,
         "permission": "full",
         "ship_cli": True,
+        "no_output_timeout": 120,
         **fields,
     }
 

@@ -9,8 +9,9 @@ events and the CLI know agents only through this contract; agents register under
     [project.entry-points."nodeprov.agents"]
     claude = "nodeprov.agents.claude:ClaudeAgent"
 
-Two ship with nodeprov: ``claude`` (the Claude Code CLI through the Claude Agent SDK) and
-``codex`` (the OpenAI Codex CLI, ``codex exec --json``).
+Three ship with nodeprov: ``claude`` (the Claude Code CLI through the Claude Agent SDK),
+``codex`` (the OpenAI Codex CLI, ``codex exec --json``) and ``opencode`` (OpenCode,
+``opencode run --format json``).
 
 Pausing is not an agent's business: the workflow pauses every agent the same way (it
 interrupts the turn, then aborts the session, and keeps the agent's session id); resuming
