@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ import anyio
 
 from ..errors import NodeprovError
 from ..node import NodeHandle
+from ..prompts import Block, ImageBlock
 from . import SessionArchive, StateKey
 
 if TYPE_CHECKING:
@@ -64,6 +66,16 @@ async def read_jsonl(node: NodeHandle, path: str) -> list[dict[str, Any]] | None
         with suppress(ValueError):
             entries.append(json.loads(line))
     return entries
+
+
+async def write_images(node: NodeHandle, directory: str, blocks: Sequence[Block]) -> list[str]:
+    """Write the images among ``blocks`` to ``directory`` on ``node``, each named by its hash,
+    for a CLI that takes images as files; their paths, in order."""
+    paths = []
+    for image in (block for block in blocks if isinstance(block, ImageBlock)):
+        paths.append(f"{directory}/{image.filename}")
+        await node.write_file(paths[-1], image.data)
+    return paths
 
 
 async def write_jsonl(node: NodeHandle, path: str, entries: list[Any]) -> None:

@@ -65,7 +65,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ..node import NodeHandle
 from ..offline import demo_responses
-from ..prompts import OPENAI_IMAGE_LIMITS, ImageBlock, ImageLimits, Prompt, prompt_text
+from ..prompts import OPENAI_IMAGE_LIMITS, ImageLimits, Prompt, prompt_text
 from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from . import (
     Agent,
@@ -84,7 +84,7 @@ from . import (
     ToolResult,
     ToolUse,
 )
-from ._files import archive_file, read_lines, write_jsonl
+from ._files import archive_file, read_lines, write_images, write_jsonl
 from ._guard import guard_stdin
 from .structured import check_structured
 
@@ -296,10 +296,7 @@ class CodexSession(AgentSession):
         if "\x00" in text:
             raise ConfigError("a prompt cannot hold a NUL character")
         home = _home(node, self._project_key)
-        images: list[str] = []
-        for image in (block for block in blocks if isinstance(block, ImageBlock)):
-            images.append(f"{home}/nodeprov/images/{image.filename}")
-            await node.write_file(images[-1], image.data)
+        images = await write_images(node, f"{home}/nodeprov/images", blocks)
         schema_file = None
         if options.output_schema is not None:
             schema = json.dumps(options.output_schema, sort_keys=True).encode()

@@ -39,6 +39,18 @@ def decode_data_url(url: object) -> tuple[str, bytes] | None:
         return None
 
 
+def strings_of(value: Any) -> Iterator[str]:
+    """Every string of a request's content, in order: a string, the items of a list, the
+    ``text`` of an object (how OpenAI's APIs nest message text)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings_of(item)
+    elif isinstance(value, dict) and "text" in value:
+        yield from strings_of(value["text"])
+
+
 class _Recorded(Protocol):
     @property
     def is_agent_turn(self) -> bool: ...

@@ -17,14 +17,12 @@ Point OpenCode at it with :meth:`ScriptedChat.opencode_provider` (the OpenCode a
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._server import ScriptedServer, ScriptHandler, ScriptState
+from ._server import ScriptedServer, ScriptHandler, ScriptState, decode_data_url, strings_of
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -139,13 +137,13 @@ class ChatRequest:
     @property
     def tool_outputs(self) -> list[str]:
         """The results of earlier tool calls that the request carries (``role: tool``), oldest first."""
-        return ["\n".join(_strings(m.get("content"))) for m in self.messages if m.get("role") == "tool"]
+        return ["\n".join(strings_of(m.get("content"))) for m in self.messages if m.get("role") == "tool"]
 
     def text(self) -> str:
         """Every text of the request's user, assistant and tool messages, joined (the system
         prompt left out)."""
         return "\n".join(
-            text for m in self.messages if m.get("role") != "system" for text in _strings(m.get("content"))
+            text for m in self.messages if m.get("role") != "system" for text in strings_of(m.get("content"))
         )
 
     def images(self) -> list[tuple[str, bytes]]:
@@ -158,24 +156,11 @@ class ChatRequest:
             if message.get("role") != "user" or not isinstance(content, list):
                 continue
             for part in content:
-                url = part.get("image_url", {}).get("url", "") if isinstance(part, dict) else ""
-                if isinstance(url, str) and url.startswith("data:") and ";base64," in url:
-                    media_type, data = url[5:].split(";base64,", 1)
-                    try:
-                        found.append((media_type, base64.b64decode(data, validate=True)))
-                    except binascii.Error:
-                        continue  # not base64: not an image a model would see either
+                image = part.get("image_url") if isinstance(part, dict) else None
+                decoded = decode_data_url(image.get("url") if isinstance(image, dict) else None)
+                if decoded is not None:  # not base64: not an image a model would see either
+                    found.append(decoded)
         return found
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-    elif isinstance(value, dict) and "text" in value:
-        yield from _strings(value["text"])
 
 
 def _tools(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._server import ScriptedServer, ScriptHandler, ScriptState, decode_data_url
+from ._server import ScriptedServer, ScriptHandler, ScriptState, decode_data_url, strings_of
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -131,7 +131,7 @@ class ResponsesRequest:
     def function_call_outputs(self) -> list[str]:
         """The outputs of earlier tool calls that the request carries, oldest first."""
         return [
-            "\n".join(_strings(item.get("output")))
+            "\n".join(strings_of(item.get("output")))
             for item in self.input
             if item.get("type") in {"function_call_output", "custom_tool_call_output"}
         ]
@@ -152,9 +152,9 @@ class ResponsesRequest:
         for item in self.input:
             kind = item.get("type", "message")
             if kind == "message":
-                parts.extend(_strings(item.get("content")))
+                parts.extend(strings_of(item.get("content")))
             elif kind in {"function_call_output", "custom_tool_call_output"}:
-                parts.extend(_strings(item.get("output")))
+                parts.extend(strings_of(item.get("output")))
         return "\n".join(parts)
 
     def images(self) -> list[tuple[str, bytes]]:
@@ -170,16 +170,6 @@ class ResponsesRequest:
                     if decoded is not None:
                         found.append(decoded)
         return found
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-    elif isinstance(value, dict) and "text" in value:
-        yield from _strings(value["text"])
 
 
 @dataclass

@@ -22,14 +22,13 @@ from ...offline import demo_chat
 from ...prompts import (
     ANTHROPIC_IMAGE_LIMITS,
     OPENAI_IMAGE_LIMITS,
-    ImageBlock,
     ImageLimits,
     Prompt,
     prompt_text,
 )
 from ...spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from .. import Agent, AgentOptions, AgentSession, Capabilities, Message, ModelInfo, Result, SessionArchive
-from .._files import read_lines
+from .._files import read_lines, write_images
 from .._guard import guard_stdin
 from .events import Converter, parse
 from .state import home_of, load_state, save_state, state_key, workspace_env
@@ -317,10 +316,7 @@ class OpenCodeSession(AgentSession):
             raise ConfigError("a prompt cannot hold a NUL character")
         node, options = self._node, self._agent.options
         home = home_of(node, self._project_key)
-        files = []
-        for image in (block for block in blocks if isinstance(block, ImageBlock)):
-            files.append(f"{home}/nodeprov/images/{image.filename}")
-            await node.write_file(files[-1], image.data)
+        files = await write_images(node, f"{home}/nodeprov/images", blocks)
         self._stderr_file = f"{home}/nodeprov/stderr-{secrets.token_hex(8)}.log"
         argv = self._agent.command(node, resume=self.session_id, files=files)
         # The end of stdin means nothing to OpenCode (it has had it since the prompt): an
