@@ -1,6 +1,6 @@
 """The durable session store: workspaces and their agent sessions, runs and their events
-and their prompts' images, node intents, pause snapshots, control-plane leases, and agent
-transcripts mirrored off the nodes.
+and their prompts' images, node intents, pause snapshots, control-plane leases, agent
+transcripts mirrored off the nodes, and the HTTP API's tokens and idempotency keys.
 
 ``await Store.open()`` uses an embedded SQLite file under the user's state directory
 (``$XDG_STATE_HOME/nodeprov/nodeprov.db``, WAL, safe with several processes);
@@ -10,7 +10,7 @@ by the store's ``statement_timeout``; run events and transcript frames are writt
 group commit (one transaction for whatever many runs submit at once).
 
 Nothing secret is stored: agent options are kept without their ``env``, and the callers
-supply credentials again when they resume.
+supply credentials again when they resume; an API token is kept as its secret's SHA-256.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from ..prompts import ImageBlock
 from ._db import DEFAULT_STATEMENT_TIMEOUT, Database, PostgresDatabase, SQLiteDatabase, Statements
 from ._schema import migrate
 from .entries import EntryBatch, EntryKey, EntryStore, KeyedEntry, entry_key, keyed
+from .idempotency import IdempotencyRecord, IdempotencyStore
 from .images import ImageStore
 from .records import (
     EventRecord,
@@ -43,12 +44,16 @@ from .records import (
     SessionRecord,
     SnapshotRecord,
 )
+from .tokens import SCOPES, TokenRecord, TokenStore
 
 __all__ = [
+    "SCOPES",
     "EntryBatch",
     "EntryKey",
     "EntryStore",
     "EventRecord",
+    "IdempotencyRecord",
+    "IdempotencyStore",
     "ImageStore",
     "KeyedEntry",
     "LeaseRecord",
@@ -60,6 +65,8 @@ __all__ = [
     "Store",
     "StoreError",
     "TokenError",
+    "TokenRecord",
+    "TokenStore",
     "default_store_path",
     "entry_key",
     "keyed",
@@ -138,6 +145,16 @@ class Store:
     def images(self) -> ImageStore:
         """Prompts' images, by hash."""
         return ImageStore(self.db)
+
+    @cached_property
+    def tokens(self) -> TokenStore:
+        """The HTTP API's bearer tokens."""
+        return TokenStore(self.db)
+
+    @cached_property
+    def idempotency(self) -> IdempotencyStore:
+        """The HTTP API's idempotency keys."""
+        return IdempotencyStore(self.db)
 
     @cached_property
     def transcripts(self) -> EntryStore:

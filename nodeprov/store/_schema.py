@@ -140,6 +140,32 @@ MIGRATIONS: list[list[str]] = [
         # A prompt of blocks (JSON: text blocks, and images by reference); '[]': the text alone.
         "ALTER TABLE runs ADD COLUMN prompt_blocks TEXT NOT NULL DEFAULT '[]'",
     ],
+    [
+        # Bearer tokens of the HTTP API: the secret's SHA-256 (hex) alone, never the secret;
+        # scopes as a sorted JSON list.
+        """CREATE TABLE api_tokens (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            scopes TEXT NOT NULL,
+            secret_sha256 TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            revoked_at TEXT)""",
+        "CREATE UNIQUE INDEX api_tokens_secret ON api_tokens(secret_sha256)",
+        # The HTTP API's Idempotency-Keys, per caller (scope): the first request's resource
+        # and, once done, its answer; purged by age.
+        """CREATE TABLE idempotency_keys (
+            scope TEXT NOT NULL,
+            key TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            resource_id TEXT NOT NULL,
+            holder TEXT NOT NULL,
+            state TEXT NOT NULL,
+            response TEXT,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (scope, key))""",
+        "CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at)",
+    ],
 ]
 
 
