@@ -1,0 +1,101 @@
+"""The ``tokens`` commands: the HTTP API's bearer tokens (``create``, ``ls``, ``revoke``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+import anyio
+import typer
+
+from ..store import SCOPES, Store, TokenRecord
+from .app import JsonOption, StoreOption, app, errors, fail
+from .render import emit, err, out, print_table, when
+
+__all__ = ["create", "ls", "revoke", "tokens_app"]
+
+tokens_app = typer.Typer(
+    name="tokens",
+    no_args_is_help=True,
+    help="API tokens of `nodeprov serve`: make one (its secret is shown once), list, revoke.",
+)
+app.add_typer(tokens_app)
+
+
+@tokens_app.command()
+def create(
+    name: Annotated[str, typer.Argument(help="What the token is for (a person, a CI job).")],
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(help=f"What the token may do: {', '.join(SCOPES)}. Repeatable; at least one."),
+    ] = None,
+    store: StoreOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Make a token and print its secret, this once: only its hash is kept."""
+
+    async def make() -> tuple[TokenRecord, str]:
+        async with await Store.open(store) as opened:
+            return await opened.tokens.create(name, scope or ())
+
+    with errors():
+        record, secret = anyio.run(make)
+    if json_output:
+        emit({"id": record.id, "name": record.name, "scopes": list(record.scopes), "token": secret})
+        return
+    err.print(
+        f"token {record.id} ({', '.join(record.scopes)}): its secret is shown this once, keep it now",
+        soft_wrap=True,
+        markup=False,
+    )
+    out.print(secret, soft_wrap=True, markup=False)
+
+
+@tokens_app.command()
+def ls(store: StoreOption = None, json_output: JsonOption = False) -> None:
+    """List tokens, revoked ones too, oldest first (never a secret)."""
+
+    async def load() -> list[TokenRecord]:
+        async with await Store.open(store) as opened:
+            return await opened.tokens.tokens()
+
+    with errors():
+        records = anyio.run(load)
+    if json_output:
+        for record in records:
+            emit(dataclasses.asdict(record) | {"scopes": list(record.scopes)})
+        return
+    print_table(
+        ["token", "name", "scopes", "created", "revoked"],
+        [
+            [
+                record.id,
+                record.name,
+                " ".join(record.scopes),
+                when(record.created_at),
+                when(record.revoked_at or ""),
+            ]
+            for record in records
+        ],
+        ids=("token",),
+    )
+
+
+@tokens_app.command()
+def revoke(
+    token_id: Annotated[str, typer.Argument(metavar="ID", help="Token id (tok-...).")],
+    store: StoreOption = None,
+) -> None:
+    """Revoke a token for good: it is refused from now on."""
+
+    async def revoke_it() -> str:
+        async with await Store.open(store) as opened:
+            if await opened.tokens.revoke(token_id):
+                return f"revoked {token_id}"
+            if any(record.id == token_id for record in await opened.tokens.tokens()):
+                return f"{token_id} was revoked already"
+        fail(f"no such token {token_id}")
+
+    with errors():
+        said = anyio.run(revoke_it)
+    out.print(said, soft_wrap=True, markup=False)
