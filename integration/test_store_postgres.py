@@ -35,6 +35,8 @@ TABLES = [
     "transcript_entries",
     "transcript_summaries",
     "images",
+    "api_tokens",
+    "idempotency_keys",
 ]
 
 

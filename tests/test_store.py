@@ -3,9 +3,14 @@ PostgreSQL by overriding the ``make_store`` fixture."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import math
+import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +26,7 @@ from nodeprov.store import (
     EntryBatch,
     EntryKey,
     EventRecord,
+    IdempotencyRecord,
     RunRecord,
     SnapshotRecord,
     Store,
@@ -388,3 +394,156 @@ async def test_the_store_keeps_each_image_once_by_hash(store: Store) -> None:
     assert got == {first.sha256: first, second.sha256: second}
     rows = await store.db.fetchall("SELECT sha256 FROM images")
     assert sorted(row[0] for row in rows) == sorted([first.sha256, second.sha256])
+
+
+async def test_a_token_authenticates_by_its_secret_until_revoked(store: Store) -> None:
+    ci, ci_secret = await store.tokens.create("ci", ["runs", "read", "runs"])
+    admin, admin_secret = await store.tokens.create("ops", ["admin"])
+    assert re.fullmatch(r"tok-[0-9a-f]{12}", ci.id)
+    assert (ci.name, ci.scopes, ci.revoked_at) == ("ci", ("read", "runs"), None)
+    assert ci_secret.startswith("npt_")
+    assert len(ci_secret) >= 4 + 43  # 32 random bytes, URL-safe base64
+    assert ci_secret != admin_secret
+    assert await store.tokens.authenticate(ci_secret) == ci
+    assert await store.tokens.authenticate(admin_secret) == admin
+    for wrong in ("", ci_secret + "x", ci_secret[:-1], "npt_\udcff"):
+        assert await store.tokens.authenticate(wrong) is None
+    assert await store.tokens.tokens() == [ci, admin]  # oldest first
+    assert await store.tokens.any_active()
+
+    assert await store.tokens.revoke(ci.id)
+    assert not await store.tokens.revoke(ci.id)  # revoked already: nothing changes
+    assert not await store.tokens.revoke("tok-000000000000")
+    assert await store.tokens.authenticate(ci_secret) is None
+    assert await store.tokens.authenticate(admin_secret) == admin
+    listed = await store.tokens.tokens()
+    assert [record.id for record in listed] == [ci.id, admin.id]  # revoked ones too
+    assert listed[0].revoked_at is not None
+    assert listed[1].revoked_at is None
+    assert await store.tokens.any_active()
+    assert await store.tokens.revoke(admin.id)
+    assert not await store.tokens.any_active()
+
+
+async def test_only_a_tokens_hash_is_stored(store: Store) -> None:
+    record, secret = await store.tokens.create("ci", ["read"])
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    random_part = secret.removeprefix("npt_")
+    assert secret not in repr(record)
+    rows = await store.db.fetchall("SELECT * FROM api_tokens")
+    cells = [str(cell) for row in rows for cell in row]
+    assert digest in cells  # stored: the check below looks in the right place
+    assert not [cell for cell in cells if random_part in cell]
+    if store.url.startswith("sqlite:///"):
+        path = anyio.Path(store.url.removeprefix("sqlite://"))
+        stored = b"".join([await each.read_bytes() async for each in path.parent.glob(path.name + "*")])
+        assert digest.encode() in stored
+        assert random_part.encode() not in stored
+
+
+async def test_a_token_needs_a_name_and_known_scopes(store: Store) -> None:
+    refused: list[tuple[str, Any, str]] = [
+        ("", ["read"], "needs a name"),
+        ("  ", ["read"], "needs a name"),
+        ("ci", [], "at least one scope"),
+        ("ci", ["read", "write", "all"], "unknown scopes all, write"),
+        ("ci", "read", "not the string 'read'"),
+    ]
+    for name, scopes, why in refused:
+        with pytest.raises(ConfigError, match=why):
+            await store.tokens.create(name, scopes)
+    assert await store.tokens.tokens() == []
+    assert not await store.tokens.any_active()
+
+
+async def test_of_many_racing_reserves_of_a_key_exactly_one_makes_it(make_store: MakeStore) -> None:
+    async with await make_store(False) as first, await make_store(False) as second:
+        outcomes: list[tuple[IdempotencyRecord, bool]] = []
+
+        async def reserve(store: Store, n: int) -> None:
+            outcomes.append(
+                await store.idempotency.reserve(
+                    "tok-1", "key-1", kind="run", fingerprint="f", resource_id=f"run-{n}", holder=f"lease:{n}"
+                )
+            )
+
+        async with anyio.create_task_group() as tg:
+            for n in range(50):
+                tg.start_soon(reserve, (first, second)[n % 2], n)
+        made = [record for record, made in outcomes if made]
+        assert len(made) == 1
+        assert made[0].state == "pending"
+        assert {record for record, _ in outcomes} == {made[0]}  # the same resource and holder for all
+        other, other_made = await second.idempotency.reserve(
+            "tok-2", "key-1", kind="node", fingerprint="g", resource_id="np-1", holder="lease:x"
+        )
+        assert other_made  # keys are per caller
+        assert (other.kind, other.resource_id) == ("node", "np-1")
+
+
+async def test_an_idempotency_key_is_taken_over_completed_and_forgotten(store: Store) -> None:
+    reserved, made = await store.idempotency.reserve(
+        "tok-1", "k", kind="run", fingerprint="f", resource_id="run-1", holder="lease:a"
+    )
+    assert made
+    assert (reserved.scope, reserved.key, reserved.holder, reserved.response) == (
+        "tok-1",
+        "k",
+        "lease:a",
+        None,
+    )
+    assert not await store.idempotency.take_over("tok-1", "k", holder_was="lease:b", holder="lease:c")
+    assert await store.idempotency.take_over("tok-1", "k", holder_was="lease:a", holder="lease:b")
+    assert not await store.idempotency.take_over("tok-1", "k", holder_was="lease:a", holder="lease:c")
+
+    await store.idempotency.complete("tok-1", "k", '{"id": "run-1"}')
+    await store.idempotency.complete("tok-1", "k", '{"id": "run-2"}')  # the first answer stands
+    await store.idempotency.forget("tok-1", "k")  # done: kept
+    assert not await store.idempotency.take_over("tok-1", "k", holder_was="lease:b", holder="lease:c")
+    found, made = await store.idempotency.reserve(
+        "tok-1", "k", kind="run", fingerprint="f2", resource_id="run-9", holder="lease:z"
+    )
+    assert not made
+    assert found == dataclasses.replace(reserved, holder="lease:b", state="done", response='{"id": "run-1"}')
+
+    await store.idempotency.reserve(
+        "tok-1", "failed", kind="node", fingerprint="f", resource_id="np-1", holder="h"
+    )
+    await store.idempotency.forget("tok-1", "failed")
+    again, made = await store.idempotency.reserve(
+        "tok-1", "failed", kind="node", fingerprint="f", resource_id="np-2", holder="h"
+    )
+    assert made  # afresh, with the retry's resource
+    assert again.resource_id == "np-2"
+
+
+async def test_idempotency_keys_are_purged_by_age(store: Store) -> None:
+    for key in ("old", "new"):
+        await store.idempotency.reserve(
+            "tok-1", key, kind="run", fingerprint="f", resource_id=key, holder="h"
+        )
+    two_days_ago = (datetime.now(UTC) - timedelta(days=2)).isoformat(timespec="microseconds")
+    await store.db.execute("UPDATE idempotency_keys SET created_at = ? WHERE key = 'old'", (two_days_ago,))
+    assert await store.idempotency.purge(86400) == 1
+    assert await store.idempotency.purge(86400) == 0
+    rows = await store.db.fetchall("SELECT key FROM idempotency_keys")
+    assert rows == [("new",)]
+    assert await store.idempotency.purge(0) == 1
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(ConfigError, match="zero or more"):
+            await store.idempotency.purge(bad)
+
+
+async def test_a_bad_idempotency_key_or_kind_is_refused(store: Store) -> None:
+    for key in ("", "k" * 256, "caf\u00e9", "a\nb", "tab\there", "\x7f"):
+        with pytest.raises(ConfigError, match="printable ASCII"):
+            await store.idempotency.reserve(
+                "s", key, kind="run", fingerprint="f", resource_id="r", holder="h"
+            )
+    with pytest.raises(ConfigError, match="unknown idempotency key kind 'job'"):
+        await store.idempotency.reserve("s", "k", kind="job", fingerprint="f", resource_id="r", holder="h")
+    for key in ("k" * 255, " ~!Az09 "):
+        _, made = await store.idempotency.reserve(
+            "s", key, kind="run", fingerprint="f", resource_id="r", holder="h"
+        )
+        assert made
