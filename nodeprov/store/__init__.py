@@ -124,22 +124,10 @@ def _columns(cls: type[Any]) -> str:
     return ", ".join(f.name for f in fields(cls))
 
 
-class Store:
-    """The store; use ``async with await Store.open(url) as store`` or call :meth:`aclose`.
+class _Parts:
+    """The parts of the store kept in modules of their own, each on the store's database."""
 
-    Raises :class:`~nodeprov.errors.StoreError` when the database fails or a statement
-    runs out of time, and :class:`~nodeprov.errors.TokenError` for a bad resume token.
-    """
-
-    def __init__(self, db: Database, url: str, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT) -> None:
-        self.db = db
-        self.url = url
-        self._statement_timeout = statement_timeout
-        # Lease renewals get a connection of their own, opened by the first: queued behind
-        # a busy control plane's writes, a renewal could come too late and lose the lease.
-        self._heartbeats: Database | None = None
-        self._heartbeats_opening = anyio.Lock()
-        self._closed = False
+    db: Database
 
     @cached_property
     def images(self) -> ImageStore:
@@ -160,6 +148,24 @@ class Store:
     def transcripts(self) -> EntryStore:
         """The agents' session state, as entries (see :mod:`nodeprov.store.entries`)."""
         return EntryStore(self.db)
+
+
+class Store(_Parts):
+    """The store; use ``async with await Store.open(url) as store`` or call :meth:`aclose`.
+
+    Raises :class:`~nodeprov.errors.StoreError` when the database fails or a statement
+    runs out of time, and :class:`~nodeprov.errors.TokenError` for a bad resume token.
+    """
+
+    def __init__(self, db: Database, url: str, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT) -> None:
+        self.db = db
+        self.url = url
+        self._statement_timeout = statement_timeout
+        # Lease renewals get a connection of their own, opened by the first: queued behind
+        # a busy control plane's writes, a renewal could come too late and lose the lease.
+        self._heartbeats: Database | None = None
+        self._heartbeats_opening = anyio.Lock()
+        self._closed = False
 
     @classmethod
     async def open(
