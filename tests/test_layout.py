@@ -51,6 +51,32 @@ def test_no_module_over_600_lines_and_no_class_over_400() -> None:
     assert too_big == []
 
 
+UPPER_LAYERS = {f"nodeprov.{layer}" for layer in ("runs", "agents", "offline", "store", "cli", "testing")}
+
+
+def test_the_core_imports_no_layer_above_it() -> None:
+    """The core (``node/``, ``exec/`` and the top-level modules: ``registry``, ``fleet``,
+    ``spawn``...) builds on nothing above it; ``__init__`` (which loads the agent registry
+    on first use) and ``__main__`` (the CLI's) are the package's doors, not the core."""
+    core = [
+        *(
+            path
+            for path in (ROOT / "nodeprov").glob("*.py")
+            if path.name not in ("__init__.py", "__main__.py")
+        ),
+        *(ROOT / "nodeprov" / "node").rglob("*.py"),
+        *(ROOT / "nodeprov" / "exec").rglob("*.py"),
+    ]
+    assert ROOT / "nodeprov" / "fleet.py" in core
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in core
+        for name in _imports(path)
+        if ".".join(name.split(".")[:2]) in UPPER_LAYERS
+    ]
+    assert found == []
+
+
 def test_the_store_imports_no_agent_sdk() -> None:
     found = [
         f"{path.relative_to(ROOT)}: {name}"

@@ -11,8 +11,9 @@ from rich.text import Text
 
 from ..agents.registry import agent_class, agent_names
 from ..errors import NodeprovError
+from ..fleet import make_provider
 from ..spawn import SpawnOptions
-from .app import SettingOption, app, errors, make_provider, parse_settings
+from .app import SettingOption, app, errors, parse_settings
 from .render import emit, print_table
 
 __all__ = ["agents"]

@@ -20,8 +20,6 @@ from pydantic import ValidationError
 from rich.markup import escape
 
 from ..errors import ConfigError, NodeprovError
-from ..node import NodeProvider
-from ..registry import provider_class, provider_names
 from .render import err
 
 __all__ = [
@@ -36,12 +34,9 @@ __all__ = [
     "app",
     "errors",
     "fail",
-    "make_provider",
     "parse_env",
     "parse_pair",
     "parse_settings",
-    "provider_settings",
-    "secret_settings",
 ]
 
 SCRIPTED = "scripted"
@@ -148,36 +143,6 @@ def parse_env(items: list[str] | None) -> dict[str, str]:
     return env
 
 
-def provider_settings(name: str, given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` over the settings of provider ``name`` found in this environment: a variable
-    ``NODEPROV_<NAME>_<FIELD>`` (``NODEPROV_SSH_HOST``, ``NODEPROV_SSH_KEY_FILES``), its value
-    as JSON when it parses. Secrets (an ``env`` setting) are best given this way: not in argv.
-
-    Raises:
-        ProviderNotFoundError, ConfigError: as :func:`~nodeprov.registry.provider_class`.
-    """
-    prefix = _env_prefix(name)
-    found: dict[str, Any] = {}
-    for field in provider_class(name).settings_model.model_fields:
-        raw = os.environ.get(prefix + field.upper())
-        if raw is not None:
-            try:
-                found[field] = json.loads(raw)
-            except ValueError:
-                found[field] = raw
-    return found | given
-
-
-def make_provider(name: str, settings: dict[str, Any]) -> NodeProvider[Any]:
-    """The provider ``name`` with validated ``settings`` (over those of the environment, see
-    :func:`provider_settings`); one that declares an image needs one (checked here, before
-    anything is recorded or made)."""
-    provider = provider_class(name).from_settings(**provider_settings(name, settings))
-    if "image" in type(provider.settings).model_fields and getattr(provider.settings, "image", None) is None:
-        raise ConfigError(f"the {name} provider needs an image (setting 'image')")
-    return provider
-
-
 StoreOption = Annotated[
     str | None,
     typer.Option(
@@ -203,28 +168,3 @@ AgentOptionsOption = Annotated[
 ProviderOption = Annotated[str | None, typer.Option("--provider", "-p", help="Provider name (default: all).")]
 RunOption = Annotated[str, typer.Argument(metavar="RUN", help="Run id.")]
 NodeOption = Annotated[str, typer.Argument(metavar="NODE", help="Node id.")]
-
-
-def secret_settings(provider: str | None, setting: list[str] | None) -> dict[str, dict[str, Any]]:
-    """Per provider, the secret settings found here (NODEPROV_<PROVIDER>_*, and -s for the
-    named provider): what a reconcile needs of a run's provider settings that runs never
-    store (an SSH key's passphrase, a token). Only secrets: a run's other settings are its own."""
-    found: dict[str, dict[str, Any]] = {}
-    names = [provider] if provider else provider_names()
-    for name in names:
-        if name != provider and not any(key.startswith(_env_prefix(name)) for key in os.environ):
-            continue  # nothing set for it here: not worth importing it
-        try:
-            cls = provider_class(name)
-            given = provider_settings(name, parse_settings(setting) if provider else {})
-        except NodeprovError:
-            continue  # not loadable here: its runs' nodes cannot be reached from here either
-        if secrets := {
-            key: value for key, value in given.items() if key in cls.settings_model.secret_fields()
-        }:
-            found[name] = secrets
-    return found
-
-
-def _env_prefix(provider: str) -> str:
-    return f"NODEPROV_{provider.upper().replace('-', '_')}_"

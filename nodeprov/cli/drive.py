@@ -18,9 +18,10 @@ from rich.markup import escape
 
 from ..agents.registry import agent_class
 from ..errors import NodeprovError, RunStateError
+from ..fleet import secret_settings_from_env
 from ..runs import Orchestrator, PauseKind, Run
 from ..store import Store
-from .app import SCRIPTED, fail, secret_settings
+from .app import SCRIPTED, fail
 from .events import show_event
 from .render import err, out
 
@@ -62,7 +63,7 @@ async def drive_run(request: RunRequest, start: Start) -> str:
     async with _model_options(request.model, request.agent, request.prompt) as model_options:
         env = {**model_options.get("env", {}), **request.options["env"]}
         options = {**request.options, **model_options, "env": env}
-        secrets = secret_settings(None, None)  # what a reconcile of others' runs may need
+        secrets = secret_settings_from_env(None)  # what a reconcile of others' runs may need
         async with (
             await Store.open(request.store) as store,
             Orchestrator(store, provider_settings=secrets) as orchestrator,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
-import logging
 import os
 import posixpath
 import re
@@ -24,7 +23,8 @@ from anyio.abc import ByteReceiveStream
 from rich.markup import escape
 from rich.text import Text
 
-from ..errors import ConfigError, NodeGoneError, NodeprovError, ProviderError
+from ..errors import ConfigError
+from ..fleet import Fleet, Readiness, make_provider, readiness, secret_settings_from_env
 from ..node import (
     LABEL_EXPIRES_AT,
     LABEL_OWNER,
@@ -34,7 +34,7 @@ from ..node import (
     NodeInfo,
     NodeProvider,
 )
-from ..registry import provider_class, provider_names
+from ..registry import provider_names
 from ..spawn import SpawnOptions
 from ..store import Store
 from .app import (
@@ -46,18 +46,14 @@ from .app import (
     app,
     errors,
     fail,
-    make_provider,
     parse_env,
     parse_pair,
     parse_settings,
-    provider_settings,
-    secret_settings,
 )
 from .render import emit, err, out, print_table
 
 __all__ = ["cp", "destroy", "exec_command", "gc", "list_nodes", "providers", "provision"]
 
-logger = logging.getLogger("nodeprov.cli")
 _CHUNK = 65536
 _PROBE_TIMEOUT = 10.0  # a platform that hangs (a Docker engine, an API server) is "not ready"
 _NODE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -81,113 +77,57 @@ def providers(
             raise ConfigError(f"--probe-timeout must be a positive number of seconds, got {probe_timeout:g}")
         given = parse_settings(setting)
 
-    async def check_all() -> list[dict[str, Any]]:
+    async def check_all() -> list[Readiness]:
         names = [provider] if provider else provider_names()
-        rows: list[dict[str, Any]] = [{} for _ in names]
+        checked: dict[int, Readiness] = {}
 
         async def check(index: int, name: str) -> None:
-            rows[index] = await _check(name, given, probe_timeout)
+            checked[index] = await readiness(name, given, probe_timeout=probe_timeout)
 
         async with anyio.create_task_group() as tg:  # each probe may take seconds: all at once
             for index, name in enumerate(names):
                 tg.start_soon(check, index, name)
-        return rows
+        return [checked[index] for index in range(len(names))]
 
     rows = anyio.run(check_all)
-    asked_not_ready = provider is not None and not rows[0]["ready"]
+    asked_not_ready = provider is not None and not rows[0].ready
     if json_output:
         for row in rows:
-            emit(row)
+            emit(row.as_json())
         if asked_not_ready:
             raise typer.Exit(1)
         return
-    table = []
+    table: list[list[str | Text]] = []
     for row in rows:
-        details = [f"{'✓' if r['ok'] else '✗'} {r['name']}: {r['detail']}" for r in row["requirements"]]
-        if row["error"]:
-            details.append(f"✗ {row['error']}")
-        ready = Text("yes") if row["ready"] else Text("no", style="red")
-        table.append([row["name"], ready, "\n".join(details) or "-"])
+        details = [f"{'✓' if r.ok else '✗'} {r.name}: {r.detail}" for r in row.requirements]
+        if row.error:
+            details.append(f"✗ {row.error}")
+        ready = Text("yes") if row.ready else Text("no", style="red")
+        table.append([row.name, ready, "\n".join(details) or "-"])
     print_table(["provider", "ready", "requirements"], table, ids=("provider",))
     if asked_not_ready:  # the one asked about cannot make nodes here
         raise typer.Exit(1)
 
 
-async def _check(name: str, given: dict[str, Any], probe_timeout: float) -> dict[str, Any]:
-    """One provider's requirements, then, when they are met, a probe of its platform with
-    its settings (see :func:`provider_settings`)."""
-    problem = ""
-    try:
-        cls = provider_class(name)
-        requirements = cls.requirements()
-    except NodeprovError as error:
-        requirements, problem = [], str(error)
-    if not problem and all(r.ok for r in requirements):
-        try:
-            made = cls.from_settings(**provider_settings(name, given))
-        except ConfigError as error:
-            made, problem = None, f"not configured: {error}"
-        try:
-            if made is not None:
-                with anyio.fail_after(probe_timeout):
-                    async with made:
-                        await made.probe()
-        except NodeprovError as error:
-            problem = f"not ready: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
-        except TimeoutError:
-            problem = f"not ready: no answer within {probe_timeout:g} s"
-    return {
-        "name": name,
-        "ready": not problem and all(r.ok for r in requirements),
-        "error": problem,
-        "requirements": [dataclasses.asdict(r) for r in requirements],
-    }
+def _given(provider: str | None, setting: list[str] | None) -> dict[str, Any] | None:
+    """The ``-s`` settings of the named provider; None for every provider, which take none.
+
+    Raises:
+        ConfigError: ``-s`` without ``-p``, or a malformed ``-s``.
+    """
+    if provider is None:
+        if setting:
+            raise ConfigError("--setting needs --provider")
+        return None
+    return parse_settings(setting)
 
 
 @asynccontextmanager
-async def _providers(
-    name: str | None, settings: list[str] | None, skipped: list[str] | None = None
-) -> AsyncIterator[list[NodeProvider[Any]]]:
-    """The named provider, or every installed one that its environment settings configure
-    (one that needs settings, such as ssh's host, is skipped until they are given, and
-    ``skipped`` says why); their connections closed on exit."""
-    if name is None and settings:
-        raise ConfigError("--setting needs --provider")
-    made = []
-    if name is not None:
-        made.append(provider_class(name).from_settings(**provider_settings(name, parse_settings(settings))))
-    else:
-        for each in provider_names():
-            try:
-                made.append(provider_class(each).from_settings(**provider_settings(each, {})))
-            except NodeprovError as error:  # not configured here, or not loadable
-                logger.info("provider %s is not set up here: skipped", each)
-                if skipped is not None:
-                    skipped.append(f"{each}: skipped, not set up here ({_first_line(error)})")
-    try:
-        yield made
-    finally:
-        with anyio.CancelScope(shield=True):
-            for provider in made:
-                await provider.aclose()
-
-
-@asynccontextmanager
-async def _found(node_id: str, name: str | None, settings: list[str] | None) -> AsyncIterator[NodeHandle]:
-    """A handle on ``node_id`` from the named provider, or whichever provider has it."""
-    async with _providers(name, settings) as providers:
-        for provider in providers:
-            try:
-                node = await provider.attach(node_id)
-            except NodeGoneError:
-                continue
-            except (ProviderError, ConfigError):
-                if name:
-                    raise
-                continue
-            yield node
-            return
-        raise NodeGoneError(f"no node {node_id}" + (f" in provider {name!r}" if name else ""))
+async def _found(node_id: str, name: str | None, given: dict[str, Any] | None) -> AsyncIterator[NodeHandle]:
+    """A handle on ``node_id`` from the named provider, or whichever provider has it (see
+    :meth:`Fleet.find`); the providers' connections closed on exit."""
+    async with Fleet() as fleet:
+        yield await fleet.find(node_id, name, given)
 
 
 @app.command()
@@ -236,22 +176,12 @@ def list_nodes(
 ) -> None:
     """List nodes (of every installed provider, or of one)."""
 
-    async def gather() -> tuple[list[NodeInfo], list[str], list[str]]:
-        found: list[NodeInfo] = []
-        notes: list[str] = []
-        failed: list[str] = []
-        async with _providers(provider, setting, notes) as providers:
-            for each in providers:
-                try:
-                    found += await each.list_nodes()
-                except NodeprovError as error:
-                    if provider:
-                        raise
-                    _sort_out(each.name, error, notes, failed)
-        return found, notes, failed
+    async def gather(given: dict[str, Any] | None) -> tuple[list[NodeInfo], list[str], list[str]]:
+        async with Fleet() as fleet:
+            return await fleet.list_nodes(provider, given)
 
     with errors():
-        nodes, notes, failed = anyio.run(gather)
+        nodes, notes, failed = anyio.run(gather, _given(provider, setting))
     _say(notes, failed)
     if json_output:
         for info in nodes:
@@ -267,22 +197,6 @@ def list_nodes(
         _list_table(nodes)
     if failed:
         raise typer.Exit(1)
-
-
-def _first_line(error: BaseException) -> str:
-    """The error's first line, without the list of valid settings a settings error carries."""
-    line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return line.split(" (fields: ")[0]
-
-
-def _sort_out(name: str, error: NodeprovError, notes: list[str], failed: list[str]) -> None:
-    """A provider that failed in a command over every provider: one not set up here (a
-    ConfigError: no region, no kubeconfig, logged out) is a note; one that could not be
-    asked, a failure."""
-    if isinstance(error, ConfigError):
-        notes.append(f"{name}: skipped, not set up here ({_first_line(error)})")
-    else:
-        failed.append(f"{name}: {_first_line(error)}")
 
 
 def _say(notes: list[str], failed: list[str]) -> None:
@@ -348,12 +262,14 @@ def exec_command(  # noqa: PLR0917 - one parameter per command-line option
     """Run a command on a node, streaming stdin and stdout/stderr; exit with its status."""
     with errors():
         options = SpawnOptions(command[0], command[1:], cwd=cwd, env=parse_env(env))
-        code = anyio.run(_exec, node_id, provider, setting, options)
+        code = anyio.run(_exec, node_id, provider, _given(provider, setting), options)
     raise typer.Exit(128 - code if code < 0 else code)  # killed by signal N: 128+N, as a shell says
 
 
-async def _exec(node_id: str, provider: str | None, setting: list[str] | None, options: SpawnOptions) -> int:
-    async with _found(node_id, provider, setting) as node:
+async def _exec(
+    node_id: str, provider: str | None, given: dict[str, Any] | None, options: SpawnOptions
+) -> int:
+    async with _found(node_id, provider, given) as node:
         return await _exec_on(node, options)
 
 
@@ -417,11 +333,12 @@ def cp(
         source, target = _remote(src), _remote(dst)
         if (source is None) == (target is None):
             raise ConfigError("cp: exactly one of SRC and DST must be NODE:PATH")
+        given = _given(provider, setting)
         try:
             if target is not None:
-                anyio.run(_upload, src, *target, provider, setting)
+                anyio.run(_upload, src, *target, provider, given)
             elif source is not None:
-                anyio.run(_download, *source, dst, provider, setting)
+                anyio.run(_download, *source, dst, provider, given)
         except OSError as error:  # the local side
             fail(f"{error.filename or 'stdio'}: {error.strerror or error}")
 
@@ -432,9 +349,9 @@ async def _file_chunks(file: AsyncFile[bytes]) -> AsyncGenerator[bytes]:
 
 
 async def _upload(
-    local: str, node_id: str, path: str, provider: str | None, setting: list[str] | None
+    local: str, node_id: str, path: str, provider: str | None, given: dict[str, Any] | None
 ) -> None:
-    async with _found(node_id, provider, setting) as node:
+    async with _found(node_id, provider, given) as node:
         if local == "-":
             async with aclosing(_stdin_chunks()) as chunks:
                 await node.write_file(path, chunks, mode=0o600)
@@ -448,9 +365,9 @@ async def _upload(
 
 
 async def _download(
-    node_id: str, path: str, local: str, provider: str | None, setting: list[str] | None
+    node_id: str, path: str, local: str, provider: str | None, given: dict[str, Any] | None
 ) -> None:
-    async with _found(node_id, provider, setting) as node:
+    async with _found(node_id, provider, given) as node:
         await _download_from(node, path, local)
 
 
@@ -484,13 +401,13 @@ def destroy(
 ) -> None:
     """Destroy a node and everything on it."""
 
-    async def remove() -> NodeHandle:
-        async with _found(node_id, provider, setting) as node:
+    async def remove(given: dict[str, Any] | None) -> NodeHandle:
+        async with _found(node_id, provider, given) as node:
             await node.destroy()
             return node
 
     with errors():
-        node = anyio.run(remove)
+        node = anyio.run(remove, _given(provider, setting))
     if json_output:
         emit({"node_id": node.node_id, "provider": node.provider, "destroyed": True})
     else:
@@ -514,43 +431,39 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
     NODEPROV_<PROVIDER>_* (and -s, for --provider). Providers not set up here are skipped
     with a note; the exit status is 1 when a provider or a removal failed."""
 
-    async def collect() -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    async def collect(given: dict[str, Any] | None) -> tuple[list[dict[str, Any]], list[str], list[str]]:
         removed: list[dict[str, Any]] = []
-        notes: list[str] = []
         failed: list[str] = []
         from ..runs import Orchestrator  # only gc loads it (and the SDK)
 
-        secrets = secret_settings(provider, setting)
+        secrets = secret_settings_from_env(provider, given)
         async with (
             await Store.open(store) as opened,
             Orchestrator(opened, reconcile_interval=0, provider_settings=secrets) as plane,
+            Fleet() as fleet,
         ):
             if not dry_run:
                 report = await plane.reconcile()
                 removed += [{"node_id": node_id, "why": "its run is over"} for node_id in report.destroyed]
                 failed += [f"node {node_id}: {why}" for node_id, why in report.failed]
-            async with _providers(provider, setting, notes) as providers:
-                for each in providers:
-                    try:
-                        garbage = await plane.collect_garbage(each, dry_run=dry_run, settle=settle)
-                    except NodeprovError as error:
-                        if provider:
-                            raise
-                        _sort_out(each.name, error, notes, failed)
-                        continue
-                    removed += [
-                        {
-                            "node_id": info.node_id,
-                            "provider": info.provider,
-                            "why": f"owner {info.labels.get(LABEL_OWNER, '?')}",
-                        }
-                        for info in garbage.reaped
-                    ]
-                    failed += [f"{each.name}: node {info.node_id}: {why}" for info, why in garbage.failed]
-        return removed, notes, failed
+
+            async def reap(each: NodeProvider[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+                garbage = await plane.collect_garbage(each, dry_run=dry_run, settle=settle)
+                reaped = [
+                    {
+                        "node_id": info.node_id,
+                        "provider": info.provider,
+                        "why": f"owner {info.labels.get(LABEL_OWNER, '?')}",
+                    }
+                    for info in garbage.reaped
+                ]
+                return reaped, [f"{each.name}: node {info.node_id}: {why}" for info, why in garbage.failed]
+
+            reaped, notes, failed_there = await fleet.across(reap, provider, given)
+        return removed + reaped, notes, failed + failed_there
 
     with errors():
-        removed, notes, failed = anyio.run(collect)
+        removed, notes, failed = anyio.run(collect, _given(provider, setting))
     _say(notes, [])
     verb = "would remove" if dry_run else "removed"
     for each in removed:

@@ -11,6 +11,7 @@ import anyio
 import typer
 
 from ..errors import ConfigError, RunStateError
+from ..fleet import make_provider, settings_from_env
 from ..store import RunRecord, SnapshotRecord, Store
 from .app import (
     SCRIPTED,
@@ -22,10 +23,8 @@ from .app import (
     app,
     errors,
     fail,
-    make_provider,
     parse_env,
     parse_settings,
-    provider_settings,
 )
 from .render import emit, out, print_table, when
 
@@ -181,7 +180,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     Exits 0 when the agent succeeds, 1 on an error, 3 when the run was paused.
     """
     with errors():
-        settings = provider_settings(provider, parse_settings(setting))
+        settings = settings_from_env(provider, parse_settings(setting))
         on_this_host = make_provider(provider, settings).on_this_host  # a bad setting: before a run
         if permission is None:
             if on_this_host and model != SCRIPTED:
@@ -252,7 +251,7 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
     the run's own agent. Its options (model, permission...) are the run's own unless given."""
     with errors():
         record = anyio.run(_load_run, store, run_id)
-        settings = provider_settings(record.node_provider, parse_settings(setting))
+        settings = settings_from_env(record.node_provider, parse_settings(setting))
         model = model or json.loads(record.agent_options).get("model") or SCRIPTED
         from .drive import RunRequest, drive_run  # see the imports
 

@@ -8,12 +8,10 @@ import logging
 from contextlib import suppress
 from typing import Any
 
-import anyio
-
 from ..errors import NodeGoneError, NodeprovError
+from ..fleet import Fleet
 from ..node import NodeProvider
-from ..registry import get_provider, provider_class
-from ..store import NodeRecord, NodeRecordState, RunRecord, Store, dumps
+from ..store import NodeRecord, NodeRecordState, RunRecord, Store
 
 __all__ = ["Nodes"]
 
@@ -21,27 +19,23 @@ logger = logging.getLogger("nodeprov.runs")
 
 
 class Nodes:
-    """Providers made once each, with what they were made with; ``provider_settings`` (per
-    provider) are laid over a run's stored settings when acting on runs driven elsewhere."""
+    """Providers made once each, with what they were made with (a :class:`~nodeprov.fleet.Fleet`
+    that reads no environment: a run's settings are all it is made with);
+    ``provider_settings`` (per provider) are laid over a run's stored settings when acting
+    on runs driven elsewhere."""
 
     def __init__(self, store: Store, provider_settings: dict[str, dict[str, Any]]) -> None:
         self._store = store
         self._provider_settings = provider_settings
-        self._providers: dict[str, NodeProvider[Any]] = {}
+        self._fleet = Fleet(environ={})
 
     async def provider(self, name: str, settings: dict[str, Any]) -> NodeProvider[Any]:
-        """The provider ``name`` with ``settings``, made once.
+        """The provider ``name`` with ``settings``, made once (see :meth:`~nodeprov.fleet.Fleet.provider`).
 
         Raises:
             ProviderNotFoundError, ConfigError: the provider or its settings are wrong.
         """
-        key = f"{name}\0{dumps(settings)}"
-        if key not in self._providers:
-            # In a worker thread: the first use of a provider imports its module, a stall of
-            # the event loop that would starve the lease's heartbeat and every run's relay.
-            await anyio.to_thread.run_sync(provider_class, name)
-            self._providers[key] = get_provider(name, **settings)
-        return self._providers[key]
+        return await self._fleet.provider(name, settings)
 
     async def provider_for(self, record: RunRecord) -> NodeProvider[Any]:
         """The provider of a run, as it was started, with this control plane's settings for
@@ -93,6 +87,4 @@ class Nodes:
 
     async def aclose(self) -> None:
         """Close the providers' connections; their nodes stay."""
-        providers, self._providers = list(self._providers.values()), {}
-        for provider in providers:
-            await provider.aclose()
+        await self._fleet.aclose()
