@@ -51,7 +51,36 @@ def test_no_module_over_600_lines_and_no_class_over_400() -> None:
     assert too_big == []
 
 
-UPPER_LAYERS = {f"nodeprov.{layer}" for layer in ("runs", "agents", "offline", "store", "cli", "testing")}
+UPPER_LAYERS = {
+    f"nodeprov.{layer}"
+    for layer in ("runs", "agents", "offline", "store", "cli", "testing", "service", "client")
+}
+
+
+def test_the_service_is_a_door_of_its_own() -> None:
+    """``service`` (the HTTP API) sits on ``runs`` beside the CLI: only the CLI's ``serve``
+    imports it; its client, ``client``, imports only the run events' model, and nothing in
+    the package imports the client."""
+    found = []
+    for path in SOURCES:
+        inside = path.relative_to(ROOT).parts[:2]
+        for name in _imports(path):
+            top = ".".join(name.split(".")[:2])
+            if top == "nodeprov.service" and inside not in (("nodeprov", "service"), ("nodeprov", "cli")):
+                found.append(f"{path.relative_to(ROOT)}: {name}")
+            if top == "nodeprov.client" and inside != ("nodeprov", "client"):
+                found.append(f"{path.relative_to(ROOT)}: {name}")
+            if (
+                inside == ("nodeprov", "client")
+                and top.startswith("nodeprov.")
+                and name
+                not in (
+                    "nodeprov.errors",
+                    "nodeprov.runs.events",
+                )
+            ):
+                found.append(f"{path.relative_to(ROOT)}: {name}")
+    assert found == []
 
 
 def test_the_core_imports_no_layer_above_it() -> None:

@@ -11,6 +11,7 @@ that declare themselves the ``fallback``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = [
     "AGENT_ENTRY_POINT_GROUP",
     "agent_class",
     "agent_names",
+    "describe_agent",
     "fallback_agent",
     "get_agent",
     "route_model",
@@ -91,3 +93,23 @@ def route_model(model: str | None, agent: str | None = None) -> str:
             if any(re.fullmatch(pattern, model) for pattern in agent_class(name).model_patterns):
                 return name
     return fallback_agent()
+
+
+def describe_agent(name: str) -> dict[str, Any]:
+    """What ``nodeprov agents --json`` and the service say of agent ``name``: whether it is the
+    fallback, its CLI's name and where it is found on this machine (``None``: not found), the
+    model names routed to it, its capabilities (images included) and its models.
+
+    Raises:
+        AgentNotFoundError, ConfigError: as :func:`agent_class`.
+    """
+    cls = agent_class(name)
+    return {
+        "name": name,
+        "default": cls.fallback,
+        "cli_name": cls.cli_name,
+        "local_cli": cls.local_cli(),
+        "model_patterns": list(cls.model_patterns),
+        "capabilities": {**dataclasses.asdict(cls.capabilities), "images": cls.image_limits is not None},
+        "models": [dataclasses.asdict(model) for model in cls.models],
+    }

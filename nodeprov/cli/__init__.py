@@ -12,13 +12,13 @@ import os
 import sys
 from contextlib import suppress
 
-from . import agents, nodes, runs, tokens
+from . import agents, nodes, runs, serve, tokens
 from .app import app
 
 __all__ = ["app", "main"]
 
 # Importing the command modules registers their commands on the app.
-del agents, nodes, runs, tokens
+del agents, nodes, runs, serve, tokens
 
 
 def main() -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Any
 
 import anyio
 import typer
 from rich.text import Text
 
-from ..agents.registry import agent_class, agent_names
+from ..agents.registry import agent_names, describe_agent
 from ..errors import NodeprovError
 from ..fleet import make_provider
 from ..spawn import SpawnOptions
@@ -37,7 +36,7 @@ def agents(
     """List installed agents: whether each one's CLI is found here (and on a node, with
     --provider), the model names routed to it, its capabilities and models."""
     with errors():
-        rows = [_describe(name) for name in agent_names()]
+        rows = [describe_agent(name) for name in agent_names()]
         if provider is not None:
             found = anyio.run(_on_node, provider, parse_settings(setting), [row["cli_name"] for row in rows])
             for row in rows:
@@ -64,19 +63,6 @@ def agents(
 
 
 _NOT_FOUND = Text("not found", style="red")
-
-
-def _describe(name: str) -> dict[str, Any]:
-    cls = agent_class(name)
-    return {
-        "name": name,
-        "default": cls.fallback,
-        "cli_name": cls.cli_name,
-        "local_cli": cls.local_cli(),
-        "model_patterns": list(cls.model_patterns),
-        "capabilities": {**dataclasses.asdict(cls.capabilities), "images": cls.image_limits is not None},
-        "models": [dataclasses.asdict(model) for model in cls.models],
-    }
 
 
 async def _on_node(provider: str, settings: dict[str, Any], names: list[str]) -> dict[str, str]:

@@ -213,6 +213,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
                 workspace=workspace,
                 deadline=timeout,
                 idle_timeout=idle_timeout,
+                keep_node=keep_node,
             )
 
         outcome = anyio.run(drive_run, request, start)
@@ -269,6 +270,7 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
                 provider_settings=settings,
                 deadline=timeout,
                 idle_timeout=idle_timeout,
+                keep_node=keep_node,
             )
 
         outcome = anyio.run(drive_run, request, start)
@@ -296,7 +298,13 @@ def pause(  # noqa: PLR0917 - one parameter per command-line option
     run_id: RunOption,
     kind: Annotated[str, typer.Option(help="human, external or system (diagnostics).")] = "human",
     reason: Annotated[str, typer.Option(help="Why (shown in events and status).")] = "",
-    keep_node: Annotated[bool, typer.Option(help="Keep the node for the resume.")] = False,
+    keep_node: Annotated[
+        bool | None,
+        typer.Option(
+            "--keep-node/--no-keep-node",
+            help="Keep the node for the resume. Default: as the run was started (nodeprov run --keep-node).",
+        ),
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the pause.")] = 120,
     store: StoreOption = None,
     json_output: JsonOption = False,

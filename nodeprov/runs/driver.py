@@ -108,7 +108,11 @@ class Driver:
             return self._pause(drive, request)  # bound below, before the run is handed out
 
         events = self._journal.stream(run_id, first_seq)
-        drive = Drive(Run(run_id, RunState.STARTING, events, pause, self._keep_for), events, plan.agent)
+        drive = Drive(
+            Run(run_id, RunState.STARTING, events, pause, self._keep_for, keep_node=plan.keep_node),
+            events,
+            plan.agent,
+        )
         if plan.resume is not None:  # a pause before the agent starts must keep the session
             drive.run.agent_session_id = plan.resume.agent_session_id
         resumed = f"{plan.resume.pause_kind} pause at {plan.resume.created_at}" if plan.resume else None

@@ -37,6 +37,7 @@ class Plan:
     resume: SnapshotRecord | None = None
     deadline: float | None = None
     idle_timeout: float | None = None
+    keep_node: bool = False
 
 
 class Launcher:
@@ -60,15 +61,19 @@ class Launcher:
         node_config: NodeConfig | None,
         deadline: float | None,
         idle_timeout: float | None,
+        run_id: str | None = None,
     ) -> tuple[RunRecord, Plan]:
         """The record of a new run (not stored yet: store it with the plan's images) and
-        the plan of its first drive.
+        the plan of its first drive; ``run_id`` as given, or new.
 
         Raises:
             ProviderNotFoundError, ConfigError: the provider, the agent, or their settings
                 or options are wrong, or the agent refuses the prompt (its images).
+            RunStateError: a run ``run_id`` exists already.
             StoreError: the store failed.
         """
+        if run_id is not None and await self._store.run(run_id) is not None:
+            raise RunStateError(f"run {run_id} exists already")
         settings = dict(provider_settings or {})
         # Fail now, not in the background; store what another environment needs to find the node.
         checked = (await self._nodes.provider(provider, settings)).resolved_settings()
@@ -77,7 +82,7 @@ class Launcher:
         blocks = chosen.prepare_prompt(prompt)
         _check_limits(deadline, idle_timeout)
         session = await self._store.active_session(workspace, chosen.name)
-        run_id = new_id("run")
+        run_id = run_id or new_id("run")
         plan = Plan(
             blocks,
             provider,

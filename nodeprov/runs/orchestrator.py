@@ -6,6 +6,7 @@ group, the runs it drives, and the order of entering and leaving.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -205,6 +206,8 @@ class Orchestrator:
         node_config: NodeConfig | None = None,
         deadline: float | None = None,
         idle_timeout: float | None = None,
+        run_id: str | None = None,
+        keep_node: bool = False,
     ) -> Run:
         """Start a run of ``prompt`` on a new node of ``provider``; returns at once.
 
@@ -222,10 +225,17 @@ class Orchestrator:
         than the agent's model-API retry notices). Either ends the run as failed, with the
         cause: the model API's last error when it kept failing.
 
+        ``run_id`` names the run (new ids are made otherwise): a caller that must never
+        start a run twice (a service retrying a request) chooses the id first.
+
+        ``keep_node`` keeps the node for the resume when a pause does not say otherwise (a
+        pause request from another process, or this control plane shutting down).
+
         Raises:
             ProviderNotFoundError, ConfigError: the provider, the agent, or their settings
                 or options are wrong, or the agent refuses the prompt's images (a model
                 that cannot see them; too many, too large, or of a type its API refuses).
+            RunStateError: a run ``run_id`` exists already.
             StoreError: the store failed.
         """
         record, plan = await self._launcher.plan_start(
@@ -238,11 +248,12 @@ class Orchestrator:
             node_config=node_config,
             deadline=deadline,
             idle_timeout=idle_timeout,
+            run_id=run_id,
         )
         self._launching.add(record.id)
         try:
             await self.store.create_run(record, prompt_images(plan.prompt))
-            return await self._launch(record.id, plan)
+            return await self._launch(record.id, dataclasses.replace(plan, keep_node=keep_node))
         finally:
             self._launching.discard(record.id)
 
@@ -255,6 +266,7 @@ class Orchestrator:
         provider_settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         idle_timeout: float | None = None,
+        keep_node: bool = False,
     ) -> Run:
         """Resume a paused (or failed) run from its snapshot token; the token is used up.
 
@@ -265,7 +277,7 @@ class Orchestrator:
         the run's secret settings (never stored) must be given again. A run paused before
         its agent ever started is started again with its own prompt (its images too),
         followed by ``message`` unless that is ``"continue"``. ``message`` may hold images,
-        as a prompt of :meth:`start`.
+        as a prompt of :meth:`start`. ``keep_node`` as for :meth:`start`.
 
         Raises:
             TokenError: the token is unknown or used already.
@@ -290,7 +302,7 @@ class Orchestrator:
             plan = await self._launcher.plan_resume(
                 snapshot, message, options, given, deadline=deadline, idle_timeout=idle_timeout
             )
-            return await self._launch(snapshot.run_id, plan)
+            return await self._launch(snapshot.run_id, dataclasses.replace(plan, keep_node=keep_node))
         finally:
             self._launching.discard(snapshot.run_id)
 
@@ -303,6 +315,7 @@ class Orchestrator:
         provider_settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         idle_timeout: float | None = None,
+        keep_node: bool = False,
     ) -> Run:
         """Resume ``run_id`` from its latest unused snapshot (see :meth:`resume`).
 
@@ -318,6 +331,7 @@ class Orchestrator:
             provider_settings=provider_settings,
             deadline=deadline,
             idle_timeout=idle_timeout,
+            keep_node=keep_node,
         )
 
     async def _launch(self, run_id: str, plan: Plan) -> Run:
@@ -366,10 +380,11 @@ class Orchestrator:
     # -- across processes --------------------------------------------------------------
 
     async def request_pause(
-        self, run_id: str, kind: PauseKind = "external", reason: str = "", *, keep_node: bool = False
+        self, run_id: str, kind: PauseKind = "external", reason: str = "", *, keep_node: bool | None = None
     ) -> str:
         """Ask whichever control plane drives ``run_id`` to pause it (it checks every
         ``poll_interval``). For a run of this control plane, prefer :meth:`Run.pause`.
+        ``keep_node`` as :meth:`Run.pause` (``None``: as the run was started or resumed).
         Returns the request, for :meth:`withdraw_pause`.
 
         Raises:

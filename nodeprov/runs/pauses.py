@@ -39,7 +39,7 @@ class PauseRequests:
         self._live = live
         self._spawn = spawn
 
-    async def request(self, run_id: str, kind: str, reason: str, *, keep_node: bool) -> str:
+    async def request(self, run_id: str, kind: str, reason: str, *, keep_node: bool | None) -> str:
         """See :meth:`Orchestrator.request_pause`.
 
         Raises:
@@ -69,7 +69,10 @@ class PauseRequests:
     async def _serve(self, run: Run, raw: str) -> None:
         try:
             request = json.loads(raw)
-            await run.pause(request["kind"], request["reason"], keep_node=bool(request["keep_node"]))
+            keep_node = request["keep_node"]
+            await run.pause(
+                request["kind"], request["reason"], keep_node=None if keep_node is None else bool(keep_node)
+            )
         except (NodeprovError, ValueError, KeyError, TypeError) as error:  # over meanwhile, or garbled
             logger.info("pause request for run %s not served: %s", run.id, error)
             with suppress(NodeprovError):

@@ -42,6 +42,8 @@ class Run:
         events: RunEvents,
         pause: Callable[[Pause], Awaitable[SnapshotRecord]],
         keep_for: float,
+        *,
+        keep_node: bool = False,
     ) -> None:
         self.id = run_id
         self.state = state
@@ -53,6 +55,8 @@ class Run:
         self._events = events
         self._pause = pause  # the driver's: stops the agent, saves the snapshot
         self._keep_for = keep_for
+        self.keep_node = keep_node
+        """Whether a pause that does not say keeps the node (see :meth:`Orchestrator.start`)."""
 
     def events(self, *, after: int | None = None) -> AsyncIterator[RunEvent]:
         """The events of this drive of the run from its ``run.started`` (a late subscriber
@@ -77,18 +81,18 @@ class Run:
         kind: PauseKind = "human",
         reason: str = "",
         *,
-        keep_node: bool = False,
+        keep_node: bool | None = None,
         keep_for: float | None = None,
     ) -> SnapshotRecord:
         """Stop the agent (its interrupt, then abort) and save a snapshot.
 
         Works while the run starts (provisioning is interrupted; the snapshot keeps the
         session being resumed) or runs. ``kind`` (human, external, system) is diagnostics
-        metadata. With ``keep_node`` the node stays for the resume, for ``keep_for``
-        seconds at most (default: the orchestrator's ``keep_for``) and never past its own
-        lifetime: after that reconcile destroys it, and the resume provisions a new one, as
-        it does when the node is not kept. Returns the snapshot, whose ``token`` resumes
-        the run.
+        metadata. With ``keep_node`` (default: the run's :attr:`keep_node`) the node stays
+        for the resume, for ``keep_for`` seconds at most (default: the orchestrator's
+        ``keep_for``) and never past its own lifetime: after that reconcile destroys it,
+        and the resume provisions a new one, as it does when the node is not kept. Returns
+        the snapshot, whose ``token`` resumes the run.
 
         Raises:
             ConfigError: ``kind`` is not human, external or system.
@@ -99,7 +103,12 @@ class Run:
         if keep_for is not None and not keep_for > 0:
             raise ConfigError(f"keep_for must be positive, got {keep_for!r}")
         return await self._pause(
-            Pause(kind, reason, keep_node, self._keep_for if keep_for is None else keep_for)
+            Pause(
+                kind,
+                reason,
+                self.keep_node if keep_node is None else keep_node,
+                self._keep_for if keep_for is None else keep_for,
+            )
         )
 
 

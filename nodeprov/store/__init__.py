@@ -304,6 +304,11 @@ class Store(_Parts):
         )
         return [_record(RunRecord, row) for row in rows]
 
+    async def run_counts(self) -> dict[str, int]:
+        """How many runs are in each state (states with none are absent)."""
+        rows = await self.db.fetchall("SELECT state, COUNT(*) FROM runs GROUP BY state")
+        return {str(state): int(count) for state, count in rows}
+
     async def clear_pause_request(self, run_id: str, request: str) -> bool:
         """Withdraw ``request`` if it is still the run's pending pause request."""
         return (
@@ -381,6 +386,13 @@ class Store(_Parts):
             params.append(run_id)
         rows = await self.db.fetchall(sql + " ORDER BY created_at", params)
         return [_record(NodeRecord, row) for row in rows]
+
+    async def node_counts(self) -> dict[str, int]:
+        """How many runs' nodes the store holds (being made, live or kept), by provider."""
+        rows = await self.db.fetchall(
+            "SELECT provider, COUNT(*) FROM nodes WHERE state IN ('intent', 'live', 'kept') GROUP BY provider"
+        )
+        return {str(provider): int(count) for provider, count in rows}
 
     async def clock_ms(self) -> int:
         """The database's clock in epoch milliseconds: the one leases and kept nodes go by."""

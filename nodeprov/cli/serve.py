@@ -1,0 +1,67 @@
+"""The ``serve`` command: the HTTP API (:mod:`nodeprov.service`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated
+
+import typer
+
+from ..errors import ConfigError
+from .app import StoreOption, app, errors
+
+__all__ = ["serve"]
+
+
+@app.command()
+def serve(  # noqa: PLR0917 - one parameter per command-line option
+    host: Annotated[
+        str | None,
+        typer.Option(help="Address to listen on (default 127.0.0.1); beyond loopback, tokens are required."),
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port to listen on (default 8700; 0: any free one).")
+    ] = None,
+    store: StoreOption = None,
+    workers: Annotated[
+        int, typer.Option(help="Processes serving the one socket, each a replica of its own.")
+    ] = 1,
+    provider: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--provider",
+            "-p",
+            help="A provider clients may use. Repeatable. Default: every installed one (beyond "
+            "loopback, less those whose nodes are this host itself).",
+        ),
+    ] = None,
+    node_ttl: Annotated[
+        float | None, typer.Option(help="Default lifetime of a node, in hours (default 24).")
+    ] = None,
+) -> None:
+    """Serve the HTTP API (see the README's "The service"): nodes, runs, events as
+    server-sent events. Stops gracefully on SIGTERM or Ctrl-C: each replica pauses the runs
+    it drives (kind system). Every setting (limits, heartbeats, leases) can be given as JSON
+    in NODEPROV_SERVE_CONFIG; options given here win."""
+    with errors():
+        try:
+            from ..service import CONFIG_VARIABLE, ServiceConfig
+            from ..service import serve as run_service
+        except ImportError as error:
+            raise ConfigError(
+                f"nodeprov serve needs the serve extra: pip install 'nodeprov[serve]' ({error})"
+            ) from None
+        given = {
+            "store": store,
+            "host": host,
+            "port": port,
+            "providers": tuple(provider) if provider else None,
+            "node_ttl": node_ttl * 3600 if node_ttl is not None else None,
+        }
+        try:
+            base = json.loads(os.environ.get(CONFIG_VARIABLE) or "{}")
+        except ValueError as error:
+            raise ConfigError(f"{CONFIG_VARIABLE} is not JSON: {error}") from None
+        config = ServiceConfig.model_validate(base | {k: v for k, v in given.items() if v is not None})
+        run_service(config, workers=workers)

@@ -1,0 +1,73 @@
+"""The service's configuration: what ``nodeprov serve`` is given."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from pydantic import Field
+
+from ..settings import Settings
+
+__all__ = ["ServiceConfig", "is_loopback"]
+
+
+class ServiceConfig(Settings):
+    """How a ``nodeprov serve`` process runs. Unknown fields are refused."""
+
+    store: str | None = Field(
+        default=None,
+        description="Store URL (sqlite:///PATH or postgresql://...); replicas share a PostgreSQL one. "
+        "Default: the SQLite file under the user's state directory.",
+    )
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    port: int = Field(default=8700, ge=0, le=65535, description="Port to listen on (0: any free one).")
+    providers: tuple[str, ...] | None = Field(
+        default=None,
+        description="The providers clients may use. Default: every installed one, less, when listening "
+        "beyond loopback, those whose nodes are this host itself (local).",
+    )
+    node_ttl: float = Field(default=86400.0, gt=0, description="Default lifetime of a node, in seconds.")
+    max_body: int = Field(
+        default=48 << 20, gt=0, description="Largest request body (JSON), in bytes: 413 above."
+    )
+    max_file: int = Field(default=8 << 30, gt=0, description="Largest file upload, in bytes: 413 above.")
+    heartbeat: float = Field(
+        default=15.0, gt=0, description="Seconds between an idle event stream's heartbeats."
+    )
+    send_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="A client that reads nothing of its event stream for this many seconds is "
+        "disconnected (it reconnects with Last-Event-ID).",
+    )
+    max_lag: float = Field(
+        default=30.0,
+        gt=0,
+        description="A client whose event stream falls this many seconds behind its run is cut off "
+        "(told so in a last event named 'cutoff'; it reconnects with Last-Event-ID).",
+    )
+    lease_ttl: float = Field(default=30.0, gt=0, description="The replica's lease in the store, in seconds.")
+    poll_interval: float = Field(
+        default=0.5, gt=0, description="How often runs driven by another replica are polled for events."
+    )
+    shutdown_timeout: float = Field(
+        default=30.0, gt=0, description="Seconds a stopping replica has to pause its runs."
+    )
+    idempotency_ttl: float = Field(
+        default=86400.0, gt=0, description="How long an Idempotency-Key is remembered, in seconds."
+    )
+
+    @property
+    def loopback(self) -> bool:
+        """Whether the service listens on loopback only."""
+        return is_loopback(self.host)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or ``localhost``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

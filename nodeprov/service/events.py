@@ -1,0 +1,81 @@
+"""A run's events as server-sent events (``GET /v1/runs/{id}/events``).
+
+Each event is ``id: SEQ`` and ``data: JSON`` (:meth:`~nodeprov.runs.RunEvent.to_json`, its
+``type`` inside), unnamed, so an ``EventSource``'s ``onmessage`` gets every one. The history
+comes from the store, live events from the drive (on this replica) or the store (polled,
+for a run another replica drives). Comment lines (``: ping``) keep an idle stream open
+through proxies.
+
+Nothing is held for a slow client beyond what it has not read: a live event that reaches
+the client more than ``max_lag`` seconds after it happened ends the stream with a last
+event named ``cutoff`` (``{"reason", "last_event_id"}``), and a client that reads nothing
+for ``send_timeout`` seconds is disconnected. Either reconnects with ``Last-Event-ID`` and
+reads on from the store. A stopping replica ends its streams at once: their clients
+reconnect to another.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from datetime import datetime
+
+import anyio
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from ..runs import RunState
+from .state import Service
+
+__all__ = ["event_stream"]
+
+logger = logging.getLogger("nodeprov.service")
+
+
+def event_stream(service: Service, run_id: str, *, after: int, follow: bool) -> EventSourceResponse:
+    """The response streaming ``run_id``'s events above sequence ``after``."""
+    return EventSourceResponse(
+        _events(service, run_id, after, follow),
+        ping=service.config.heartbeat,
+        send_timeout=service.config.send_timeout,
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def _events(service: Service, run_id: str, after: int, follow: bool) -> AsyncIterator[ServerSentEvent]:
+    metrics, max_lag = service.metrics, service.config.max_lag
+    connected = time.time()
+    last = after
+    metrics.streams.inc()
+    try:
+        while True:
+            events = service.orchestrator.events(run_id, after=last, follow=follow)
+            async with aclosing(events):  # type: ignore[type-var]  # an async generator: it has aclose
+                async for event in events:
+                    happened = datetime.fromisoformat(event.at).timestamp()
+                    lag = time.time() - happened
+                    if happened > connected and lag > max_lag:  # a live event, and the client is behind
+                        metrics.streams_cut.inc()
+                        yield _cutoff(f"the client read too slowly: {lag:.0f} s behind the run", last)
+                        return
+                    yield ServerSentEvent(json.dumps(event.to_json()), id=str(event.seq))
+                    last = event.seq
+                    metrics.events_relayed.inc()
+                    metrics.relay_latency.observe(max(lag, 0.0))
+            if not follow:
+                return
+            record = await service.store.run(run_id)
+            if record is None or not RunState(record.state).live:
+                return
+            # Its control plane is gone: a reconcile (any replica's) ends the run, and its
+            # last events follow.
+            await anyio.sleep(service.config.poll_interval)
+    finally:
+        metrics.streams.dec()
+
+
+def _cutoff(reason: str, last: int) -> ServerSentEvent:
+    logger.info("event stream cut off: %s", reason)
+    return ServerSentEvent(json.dumps({"reason": reason, "last_event_id": last}), event="cutoff")

@@ -1,0 +1,305 @@
+"""``/v1/providers`` and ``/v1/nodes``: providers and their readiness; nodes provisioned,
+listed, read, destroyed; files streamed in and out; commands run.
+
+**Exec is a request whose answer streams** (``POST /v1/nodes/{id}/exec``): the body names
+the command, its environment and its whole stdin; the answer is newline-delimited JSON, a
+line per chunk of output (``{"stream": "stdout"|"stderr", "data": BASE64}``) and a last line
+with the exit status (``{"exit_code": N}``; a process killed by a signal is ``-SIGNAL``).
+Such APIs' clients (a control plane running a build, a test, a linter) send a whole input
+and read output as it comes; plain HTTP does that through every proxy and client library,
+curl included, where a WebSocket needs its own client and an upgrade every proxy must let
+through. A client that disconnects stops the process; so does the request's ``timeout``.
+
+Nodes made through the API are owned by ``service:nodeprov``, which no reaper judges gone:
+they outlive the replica that made them until destroyed or past their lifetime.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import AsyncGenerator
+from contextlib import aclosing, nullcontext, suppress
+from typing import Annotated, Any
+
+import anyio
+from anyio.abc import ByteReceiveStream, ObjectSendStream, TaskStatus
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..errors import ConfigError, NodeGoneError, NodeprovError
+from ..fleet import readiness
+from ..node import NodeHandle, NodeInfo
+from ..spawn import SpawnedProcess, SpawnOptions
+from ..store import new_id
+from .auth import forbid
+from .idempotency import claim_key, fingerprint
+from .problems import ServiceError
+from .runs import Caller, IdempotencyKey
+from .schemas import ErrorBody, ExecBody, NodeBody
+from .state import Service, service_of
+from .streams import PumpedResponse
+
+__all__ = ["FILE_ROUTE", "router"]
+
+router = APIRouter(prefix="/v1", responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}})
+
+FILE_ROUTE = re.compile(r"^/v1/nodes/[^/]+/files$")
+"""The route whose request bodies are files (a limit of their own)."""
+
+_PROBE_TIMEOUT = 10.0
+ProviderQuery = Annotated[str | None, Query(description="The node's provider (default: whichever has it).")]
+
+
+@router.get("/providers")
+async def list_providers(request: Request, who: Caller) -> list[dict[str, Any]]:
+    """The providers this service offers, each probed (with the service's settings for it)."""
+    forbid(who, "read")
+    names = service_of(request).allowed_providers()
+    rows: list[dict[str, Any]] = [{} for _ in names]
+
+    async def check(index: int, name: str) -> None:
+        rows[index] = (await readiness(name, probe_timeout=_PROBE_TIMEOUT)).as_json()
+
+    async with anyio.create_task_group() as tg:
+        for index, name in enumerate(names):
+            tg.start_soon(check, index, name)
+    return rows
+
+
+@router.get("/providers/{name}", responses={404: {"model": ErrorBody}})
+async def get_provider(request: Request, name: str, who: Caller) -> dict[str, Any]:
+    """One provider: its requirements, and whether it is ready."""
+    forbid(who, "read")
+    if name not in service_of(request).allowed_providers():
+        raise ServiceError(404, "provider_not_found", f"no provider {name!r} here")
+    return (await readiness(name, probe_timeout=_PROBE_TIMEOUT)).as_json()
+
+
+def node_body(node: NodeHandle) -> dict[str, Any]:
+    return {
+        "node_id": node.node_id,
+        "provider": node.provider,
+        "state": node.state.value,
+        "workdir": node.workdir,
+        "labels": dict(node.labels),
+    }
+
+
+def _info_body(info: NodeInfo) -> dict[str, Any]:
+    return {
+        "node_id": info.node_id,
+        "provider": info.provider,
+        "state": info.state,
+        "labels": dict(info.labels),
+    }
+
+
+@router.post("/nodes", status_code=201, responses={409: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+async def provision(
+    request: Request, body: NodeBody, who: Caller, key: IdempotencyKey = None
+) -> JSONResponse:
+    """Provision a node. It lives until destroyed or past its lifetime (``node.ttl_seconds``)."""
+    forbid(who, "nodes")
+    service = service_of(request)
+    service.check_provider(body.provider)
+    provider = await service.fleet.provider(body.provider, body.settings)
+    node_id, provision_key = None, None
+    if key is not None:
+        claim = await claim_key(
+            service.store,
+            who,
+            key,
+            kind="node",
+            print_=fingerprint("node", body),
+            new_id=new_id("np").replace("_", "-").lower(),
+            holder=service.orchestrator.owner,
+        )
+        if claim.done:
+            return JSONResponse(claim.response(), 200, headers={"Idempotent-Replayed": "true"})
+        # The same id and key as every attempt: one cut short by a dead replica is adopted.
+        node_id, provision_key = claim.resource_id, claim.record.fingerprint + claim.resource_id
+    config = body.node.config(
+        owner=service.owner, default_ttl=service.config.node_ttl, node_id=node_id, key=provision_key
+    )
+    try:
+        node = await provider.provision(config)
+    except BaseException:
+        if key is not None:
+            with anyio.CancelScope(shield=True):
+                await service.store.idempotency.forget(who.id, key)  # undone: a retry starts afresh
+        raise
+    answer = node_body(node)
+    service.metrics.nodes_made.labels(body.provider, "provision").inc()
+    if key is not None:
+        await service.store.idempotency.complete(who.id, key, json.dumps(answer))
+    return JSONResponse(answer, 201)
+
+
+@router.get("/nodes")
+async def list_nodes(request: Request, who: Caller, provider: ProviderQuery = None) -> dict[str, Any]:
+    """Nodes of every offered provider (or one): ``notes`` name providers not set up here,
+    ``failures`` those that could not be asked."""
+    forbid(who, "read")
+    service = service_of(request)
+    if provider is not None:
+        service.check_provider(provider)
+    nodes, notes, failures = await service.fleet.list_nodes(provider)
+    offered = service.allowed_providers()
+    return {
+        "nodes": [_info_body(info) for info in nodes if info.provider in offered],
+        "notes": [note for note in notes if note.split(":")[0] in offered],
+        "failures": [failure for failure in failures if failure.split(":")[0] in offered],
+    }
+
+
+async def _find(service: Service, node_id: str, provider: str | None) -> NodeHandle:
+    if provider is not None:
+        service.check_provider(provider)
+    node = await service.fleet.find(node_id, provider)
+    if node.provider not in service.allowed_providers():
+        raise NodeGoneError(f"no node {node_id}")
+    return node
+
+
+@router.get("/nodes/{node_id}", responses={404: {"model": ErrorBody}})
+async def get_node(
+    request: Request, node_id: str, who: Caller, provider: ProviderQuery = None
+) -> dict[str, Any]:
+    """A node."""
+    forbid(who, "read")
+    return node_body(await _find(service_of(request), node_id, provider))
+
+
+@router.delete("/nodes/{node_id}", responses={404: {"model": ErrorBody}})
+async def destroy(
+    request: Request, node_id: str, who: Caller, provider: ProviderQuery = None
+) -> dict[str, Any]:
+    """Destroy a node and everything on it."""
+    forbid(who, "nodes")
+    service = service_of(request)
+    node = await _find(service, node_id, provider)
+    await node.destroy()
+    service.metrics.nodes_made.labels(node.provider, "destroy").inc()
+    return node_body(node) | {"destroyed": True}
+
+
+@router.get(
+    "/nodes/{node_id}/files",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/octet-stream": {}}},
+        400: {"model": ErrorBody},
+        404: {"model": ErrorBody},
+    },
+)
+async def download(
+    request: Request,
+    node_id: str,
+    who: Caller,
+    path: Annotated[str, Query(description="The file on the node (relative: from its workdir).")],
+    provider: ProviderQuery = None,
+) -> Response:
+    """A file of the node, streamed."""
+    forbid(who, "read")
+    node = await _find(service_of(request), node_id, provider)
+    node.node_path(path)  # a path outside the node: 400
+
+    async def pump(sink: ObjectSendStream[bytes], task_status: TaskStatus[None]) -> None:
+        async with node.read_file(path) as chunks:  # a missing file: 404, before the answer starts
+            task_status.started()
+            async for chunk in chunks:
+                await sink.send(chunk)
+
+    return PumpedResponse(pump, "application/octet-stream")
+
+
+@router.put(
+    "/nodes/{node_id}/files",
+    status_code=201,
+    responses={400: {"model": ErrorBody}, 413: {"model": ErrorBody}},
+)
+async def upload(
+    request: Request,
+    node_id: str,
+    *,
+    who: Caller,
+    path: Annotated[str, Query(description="Where on the node (relative: from its workdir).")],
+    mode: Annotated[str, Query(pattern="^[0-7]{3,4}$", description="Octal file mode.")] = "0600",
+    provider: ProviderQuery = None,
+) -> dict[str, Any]:
+    """Write the request body to a file of the node, streamed (replaced whole, or not at all)."""
+    forbid(who, "nodes")
+    node = await _find(service_of(request), node_id, provider)
+    full = node.node_path(path)
+    size = 0
+
+    async def chunks() -> AsyncGenerator[bytes]:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            yield chunk
+
+    async with aclosing(chunks()) as data:
+        await node.write_file(path, data, mode=int(mode, 8))
+    return {"node_id": node.node_id, "path": full, "size": size}
+
+
+@router.post(
+    "/nodes/{node_id}/exec",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/x-ndjson": {}}},
+        404: {"model": ErrorBody},
+        422: {"model": ErrorBody},
+    },
+)
+async def exec_on(
+    request: Request, node_id: str, body: ExecBody, who: Caller, provider: ProviderQuery = None
+) -> Response:
+    """Run a command on the node; its output streams back as JSON lines, then its exit status
+    (see the module)."""
+    forbid(who, "nodes")
+    node = await _find(service_of(request), node_id, provider)
+    try:
+        options = SpawnOptions(body.command[0], body.command[1:], cwd=body.cwd, env=body.env)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+    async def pump(sink: ObjectSendStream[bytes], task_status: TaskStatus[None]) -> None:
+        async with await node.spawn(options) as process:  # not there: an error status, not a stream
+            task_status.started()
+            try:
+                with anyio.fail_after(body.timeout) if body.timeout else nullcontext():
+                    await _relay(process, body.stdin, sink)
+            except TimeoutError:
+                await sink.send(
+                    _line({"error": "timeout", "message": f"the command ran past {body.timeout:g} s"})
+                )
+
+    return PumpedResponse(pump, "application/x-ndjson")
+
+
+async def _relay(process: SpawnedProcess, stdin: str | None, sink: ObjectSendStream[bytes]) -> None:
+    """Feed ``stdin`` (base64) to ``process``, send its output as lines, then its exit status."""
+
+    async def feed() -> None:
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, NodeprovError):
+            if stdin:
+                await process.stdin.send(base64.b64decode(stdin))
+            await process.stdin.aclose()
+
+    async def copy(name: str, source: ByteReceiveStream) -> None:
+        async for chunk in source:
+            await sink.send(_line({"stream": name, "data": base64.b64encode(chunk).decode()}))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(feed)
+        tg.start_soon(copy, "stdout", process.stdout)
+        tg.start_soon(copy, "stderr", process.stderr)
+    await sink.send(_line({"exit_code": await process.wait()}))
+
+
+def _line(value: dict[str, Any]) -> bytes:
+    return json.dumps(value).encode() + b"\n"

@@ -1,0 +1,126 @@
+"""How the service answers a failure: one JSON body, ``{"error": CODE, "message": LINE}``,
+with the status a client can act on. The library's exceptions map here, in one table."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from ..errors import (
+    CommandNotFoundError,
+    ConfigError,
+    DeadlineError,
+    NodeFileError,
+    NodeFileNotFoundError,
+    NodeGoneError,
+    NodePathError,
+    NodeprovError,
+    NodeSuspendedError,
+    ProviderError,
+    RunStateError,
+    SpawnError,
+    StoreError,
+    TokenError,
+)
+
+__all__ = ["ServiceError", "problem_response", "status_of"]
+
+logger = logging.getLogger("nodeprov.service")
+
+
+class ServiceError(Exception):
+    """A failure the service answers with ``status`` and a one-line ``message``."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+
+
+# Most specific first: the first match wins.
+_STATUSES: list[tuple[type[NodeprovError], int, str]] = [
+    (NodePathError, 400, "bad_path"),
+    (NodeFileNotFoundError, 404, "file_not_found"),
+    (NodeFileError, 409, "file_error"),
+    (NodeGoneError, 404, "node_not_found"),
+    (CommandNotFoundError, 422, "command_not_found"),
+    (NodeSuspendedError, 409, "node_suspended"),
+    (SpawnError, 502, "spawn_failed"),
+    (TokenError, 409, "token_used"),
+    (RunStateError, 409, "run_state"),
+    (ConfigError, 422, "invalid"),
+    (StoreError, 503, "store_unavailable"),
+    (DeadlineError, 504, "deadline"),
+    (ProviderError, 502, "provider_failed"),
+]
+
+
+def status_of(error: NodeprovError) -> tuple[int, str]:
+    """The status and code the service answers ``error`` with."""
+    for cls, status, code in _STATUSES:
+        if isinstance(error, cls):
+            return status, code
+    return 500, "internal"
+
+
+def one_line(text: str) -> str:
+    """The first line of ``text`` (a settings error lists every valid field after it)."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first.split(" (fields: ")[0]
+
+
+def problem_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": code, "message": one_line(message) or code}, status, headers=headers)
+
+
+async def _problem(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, ServiceError)
+    return problem_response(error.status, error.code, error.message, error.headers)
+
+
+async def _nodeprov_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, NodeprovError)
+    status, code = status_of(error)
+    if status >= 500:
+        logger.warning("%s %s failed: %s", request.method, request.url.path, one_line(str(error)))
+    return problem_response(status, code, str(error) or type(error).__name__)
+
+
+async def _invalid_request(request: Request, error: Exception) -> JSONResponse:
+    """A body that is not JSON, or does not fit its model: 422, the first problem on one line
+    (never the input: it may hold a secret)."""
+    assert isinstance(error, RequestValidationError)
+    first = error.errors()[0] if error.errors() else {}
+    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+    if first.get("type") == "json_invalid":
+        message = "the body is not valid JSON"
+    else:
+        message = f"{where or 'body'}: {first.get('msg', 'invalid')}"
+    return problem_response(422, "invalid", message)
+
+
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, HTTPException)
+    codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+    return problem_response(
+        error.status_code,
+        codes.get(error.status_code, "http_error"),
+        str(error.detail),
+        dict(error.headers or {}),
+    )
+
+
+HANDLERS = {
+    ServiceError: _problem,
+    NodeprovError: _nodeprov_error,
+    RequestValidationError: _invalid_request,
+    HTTPException: _http_error,
+}

@@ -1,0 +1,291 @@
+"""``/v1/runs``: start, list, get, pause, resume, and the events as server-sent events; and
+``/v1/sessions`` and ``/v1/workspaces``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from ..errors import ConfigError, RunStateError
+from ..runs import RunState
+from ..store import RunRecord, SnapshotRecord, new_id
+from .auth import Principal, forbid
+from .events import event_stream
+from .idempotency import claim_key, fingerprint
+from .problems import ServiceError
+from .schemas import ErrorBody, PauseIn, ResumeIn, RunIn, prompt_of
+from .state import Service, service_of
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}})
+
+SCRIPTED = "scripted"
+_PAUSE_POLL = 0.1
+
+
+async def caller(request: Request) -> Principal:
+    return await service_of(request).auth.principal(request)
+
+
+Caller = Annotated[Principal, Depends(caller)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Retrying with the same key gets the same run, never a second one (kept a day).",
+    ),
+]
+
+
+def run_body(record: RunRecord, snapshots: list[SnapshotRecord] | None = None) -> dict[str, Any]:
+    """A run as the API shows it: its record less what only control planes use, with its
+    JSON fields parsed; with ``snapshots``, whether and how it may be resumed."""
+    body: dict[str, Any] = {
+        k: v for k, v in dataclasses.asdict(record).items() if k not in ("node_settings", "pause_request")
+    }
+    for field in ("agent_options", "node_config", "prompt_blocks", "node_secret_fields"):
+        body[field] = json.loads(body[field])
+    body["settings"] = json.loads(record.node_settings)
+    if snapshots is not None:
+        body["snapshots"] = [
+            {k: v for k, v in dataclasses.asdict(s).items() if k != "token"}
+            | {"resumable": s.used_at is None}
+            for s in snapshots
+        ]
+        body["resumable"] = record.state in ("paused", "failed") and any(s.used_at is None for s in snapshots)
+    return body
+
+
+async def _load(service: Service, run_id: str) -> RunRecord:
+    record = await service.store.run(run_id)
+    if record is None:
+        raise ServiceError(404, "run_not_found", f"no run {run_id}")
+    return record
+
+
+def _options(body: RunIn | ResumeIn, model: str | None) -> dict[str, Any]:
+    options: dict[str, Any] = {**body.options, "env": dict(body.env)}
+    if model is not None:
+        options["model"] = None if model == SCRIPTED else model
+    if body.permission is not None:
+        options["permission"] = body.permission
+    return options
+
+
+@router.post("/runs", status_code=201, responses={409: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+async def start_run(request: Request, body: RunIn, who: Caller, key: IdempotencyKey = None) -> JSONResponse:
+    """Start a run on a new node; returns at once (follow its events)."""
+    forbid(who, "runs")
+    service = service_of(request)
+    service.check_provider(body.provider)
+    provider = await service.fleet.provider(body.provider, body.settings)
+    options = _options(body, body.model)
+    if body.permission is None:
+        if provider.on_this_host and body.model != SCRIPTED:
+            raise ConfigError(
+                f"a real model on the {body.provider} provider runs unsandboxed on the service's host: "
+                "choose a permission (read-only, edit or full)"
+            )
+        options["permission"] = "full"
+    if body.output_schema is not None:
+        options["output_schema"] = body.output_schema
+    options.setdefault("ship_cli", provider.on_this_host)
+    run_id = new_id("run")
+    if key is not None:
+        claim = await claim_key(
+            service.store,
+            who,
+            key,
+            kind="run",
+            print_=fingerprint("run", body),
+            new_id=run_id,
+            holder=service.orchestrator.owner,
+        )
+        if (existing := await service.store.run(claim.resource_id)) is not None:
+            return JSONResponse(run_body(existing), 200, headers={"Idempotent-Replayed": "true"})
+        run_id = claim.resource_id
+    try:
+        run = await service.orchestrator.start(
+            prompt_of(body.prompt),
+            provider=body.provider,
+            provider_settings=provider.settings.model_dump(exclude_unset=True) | body.settings,
+            agent=body.agent,
+            options=options,
+            workspace=body.workspace,
+            node_config=body.node.config(
+                owner=service.orchestrator.owner, default_ttl=service.config.node_ttl
+            ),
+            deadline=body.timeout,
+            idle_timeout=body.idle_timeout,
+            run_id=run_id,
+            keep_node=body.keep_node,
+        )
+    except BaseException:
+        if key is not None and await service.store.run(run_id) is None:
+            with anyio.CancelScope(shield=True):
+                await service.store.idempotency.forget(who.id, key)  # nothing was made: a retry starts afresh
+        raise
+    if key is not None:
+        await service.store.idempotency.complete(who.id, key, json.dumps({"run_id": run.id}))
+    return JSONResponse(run_body(await _load(service, run.id)), 201)
+
+
+@router.get("/runs")
+async def list_runs(
+    request: Request,
+    who: Caller,
+    state: Annotated[list[RunState] | None, Query(description="Only runs in these states.")] = None,
+    workspace: Annotated[str | None, Query(description="Only runs of this workspace.")] = None,
+) -> list[dict[str, Any]]:
+    """Runs, oldest first."""
+    forbid(who, "read")
+    records = await service_of(request).store.runs(states=tuple(s.value for s in state or ()))
+    return [run_body(r) for r in records if workspace is None or r.workspace_id == workspace]
+
+
+@router.get("/runs/{run_id}", responses={404: {"model": ErrorBody}})
+async def get_run(request: Request, run_id: str, who: Caller) -> dict[str, Any]:
+    """A run, with its snapshots and whether it can be resumed."""
+    forbid(who, "read")
+    service = service_of(request)
+    record = await _load(service, run_id)
+    return run_body(record, await service.store.snapshots(run_id))
+
+
+@router.post("/runs/{run_id}/pause", responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
+async def pause_run(request: Request, run_id: str, body: PauseIn, who: Caller) -> JSONResponse:
+    """Pause a run, on whichever replica drives it. Waits up to ``wait`` seconds for the pause:
+    200 with the paused run (its ``resume_token``), or 202 when it is still pausing."""
+    forbid(who, "runs")
+    service = service_of(request)
+    record = await _load(service, run_id)
+    if not RunState(record.state).live:
+        raise RunStateError(f"run {run_id} is {record.state}: only a live run can be paused")
+    asked = await service.orchestrator.request_pause(run_id, body.kind, body.reason, keep_node=body.keep_node)
+    with anyio.move_on_after(body.wait):
+        while RunState(record.state).live:
+            await anyio.sleep(_PAUSE_POLL)
+            record = await _load(service, run_id)
+    if RunState(record.state).live:
+        return JSONResponse(run_body(record), 202)
+    snapshots = await service.store.snapshots(run_id)
+    unused = [s for s in snapshots if s.used_at is None]
+    if record.state != RunState.PAUSED or not unused:
+        await service.orchestrator.withdraw_pause(run_id, asked)
+        raise RunStateError(f"run {run_id} ended {record.outcome or record.state} before it could pause")
+    return JSONResponse(run_body(record, snapshots) | {"resume_token": unused[-1].token}, 200)
+
+
+@router.post("/runs/{run_id}/resume", responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
+async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller) -> dict[str, Any]:
+    """Resume a paused (or failed) run with a message, on its kept node or a fresh one."""
+    forbid(who, "runs")
+    service = service_of(request)
+    record = await _load(service, run_id)
+    model = body.model or json.loads(record.agent_options).get("model") or SCRIPTED
+    run = await service.orchestrator.resume_run(
+        run_id,
+        message=prompt_of(body.message),
+        options=_options(body, model),
+        provider_settings=body.settings,
+        deadline=body.timeout,
+        idle_timeout=body.idle_timeout,
+        keep_node=body.keep_node,
+    )
+    return run_body(await _load(service, run.id))
+
+
+@router.get(
+    "/runs/{run_id}/events",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "The run's events, as server-sent events.",
+        },
+        204: {"description": "Nothing after Last-Event-ID, and nobody drives the run: stop reconnecting."},
+        404: {"model": ErrorBody},
+    },
+)
+async def run_events(
+    request: Request,
+    run_id: str,
+    *,
+    who: Caller,
+    after: Annotated[
+        int, Query(ge=0, description="Start after this sequence number (Last-Event-ID wins).")
+    ] = 0,
+    follow: Annotated[
+        bool, Query(description="Keep the stream open for new events while the run is driven.")
+    ] = True,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> Response:
+    """The run's events as server-sent events: ``id`` is each event's sequence number, ``data``
+    its JSON. A client that reconnects with ``Last-Event-ID`` gets exactly what it missed. The
+    stream ends after a drive's ``run.finished`` (a paused run's too: a resume continues the
+    sequence). Comment lines keep an idle stream alive."""
+    forbid(who, "read")
+    service = service_of(request)
+    record = await _load(service, run_id)
+    if last_event_id is not None:
+        try:
+            after = int(last_event_id)
+        except ValueError:
+            raise ServiceError(
+                400, "bad_last_event_id", "Last-Event-ID must be an event's sequence number"
+            ) from None
+    if not RunState(record.state).live and await service.store.last_event_seq(run_id) <= after:
+        return Response(status_code=204)
+    return event_stream(service, run_id, after=after, follow=follow)
+
+
+@router.get("/sessions")
+async def list_sessions(
+    request: Request, who: Caller, workspace: Annotated[str | None, Query()] = None
+) -> list[dict[str, Any]]:
+    """Workspaces' agent sessions (archived ones too)."""
+    forbid(who, "read")
+    return [dataclasses.asdict(s) for s in await service_of(request).store.sessions(workspace)]
+
+
+@router.get("/workspaces")
+async def list_workspaces(request: Request, who: Caller) -> list[dict[str, Any]]:
+    """Workspaces: each one's active agent session and its runs' count."""
+    forbid(who, "read")
+    service = service_of(request)
+    return _workspaces(await service.store.sessions(), await service.store.runs())
+
+
+@router.get("/workspaces/{workspace}", responses={404: {"model": ErrorBody}})
+async def get_workspace(request: Request, workspace: str, who: Caller) -> dict[str, Any]:
+    """A workspace: its sessions and its runs."""
+    forbid(who, "read")
+    service = service_of(request)
+    sessions = await service.store.sessions(workspace)
+    if not sessions:
+        raise ServiceError(404, "workspace_not_found", f"no workspace {workspace}")
+    runs = [r for r in await service.store.runs() if r.workspace_id == workspace]
+    return _workspaces(sessions, runs)[0] | {
+        "sessions": [dataclasses.asdict(s) for s in sessions],
+        "runs": [run_body(r) for r in runs],
+    }
+
+
+def _workspaces(sessions: list[Any], runs: list[RunRecord]) -> list[dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for session in sessions:
+        entry = found.setdefault(
+            session.workspace_id, {"id": session.workspace_id, "agent": None, "session_id": None, "runs": 0}
+        )
+        if session.state == "active":
+            entry["agent"], entry["session_id"] = session.provider, session.id
+    for run in runs:
+        if run.workspace_id in found:
+            found[run.workspace_id]["runs"] += 1
+    return list(found.values())

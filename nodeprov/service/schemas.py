@@ -1,0 +1,233 @@
+"""The bodies the service takes and gives: pydantic models, unknown fields refused, each
+field documented (they make the OpenAPI document). Secrets (``env`` values, secret provider
+settings) are taken in, never given back."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..errors import ConfigError
+from ..node import NodeConfig
+from ..prompts import Block, ImageBlock, Prompt, TextBlock
+
+__all__ = [
+    "ErrorBody",
+    "ExecBody",
+    "ImageIn",
+    "NodeBody",
+    "NodeIn",
+    "PauseIn",
+    "ResumeIn",
+    "RunIn",
+    "TextIn",
+]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(BaseModel):
+    """Every failure's body."""
+
+    error: str = Field(description="A stable code: invalid, not_found, unauthorized, forbidden, ...")
+    message: str = Field(description="What went wrong, on one line.")
+
+
+class TextIn(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ImageIn(_Body):
+    type: Literal["image"]
+    data: str = Field(
+        description="The image's bytes, base64 (PNG, JPEG, GIF or WebP; the type is read from them)."
+    )
+
+    def block(self) -> ImageBlock:
+        """Raises: ConfigError: not base64, or not an image."""
+        try:
+            raw = base64.b64decode(self.data, validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigError("an image block's data is not base64") from None
+        return ImageBlock.from_bytes(raw)
+
+
+PromptIn = Annotated[
+    str | list[Annotated[TextIn | ImageIn, Field(discriminator="type")]],
+    Field(description="The task: text, or text and image blocks."),
+]
+
+
+def prompt_of(given: str | list[TextIn | ImageIn]) -> Prompt:
+    """The library's prompt for a body's.
+
+    Raises:
+        ConfigError: an image is not base64 or not an image.
+    """
+    if isinstance(given, str):
+        return given
+    blocks: list[Block] = [TextBlock(b.text) if isinstance(b, TextIn) else b.block() for b in given]
+    return blocks
+
+
+class NodeIn(_Body):
+    """What a node is for (see the library's ``NodeConfig``)."""
+
+    ttl_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Hard lifetime in seconds; past it any reaper removes the node. "
+        "Default: the service's (24 hours unless `nodeprov serve --node-ttl` says otherwise).",
+    )
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra labels for the node's resources.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment of every process on the node. Kept on the node only, never in the store.",
+    )
+    session_id: str | None = Field(
+        default=None, description="The workflow session the node serves (a label)."
+    )
+
+    def config(
+        self, *, owner: str, default_ttl: float, node_id: str | None = None, key: str | None = None
+    ) -> NodeConfig:
+        """Raises: ConfigError: a label or an environment name is refused."""
+        extra: dict[str, Any] = {}
+        if node_id is not None:
+            extra["node_id"] = node_id
+        if key is not None:
+            extra["provision_key"] = key
+        try:
+            return NodeConfig(
+                owner=owner,
+                ttl=timedelta(seconds=self.ttl_seconds or default_ttl),
+                labels=self.labels,
+                env=self.env,
+                session_id=self.session_id,
+                **extra,
+            )
+        except ValueError as error:
+            raise ConfigError(_first_error(error)) from None
+
+
+def _first_error(error: ValueError) -> str:
+    errors = getattr(error, "errors", None)
+    if callable(errors):
+        first = errors(include_url=False)[0]
+        return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
+    return str(error)
+
+
+class NodeBody(_Body):
+    """A node to provision."""
+
+    provider: str = Field(description="The provider (see GET /v1/providers).")
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Provider settings, over those of the service's environment (NODEPROV_<PROVIDER>_*).",
+    )
+    node: NodeIn = Field(default_factory=NodeIn)
+
+
+class ExecBody(_Body):
+    """A command to run on a node."""
+
+    command: list[str] = Field(
+        min_length=1, description="The program and its arguments (never a shell string)."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment of the process (a secret: never echoed)."
+    )
+    cwd: str | None = Field(default=None, description="Working directory on the node.")
+    stdin: str | None = Field(
+        default=None, description="The process's whole standard input, base64. Default: none."
+    )
+    timeout: float | None = Field(default=None, gt=0, description="Stop the process after this many seconds.")
+
+    @field_validator("stdin")
+    @classmethod
+    def _base64(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("not base64") from None
+        return value
+
+
+class RunIn(_Body):
+    """A run to start: the options of ``nodeprov run``."""
+
+    prompt: PromptIn
+    provider: str = Field(description="The provider of the run's node.")
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Provider settings, over the service environment's. Secret ones are never stored.",
+    )
+    agent: str | None = Field(default=None, description="The agent; default: the one the model routes to.")
+    model: str = Field(
+        default="scripted", description="'scripted' for the built-in offline model, else a real model's name."
+    )
+    permission: Literal["read-only", "edit", "full"] | None = Field(
+        default=None,
+        description="What the agent may do. Default: full, except for a real model on a provider whose "
+        "nodes are the service's own host, which must name one.",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Other agent options (see GET /v1/agents), e.g. max_turns."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment of the agent (API keys go here): never stored, logged or echoed.",
+    )
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="A JSON schema the agent's result must match."
+    )
+    workspace: str = Field(
+        default="default", description="The workspace whose agent session the run continues."
+    )
+    keep_node: bool = Field(default=False, description="Keep the node when the run pauses, for its resume.")
+    timeout: float | None = Field(
+        default=None, gt=0, description="End the run as failed after this many seconds."
+    )
+    idle_timeout: float | None = Field(
+        default=None, gt=0, description="End the run as failed after this many seconds without progress."
+    )
+    node: NodeIn = Field(default_factory=NodeIn)
+
+
+class PauseIn(_Body):
+    kind: Literal["human", "external", "system"] = Field(
+        default="external", description="Why, for diagnostics."
+    )
+    reason: str = Field(default="", max_length=2000, description="Shown in events and the run's status.")
+    keep_node: bool | None = Field(
+        default=None, description="Keep the node for the resume. Default: as the run was started or resumed."
+    )
+    wait: float = Field(
+        default=60, ge=0, le=600, description="Seconds to wait for the run to pause (0: do not wait)."
+    )
+
+
+class ResumeIn(_Body):
+    message: PromptIn = "continue"
+    model: str | None = Field(default=None, description="'scripted' or a model name; default: the run's own.")
+    permission: Literal["read-only", "edit", "full"] | None = None
+    options: dict[str, Any] = Field(default_factory=dict, description="Agent options over the run's own.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="The agent's environment again (never stored)."
+    )
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Provider settings over the run's stored ones (its secret ones again).",
+    )
+    keep_node: bool = Field(default=False, description="Keep the node when the run pauses again.")
+    timeout: float | None = Field(default=None, gt=0)
+    idle_timeout: float | None = Field(default=None, gt=0)

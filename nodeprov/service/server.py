@@ -1,0 +1,82 @@
+"""Running the service: :func:`serve` binds its address, checks that it may listen there,
+and serves on uvicorn, in this process or in ``workers`` processes sharing the socket
+(each a replica with its own lease). SIGTERM or SIGINT stops it gracefully: event streams
+end (their clients reconnect elsewhere with Last-Event-ID), requests under way finish, then
+each replica pauses the runs it drives (kind ``system``) and releases its lease."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+import anyio
+import uvicorn
+from uvicorn.supervisors import Multiprocess
+
+from ..errors import ConfigError
+from ..store import Store
+from .app import CONFIG_VARIABLE, create_app
+from .config import ServiceConfig
+
+__all__ = ["check_exposure", "serve"]
+
+
+async def check_exposure(config: ServiceConfig) -> None:
+    """Refuse to listen beyond loopback without a token in the store.
+
+    Raises:
+        ConfigError: ``config.host`` is not loopback and the store has no active token.
+        StoreError: the store could not be read.
+    """
+    if config.loopback:
+        return
+    async with await Store.open(config.store) as store:
+        if not await store.tokens.any_active():
+            raise ConfigError(
+                f"refusing to listen on {config.host} without tokens: create one first "
+                "(nodeprov tokens create NAME --scope admin), or listen on 127.0.0.1"
+            )
+
+
+def serve(config: ServiceConfig, *, workers: int = 1) -> None:
+    """Serve until SIGTERM or SIGINT (see the module). Says where it listens on stdout, in
+    one line (``listening on http://HOST:PORT``), once the socket is bound.
+
+    Raises:
+        ConfigError: as :func:`check_exposure`; ``workers`` below 1; the address cannot be bound.
+        StoreError: the store could not be read.
+    """
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    anyio.run(check_exposure, config)
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as error:
+        raise ConfigError(f"cannot listen on {config.host}:{config.port}: {error.strerror}") from None
+    sock.set_inheritable(True)
+    port = sock.getsockname()[1]
+    options = {
+        "log_config": None,  # the CLI configures logging, never the library
+        "lifespan": "on",
+        "timeout_graceful_shutdown": config.shutdown_timeout,
+        "proxy_headers": False,
+    }
+    bound = config.model_copy(update={"port": port})
+    print(f"listening on http://{config.host}:{port}", flush=True)
+    if workers == 1:
+        server = uvicorn.Server(uvicorn.Config(create_app(bound), **options))  # type: ignore[arg-type]
+        server.run(sockets=[sock])
+    else:
+        os.environ[CONFIG_VARIABLE] = bound.model_dump_json()  # the workers' configuration: never in argv
+        uv_config = uvicorn.Config(
+            "nodeprov.service.app:app_from_environment",
+            factory=True,
+            workers=workers,
+            **options,  # type: ignore[arg-type]
+        )
+        Multiprocess(uv_config, sockets=[sock]).run()
+    sys.stdout.flush()

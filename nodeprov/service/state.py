@@ -1,0 +1,109 @@
+"""What one service process holds while it serves: the store, the orchestrator (its lease,
+runs and reconcile), the providers of nodes made through the API, the authenticator and the
+metrics. Made and closed by the app's lifespan."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import anyio
+from fastapi import Request
+
+from ..errors import NodeprovError
+from ..fleet import Fleet
+from ..registry import provider_class, provider_names
+from ..runs import Orchestrator
+from ..store import Store
+from .auth import Authenticator
+from .config import ServiceConfig
+from .metrics import Metrics
+from .problems import ServiceError
+
+__all__ = ["Service", "service_of"]
+
+logger = logging.getLogger("nodeprov.service")
+
+_PURGE_INTERVAL = 3600.0  # forgetting old idempotency keys
+
+
+class Service:
+    """One service process's parts (see the module)."""
+
+    def __init__(self, config: ServiceConfig, store: Store, orchestrator: Orchestrator, fleet: Fleet) -> None:
+        self.config = config
+        self.store = store
+        self.orchestrator = orchestrator
+        self.fleet = fleet
+        self.auth = Authenticator(store, open_on_no_tokens=config.loopback)
+        self.metrics = Metrics()
+        self.stopping = anyio.Event()
+        """Set when the process begins to stop: event streams end, so clients reconnect elsewhere."""
+
+    @property
+    def owner(self) -> str:
+        """The owner label of nodes made through the API: never judged gone by a reaper, so
+        a node outlives the replica that made it, until it is destroyed or its lifetime ends."""
+        return "service:nodeprov"
+
+    def check_provider(self, name: str) -> None:
+        """Raises ServiceError (422) unless clients may use provider ``name``."""
+        if name not in self.allowed_providers():
+            raise ServiceError(422, "invalid", f"provider {name!r} is not offered by this service")
+
+    def allowed_providers(self) -> list[str]:
+        if self.config.providers is not None:
+            return [name for name in self.config.providers if name in provider_names()]
+        if self.config.loopback:
+            return provider_names()
+        return [name for name in provider_names() if not _on_this_host(name)]
+
+    @classmethod
+    @asynccontextmanager
+    async def running(cls, config: ServiceConfig) -> AsyncIterator[Service]:
+        async with AsyncExitStack() as stack:
+            store = await Store.open(config.store)
+            stack.push_async_callback(store.aclose)
+            orchestrator = Orchestrator(
+                store,
+                holder=f"nodeprov serve on {socket.gethostname()} pid {os.getpid()}",
+                lease_ttl=config.lease_ttl,
+                poll_interval=config.poll_interval,
+                shutdown_timeout=config.shutdown_timeout,
+            )
+            fleet = Fleet()
+            stack.push_async_callback(fleet.aclose)
+            await stack.enter_async_context(orchestrator)
+            service = cls(config, store, orchestrator, fleet)
+            stack.callback(service.stopping.set)  # first on the way out
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(service._purge_keys)
+                try:
+                    yield service
+                finally:
+                    tg.cancel_scope.cancel()
+
+    async def _purge_keys(self) -> None:
+        while True:
+            try:
+                await self.store.idempotency.purge(self.config.idempotency_ttl)
+            except Exception:
+                logger.exception("could not forget old idempotency keys; trying again later")
+            await anyio.sleep(_PURGE_INTERVAL)
+
+
+def _on_this_host(name: str) -> bool:
+    try:
+        return bool(getattr(provider_class(name), "on_this_host", False))
+    except NodeprovError:  # not loadable here: not offered either way
+        return True
+
+
+def service_of(request: Request) -> Service:
+    service: Any = request.app.state.service
+    assert isinstance(service, Service)
+    return service
