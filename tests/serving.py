@@ -44,10 +44,12 @@ async def serving(
     config: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     name: str = "serve",
+    verbose: int = 1,
 ) -> AsyncIterator[Served]:
-    """Start ``nodeprov -v serve --port 0`` (a SQLite store in ``tmp_path`` unless ``store``),
-    with ``config`` as NODEPROV_SERVE_CONFIG and local nodes under ``tmp_path/nodes``; stop it
-    with SIGTERM on the way out (SIGKILL if it does not stop in time)."""
+    """Start ``nodeprov -v serve --port 0`` (``-vv`` with ``verbose=2``; a SQLite store in
+    ``tmp_path`` unless ``store``), with ``config`` as NODEPROV_SERVE_CONFIG and local nodes
+    under ``tmp_path/nodes``; stop it with SIGTERM on the way out (SIGKILL if it does not stop
+    in time)."""
     store = store or f"sqlite:///{tmp_path}/service.db"
     (tmp_path / "nodes").mkdir(exist_ok=True)
     log = tmp_path / f"{name}.log"
@@ -57,7 +59,18 @@ async def serving(
         "NODEPROV_LOCAL_ROOT": str(tmp_path / "nodes"),
         **(env or {}),
     }
-    command = [sys.executable, "-m", "nodeprov", "-v", "serve", "--port", "0", "--store", store, *args]
+    command = [
+        sys.executable,
+        "-m",
+        "nodeprov",
+        "-" + "v" * verbose,
+        "serve",
+        "--port",
+        "0",
+        "--store",
+        store,
+        *args,
+    ]
     with log.open("ab") as stderr:
         process = await anyio.open_process(command, env=environ, stderr=stderr)
     try:
@@ -65,7 +78,10 @@ async def serving(
         said = b""
         with anyio.fail_after(_START_TIMEOUT):
             while b"\n" not in said:
-                said += await process.stdout.receive()
+                try:
+                    said += await process.stdout.receive()
+                except anyio.EndOfStream:
+                    raise AssertionError(f"nodeprov serve did not start: {log.read_text()[-2000:]}") from None
             url = said.decode().split("listening on ", 1)[1].split()[0]
             async with httpx.AsyncClient(base_url=url) as probe:
                 while True:

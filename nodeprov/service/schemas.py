@@ -89,7 +89,8 @@ class NodeIn(_Body):
     labels: dict[str, str] = Field(default_factory=dict, description="Extra labels for the node's resources.")
     env: dict[str, str] = Field(
         default_factory=dict,
-        description="Environment of every process on the node. Kept on the node only, never in the store.",
+        description="Environment of every process on the node. A run keeps it, so that a resume's fresh "
+        "node gets it too: give a run's secrets in its `env` instead, which is never stored.",
     )
     session_id: str | None = Field(
         default=None, description="The workflow session the node serves (a label)."
