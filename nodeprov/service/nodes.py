@@ -17,6 +17,7 @@ they outlive the replica that made them until destroyed or past their lifetime.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 from collections.abc import AsyncGenerator
@@ -130,6 +131,7 @@ async def provision(
             with anyio.CancelScope(shield=True):
                 await service.store.idempotency.forget(who.id, key)  # undone: a retry starts afresh
         raise
+    service.remember(node)
     answer = node_body(node)
     service.metrics.nodes_made.labels(body.provider, "provision").inc()
     if key is not None:
@@ -155,11 +157,17 @@ async def list_nodes(request: Request, who: Caller, provider: ProviderQuery = No
 
 
 async def _find(service: Service, node_id: str, provider: str | None) -> NodeHandle:
+    """The node, from ``provider``, or the one this replica last found it on, or whichever
+    offered provider has it (asking each in turn costs a call to every platform)."""
     if provider is not None:
         service.check_provider(provider)
+    elif (known := service.node_providers.get(node_id)) is not None:
+        with suppress(NodeGoneError):
+            return await service.fleet.find(node_id, known)
     node = await service.fleet.find(node_id, provider)
     if node.provider not in service.allowed_providers():
         raise NodeGoneError(f"no node {node_id}")
+    service.remember(node)
     return node
 
 
@@ -274,9 +282,13 @@ async def exec_on(
                 with anyio.fail_after(body.timeout) if body.timeout else nullcontext():
                     await _relay(process, body.stdin, sink)
             except TimeoutError:
+                _stop_at_once(process)
                 await sink.send(
                     _line({"error": "timeout", "message": f"the command ran past {body.timeout:g} s"})
                 )
+            except BaseException:
+                _stop_at_once(process)  # its client left: nobody will give it more input
+                raise
 
     return PumpedResponse(pump, "application/x-ndjson")
 
@@ -299,6 +311,11 @@ async def _relay(process: SpawnedProcess, stdin: str | None, sink: ObjectSendStr
         tg.start_soon(copy, "stdout", process.stdout)
         tg.start_soon(copy, "stderr", process.stderr)
     await sink.send(_line({"exit_code": await process.wait()}))
+
+
+def _stop_at_once(process: SpawnedProcess) -> None:
+    """Stop ``process`` as its stop policy says, without the grace it would give its stdin."""
+    process.stop_policy = dataclasses.replace(process.stop_policy, eof_grace=0.0)
 
 
 def _line(value: dict[str, Any]) -> bytes:

@@ -16,6 +16,7 @@ from fastapi import Request
 
 from ..errors import NodeprovError
 from ..fleet import Fleet
+from ..node import NodeHandle
 from ..registry import provider_class, provider_names
 from ..runs import Orchestrator
 from ..store import Store
@@ -29,6 +30,7 @@ __all__ = ["Service", "service_of"]
 logger = logging.getLogger("nodeprov.service")
 
 _PURGE_INTERVAL = 3600.0  # forgetting old idempotency keys
+_NODES_REMEMBERED = 10000
 
 
 class Service:
@@ -41,6 +43,8 @@ class Service:
         self.fleet = fleet
         self.auth = Authenticator(store, open_on_no_tokens=config.loopback)
         self.metrics = Metrics()
+        self.node_providers: dict[str, str] = {}
+        """The provider of each node this replica made or found, by id (a bounded memo)."""
         self.stopping = anyio.Event()
         """Set when the process begins to stop: event streams end, so clients reconnect elsewhere."""
 
@@ -49,6 +53,12 @@ class Service:
         """The owner label of nodes made through the API: never judged gone by a reaper, so
         a node outlives the replica that made it, until it is destroyed or its lifetime ends."""
         return "service:nodeprov"
+
+    def remember(self, node: NodeHandle) -> None:
+        """Note where ``node`` is, so the next request for it asks that provider alone."""
+        if len(self.node_providers) >= _NODES_REMEMBERED:
+            self.node_providers.pop(next(iter(self.node_providers)))
+        self.node_providers[node.node_id] = node.provider
 
     def check_provider(self, name: str) -> None:
         """Raises ServiceError (422) unless clients may use provider ``name``."""
