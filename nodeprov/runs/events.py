@@ -9,6 +9,8 @@ the control plane restarted, gets the same events.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -42,6 +44,12 @@ class RunEvent:
             "type": self.kind,
             **{f.name: json_value(getattr(self, f.name)) for f in dataclasses.fields(self)},
         }
+
+    @functools.cached_property
+    def encoded(self) -> str:
+        """:meth:`to_json` as one line of JSON, made once: the store and every event stream
+        relaying the event share it."""
+        return json.dumps(self.to_json())
 
 
 @dataclass(frozen=True)

@@ -254,14 +254,16 @@ class RunEvents:
 
 def event_record(event: RunEvent) -> EventRecord:
     """``event`` as the store keeps it."""
-    return EventRecord(event.run_id, event.seq, event.kind, event.at, json.dumps(event.to_json()))
+    return EventRecord(event.run_id, event.seq, event.kind, event.at, event.encoded)
 
 
 def stored_event(record: EventRecord) -> RunEvent | None:
     """The event stored as ``record``; ``None`` (logged) for one this version cannot read,
     such as a kind added by a newer control plane: followers go on past it."""
     try:
-        return event_from_json(json.loads(record.body))
+        event = event_from_json(json.loads(record.body))
     except (ValueError, TypeError) as error:
         logger.warning("skipping unreadable event %d of run %s: %s", record.seq, record.run_id, error)
         return None
+    event.__dict__["encoded"] = record.body  # its encoding, as stored: a relay need not make it again
+    return event

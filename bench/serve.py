@@ -1,0 +1,221 @@
+"""The service against the library: N concurrent runs of a fake agent, started and followed
+over HTTP and server-sent events from a real ``nodeprov serve`` process, next to the same
+runs through the library's :class:`~nodeprov.runs.Orchestrator` in this process, in one run.
+
+Each run's agent (the fake Claude Code CLI, :mod:`nodeprov.testing.fake_agent`) sends
+``--messages`` assistant messages of ``--message-bytes`` bytes, ``--interval`` seconds apart;
+each text begins with the time it was sent, so a reader measures the relay latency from the
+agent writing a message to the caller reading it. Both paths run on local nodes with the
+store on SQLite. The control plane's CPU is the orchestrator's process's own: this process
+for the library, the ``serve`` process for HTTP (the client reading the streams is not the
+control plane). "first event" is the time from asking for a run (``start()``, or the POST)
+to reading its first event.
+
+Goals (issue 28): the HTTP path's CPU per 1000 messages at most 1.3x the library's, its p99
+relay latency at most 10 ms above the library's at 10 runs.
+
+Run it with ``.venv/bin/python -m bench.serve [--help]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from nodeprov.agents import AgentText
+from nodeprov.runs import AgentMessage, Orchestrator, RunFinished
+from nodeprov.store import Store
+from nodeprov.testing import fake_agent_command
+
+
+@dataclass
+class Sample:
+    latencies: list[float] = field(default_factory=list)
+    first_events: list[float] = field(default_factory=list)
+    messages: int = 0
+    wall: float = 0.0
+    cpu: float = 0.0
+
+
+def _latency(text: str) -> float | None:
+    if not text.startswith("t="):
+        return None
+    return time.time() - float(text[2:].split(" ", 1)[0])
+
+
+def _options(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    script = [{"stream": [args.messages, args.message_bytes, args.interval]}]
+    return {"cli_path": command, "ship_cli": False, "env": {"NODEPROV_FAKE_AGENT": json.dumps(script)}}
+
+
+async def library_pass(runs: int, args: argparse.Namespace, command: str, tmp: Path) -> Sample:
+    sample = Sample()
+    async with (
+        await Store.open(f"sqlite:///{tmp}/library-{time.monotonic_ns()}.db") as store,
+        Orchestrator(store) as orchestrator,
+    ):
+
+        async def one() -> None:
+            asked, first = time.perf_counter(), True
+            run = await orchestrator.start(
+                "go",
+                provider="local",
+                provider_settings={"root": str(tmp / "nodes")},
+                agent="claude",
+                options=_options(args, command),
+            )
+            async for event in run.events():
+                if first:
+                    sample.first_events.append(time.perf_counter() - asked)
+                    first = False
+                if isinstance(event, AgentMessage) and isinstance(event.message, AgentText):
+                    sample.messages += 1
+                    if (delay := _latency(event.message.text)) is not None:
+                        sample.latencies.append(delay)
+                elif isinstance(event, RunFinished):
+                    assert event.outcome == "ok", event.error
+
+        cpu, wall = time.process_time(), time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(runs):
+                tg.start_soon(one)
+        sample.wall, sample.cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return sample
+
+
+def _process_cpu(pid: int) -> float:
+    """A process's own CPU seconds (user and system, not its children's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def http_pass(runs: int, args: argparse.Namespace, command: str, url: str, pid: int) -> Sample:
+    sample = Sample()
+    limits = httpx.Limits(max_connections=runs * 2 + 10, max_keepalive_connections=runs * 2 + 10)
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(120), limits=limits) as client:
+
+        async def one() -> None:
+            asked = time.perf_counter()
+            body = {
+                "prompt": "go",
+                "provider": "local",
+                "agent": "claude",
+                "options": _options(args, command),
+            }
+            body["env"] = body["options"].pop("env")
+            answer = await client.post("/v1/runs", json=body)
+            answer.raise_for_status()
+            first = True
+            async with client.stream("GET", f"/v1/runs/{answer.json()['id']}/events") as response:
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    if first:
+                        sample.first_events.append(time.perf_counter() - asked)
+                        first = False
+                    event = json.loads(line[6:])
+                    if event["type"] == "agent.message" and event["message"].get("kind") == "text":
+                        sample.messages += 1
+                        if (delay := _latency(event["message"]["text"])) is not None:
+                            sample.latencies.append(delay)
+                    elif event["type"] == "run.finished":
+                        assert event["outcome"] == "ok", event["error"]
+
+        cpu, wall = _process_cpu(pid), time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(runs):
+                tg.start_soon(one)
+        sample.wall, sample.cpu = time.perf_counter() - wall, _process_cpu(pid) - cpu
+    return sample
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _line(name: str, runs: int, sample: Sample) -> str:
+    cpu = sample.cpu / sample.messages * 1000
+    p50, p99 = (_quantile(sample.latencies, q) * 1000 for q in (0.5, 0.99))
+    first = statistics.median(sample.first_events) * 1000
+    return f"{name:16} {runs:4d} {sample.wall:7.1f} {cpu:8.3f} {p50:7.1f} {p99:7.1f} {first:9.1f}"
+
+
+async def serve(tmp: Path) -> tuple[anyio.abc.Process, str]:
+    (tmp / "nodes").mkdir(exist_ok=True)
+    env = {**os.environ, "NODEPROV_LOCAL_ROOT": str(tmp / "nodes"), "NODEPROV_SERVE_CONFIG": "{}"}
+    process = await anyio.open_process(
+        [sys.executable, "-m", "nodeprov", "serve", "--port", "0", "--store", f"sqlite:///{tmp}/serve.db"],
+        env=env,
+        stderr=None,
+    )
+    assert process.stdout is not None
+    said = b""
+    while b"\n" not in said:
+        said += await process.stdout.receive()
+    url = said.decode().split("listening on ", 1)[1].split()[0]
+    async with httpx.AsyncClient(base_url=url) as probe:
+        while True:
+            try:
+                if (await probe.get("/readyz")).status_code == 200:
+                    return process, url
+            except httpx.TransportError:
+                pass
+            await anyio.sleep(0.05)
+
+
+async def run(args: argparse.Namespace) -> None:
+    os.environ["CLAUDE_AGENT_SDK_SKIP_VERSION_CHECK"] = "1"
+    print(f"{args.messages} messages of {args.message_bytes} B, {args.interval * 1000:g} ms apart, per run")
+    print(f"{'path':16} {'N':>4} {'wall s':>7} {'CPUs/1k':>8} {'p50 ms':>7} {'p99 ms':>7} {'first ms':>9}")
+    with tempfile.TemporaryDirectory() as directory:
+        tmp = Path(directory)
+        (tmp / "nodes").mkdir()
+        command = fake_agent_command(tmp)
+        process, url = await serve(tmp)
+        try:
+            await library_pass(2, args, command, tmp)  # warm both: imports, first processes
+            await http_pass(2, args, command, url, process.pid)
+            for runs in args.runs:
+                library = await library_pass(runs, args, command, tmp)
+                http = await http_pass(runs, args, command, url, process.pid)
+                print(_line("library", runs, library), flush=True)
+                print(_line("HTTP + SSE", runs, http), flush=True)
+                cpu_ratio = (http.cpu / http.messages) / (library.cpu / library.messages)
+                added = (_quantile(http.latencies, 0.99) - _quantile(library.latencies, 0.99)) * 1000
+                print(
+                    f"{'':16} {runs:4d}  CPU {cpu_ratio:.2f}x the library's (goal <= 1.3x);"
+                    f" p99 added {added:+.1f} ms (goal <= 10 ms at 10 runs)",
+                    flush=True,
+                )
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await process.wait()
+    print(
+        "CPUs/1k: the control plane's CPU seconds per 1000 messages (the serve process for HTTP);"
+        " p50/p99: relay latency, agent to reader; first ms: median time from asking for a run to its"
+        f" first event ({os.cpu_count()} CPUs here)"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=lambda t: [int(n) for n in t.split(",")], default=[10, 100])
+    parser.add_argument("--messages", type=int, default=200, help="messages per run")
+    parser.add_argument("--message-bytes", type=int, default=1024, help="bytes of text per message")
+    parser.add_argument("--interval", type=float, default=0.01, help="seconds between an agent's messages")
+    anyio.run(run, parser.parse_args())
