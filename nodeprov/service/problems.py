@@ -102,6 +102,8 @@ async def _invalid_request(request: Request, error: Exception) -> JSONResponse:
     where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
     if first.get("type") == "json_invalid":
         message = "the body is not valid JSON"
+    elif tuple(first.get("loc", ())) == ("body",) and "json" not in request.headers.get("content-type", ""):
+        message = "the body must be JSON, sent as Content-Type: application/json"
     else:
         message = f"{where or 'body'}: {first.get('msg', 'invalid')}"
     return problem_response(422, "invalid", message)
