@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from nodeprov.errors import RunStateError, TokenError
-from nodeprov.runs import TRANSITIONS, Orchestrator, Run, RunFinished, RunState
+from nodeprov.runs import TRANSITIONS, AgentMessage, Orchestrator, Run, RunFinished, RunState
 from nodeprov.store import NodeRecordState, SnapshotRecord, Store
 from nodeprov.testing import fake_agent_command
 
@@ -461,3 +461,32 @@ async def test_a_pause_request_nobody_served_can_be_withdrawn(
         record = await store.run(run.id)
         assert record is not None
         assert record.pause_request is None
+
+
+@pytest.mark.parametrize(
+    ("started_keeping", "asked", "kept"), [(True, None, True), (True, False, False), (False, None, False)]
+)
+async def test_a_pause_that_does_not_say_keeps_the_node_as_the_run_was_started(
+    store: Store, agent: Any, tmp_path: Path, started_keeping: bool, asked: bool | None, kept: bool
+) -> None:
+    """A run started with ``keep_node`` keeps its node when paused by a request (another
+    process's, ``nodeprov pause``) or its control plane's shutdown, unless the pause says."""
+    async with Orchestrator(store, poll_interval=0.05) as plane:
+        run = await plane.start(
+            "go", options=agent({"text": "hi"}, {"stall": True}), keep_node=started_keeping, **fake(tmp_path)
+        )
+        await agent_started(run)
+        await plane.request_pause(run.id, "external", "asked", keep_node=asked)
+        assert await run.wait() == "paused"
+    [snapshot] = await store.snapshots(run.id)
+    assert snapshot.node_kept is kept
+    async with Orchestrator(store) as plane:
+        resumed = await plane.resume(
+            snapshot.token, options=agent({"text": "back"}, {"stall": True}), keep_node=True
+        )
+        async for event in resumed.events():  # the agent answers on its node
+            if isinstance(event, AgentMessage):
+                break
+    # Leaving pauses what still runs (kind system), with the node the resume asked to keep.
+    later = [s for s in await store.snapshots(run.id) if s.used_at is None]
+    assert [(s.pause_kind, s.node_kept) for s in later] == [("system", True)]

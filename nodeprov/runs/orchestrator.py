@@ -57,7 +57,8 @@ class Orchestrator:
     orchestrator. Background work (heartbeats, pause requests, reconcile, event writes)
     logs its failures and goes on.
 
-    **Leaving** pauses whatever still runs (kind ``system``, node released), so nothing is
+    **Leaving** pauses whatever still runs (kind ``system``; the node released unless the run
+    was started or resumed with ``keep_node``), so nothing is
     left without a snapshot, then flushes events and releases the lease. It takes at most
     ``shutdown_timeout`` seconds (plus, if the store itself hangs, its statement timeout):
     a run that cannot be paused in time is left to reconcile, which the released lease
