@@ -29,4 +29,3 @@ from nodeprov.service.problems import status_of
 )
 def test_each_error_has_its_status(error: errors.NodeprovError, status: int, code: str) -> None:
     assert status_of(error) == (status, code)
-
