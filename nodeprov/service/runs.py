@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from ..errors import ConfigError, RunStateError
+from ..fleet import secret_settings_from_env, settings_from_env
 from ..runs import RunState
 from ..store import RunRecord, SnapshotRecord, new_id
 from .auth import Principal, forbid
@@ -114,7 +115,7 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
         run = await service.orchestrator.start(
             prompt_of(body.prompt),
             provider=body.provider,
-            provider_settings=provider.settings.model_dump(exclude_unset=True) | body.settings,
+            provider_settings=await anyio.to_thread.run_sync(settings_from_env, body.provider, body.settings),
             agent=body.agent,
             options=options,
             workspace=body.workspace,
@@ -188,12 +189,14 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
     forbid(who, "runs")
     service = service_of(request)
     record = await _load(service, run_id)
+    # The run's secret settings are never stored: the service's environment gives them again.
+    secrets = await anyio.to_thread.run_sync(secret_settings_from_env, record.node_provider)
     model = body.model or json.loads(record.agent_options).get("model") or SCRIPTED
     run = await service.orchestrator.resume_run(
         run_id,
         message=prompt_of(body.message),
         options=_options(body, model),
-        provider_settings=body.settings,
+        provider_settings=secrets.get(record.node_provider, {}) | body.settings,
         deadline=body.timeout,
         idle_timeout=body.idle_timeout,
         keep_node=body.keep_node,

@@ -15,7 +15,7 @@ import anyio
 from fastapi import Request
 
 from ..errors import NodeprovError
-from ..fleet import Fleet
+from ..fleet import Fleet, secret_settings_from_env
 from ..node import NodeHandle
 from ..registry import provider_class, provider_names
 from ..runs import Orchestrator
@@ -84,6 +84,8 @@ class Service:
                 lease_ttl=config.lease_ttl,
                 poll_interval=config.poll_interval,
                 shutdown_timeout=config.shutdown_timeout,
+                # What runs never store, for a dead replica's runs that this one reconciles.
+                provider_settings=await anyio.to_thread.run_sync(secret_settings_from_env, None),
             )
             fleet = Fleet()
             stack.push_async_callback(fleet.aclose)
