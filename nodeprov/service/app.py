@@ -107,6 +107,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app.include_router(nodes_router)
     app.include_router(runs_router)
     app.add_middleware(_BodyLimit, max_body=config.max_body, max_file=config.max_file)
+    app.add_middleware(_Counted)
     return app
 
 
@@ -114,6 +115,32 @@ def app_from_environment() -> FastAPI:
     """:func:`create_app` with the configuration in ``$NODEPROV_SERVE_CONFIG`` (a worker
     process of ``nodeprov serve --workers N``)."""
     return create_app(ServiceConfig.model_validate(json.loads(os.environ.get(CONFIG_VARIABLE) or "{}")))
+
+
+class _Counted:
+    """Counts requests by method, route (its template: ``/v1/runs/{run_id}``) and status."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def noted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noted)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            if (state := getattr(scope.get("app"), "state", None)) is not None and hasattr(state, "service"):
+                state.service.metrics.requests.labels(scope["method"], route, str(status)).inc()
 
 
 class _TooLarge(HTTPException):

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
+from ..agents.registry import route_model
 from ..errors import ConfigError, RunStateError
 from ..fleet import secret_settings_from_env, settings_from_env
-from ..runs import RunState
+from ..prompts import prompt_text
+from ..runs import Run, RunState
 from ..store import RunRecord, SnapshotRecord, new_id
 from .auth import Principal, forbid
 from .events import event_stream
@@ -70,6 +73,21 @@ async def _load(service: Service, run_id: str) -> RunRecord:
     return record
 
 
+def _with_model(options: dict[str, Any], model_options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with what the model needs (the offline model's address) laid over, and
+    the caller's environment over the model's."""
+    return {**options, **model_options, "env": {**model_options.get("env", {}), **options["env"]}}
+
+
+async def _on_model(
+    service: Service, model: str, agent: str, text: str, start: Callable[[dict[str, Any]], Awaitable[Run]]
+) -> Run:
+    """``start(model_options)``: on the agent's offline scripted model for ``scripted``."""
+    if model == SCRIPTED:
+        return await service.on_offline_model(agent, text, start)
+    return await start({})
+
+
 def _options(body: RunIn | ResumeIn, model: str | None) -> dict[str, Any]:
     options: dict[str, Any] = {**body.options, "env": dict(body.env)}
     if model is not None:
@@ -111,13 +129,17 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
         if (existing := await service.store.run(claim.resource_id)) is not None:
             return JSONResponse(run_body(existing), 200, headers={"Idempotent-Replayed": "true"})
         run_id = claim.resource_id
-    try:
-        run = await service.orchestrator.start(
-            prompt_of(body.prompt),
+    prompt = prompt_of(body.prompt)
+    settings = await anyio.to_thread.run_sync(settings_from_env, body.provider, body.settings)
+    agent = route_model(None if body.model == SCRIPTED else body.model, body.agent)
+
+    async def start(model_options: dict[str, Any]) -> Run:
+        return await service.orchestrator.start(
+            prompt,
             provider=body.provider,
-            provider_settings=await anyio.to_thread.run_sync(settings_from_env, body.provider, body.settings),
-            agent=body.agent,
-            options=options,
+            provider_settings=settings,
+            agent=agent,
+            options=_with_model(options, model_options),
             workspace=body.workspace,
             node_config=body.node.config(
                 owner=service.orchestrator.owner, default_ttl=service.config.node_ttl
@@ -127,6 +149,9 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
             run_id=run_id,
             keep_node=body.keep_node,
         )
+
+    try:
+        run = await _on_model(service, body.model, agent, prompt_text(prompt), start)
     except BaseException:
         if key is not None and await service.store.run(run_id) is None:
             with anyio.CancelScope(shield=True):
@@ -192,15 +217,20 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
     # The run's secret settings are never stored: the service's environment gives them again.
     secrets = await anyio.to_thread.run_sync(secret_settings_from_env, record.node_provider)
     model = body.model or json.loads(record.agent_options).get("model") or SCRIPTED
-    run = await service.orchestrator.resume_run(
-        run_id,
-        message=prompt_of(body.message),
-        options=_options(body, model),
-        provider_settings=secrets.get(record.node_provider, {}) | body.settings,
-        deadline=body.timeout,
-        idle_timeout=body.idle_timeout,
-        keep_node=body.keep_node,
-    )
+    message = prompt_of(body.message)
+
+    async def resume(model_options: dict[str, Any]) -> Run:
+        return await service.orchestrator.resume_run(
+            run_id,
+            message=message,
+            options=_with_model(_options(body, model), model_options),
+            provider_settings=secrets.get(record.node_provider, {}) | body.settings,
+            deadline=body.timeout,
+            idle_timeout=body.idle_timeout,
+            keep_node=body.keep_node,
+        )
+
+    run = await _on_model(service, model, record.agent, prompt_text(message), resume)
     return run_body(await _load(service, run.id))
 
 

@@ -7,18 +7,20 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup, TaskStatus
 from fastapi import Request
 
+from ..agents.registry import agent_class
 from ..errors import NodeprovError
 from ..fleet import Fleet, secret_settings_from_env
 from ..node import NodeHandle
 from ..registry import provider_class, provider_names
-from ..runs import Orchestrator
+from ..runs import Orchestrator, Run
 from ..store import Store
 from .auth import Authenticator
 from .config import ServiceConfig
@@ -36,8 +38,11 @@ _NODES_REMEMBERED = 10000
 class Service:
     """One service process's parts (see the module)."""
 
-    def __init__(self, config: ServiceConfig, store: Store, orchestrator: Orchestrator, fleet: Fleet) -> None:
+    def __init__(
+        self, config: ServiceConfig, store: Store, orchestrator: Orchestrator, fleet: Fleet, models: TaskGroup
+    ) -> None:
         self.config = config
+        self._models = models
         self.store = store
         self.orchestrator = orchestrator
         self.fleet = fleet
@@ -53,6 +58,25 @@ class Service:
         """The owner label of nodes made through the API: never judged gone by a reaper, so
         a node outlives the replica that made it, until it is destroyed or its lifetime ends."""
         return "service:nodeprov"
+
+    async def on_offline_model(
+        self, agent: str, prompt: str, start: Callable[[dict[str, Any]], Awaitable[Run]]
+    ) -> Run:
+        """Start a run on ``agent``'s offline scripted model (what ``--model scripted`` is),
+        with ``start(model_options)``; the model stays up while the run is driven here.
+
+        Raises:
+            ConfigError: the agent has no offline model; and what ``start`` raises.
+        """
+
+        async def hold(*, task_status: TaskStatus[Run]) -> None:
+            async with agent_class(agent).offline(prompt) as options:
+                run = await start(options)
+                task_status.started(run)
+                await run.wait()
+
+        run: Run = await self._models.start(hold)
+        return run
 
     def remember(self, node: NodeHandle) -> None:
         """Note where ``node`` is, so the next request for it asks that provider alone."""
@@ -89,8 +113,10 @@ class Service:
             )
             fleet = Fleet()
             stack.push_async_callback(fleet.aclose)
+            # Left after the orchestrator, which ends every run: each model there outlives its run.
+            models = await stack.enter_async_context(anyio.create_task_group())
             await stack.enter_async_context(orchestrator)
-            service = cls(config, store, orchestrator, fleet)
+            service = cls(config, store, orchestrator, fleet, models)
             stack.callback(service.stopping.set)  # first on the way out
             async with anyio.create_task_group() as tg:
                 tg.start_soon(service._purge_keys)
