@@ -49,7 +49,8 @@ async def test_health_readiness_metrics_and_catalogues(tmp_path: Path) -> None:
         assert (await client.get("/readyz")).json() == {"status": "ready"}
         await client.get("/v1/runs/run-nope")
         metrics = (await client.get("/metrics")).text
-        assert 'nodeprov_http_requests_total{method="GET",route="/v1/runs/{run_id}",status="404"} 1.0' in metrics
+        counted = 'nodeprov_http_requests_total{method="GET",route="/v1/runs/{run_id}",status="404"} 1.0'
+        assert counted in metrics
         for name in (
             "nodeprov_runs",
             "nodeprov_event_streams",
