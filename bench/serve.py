@@ -108,13 +108,14 @@ async def http_pass(runs: int, args: argparse.Namespace, command: str, url: str,
 
         async def one() -> None:
             asked = time.perf_counter()
+            options = _options(args, command)
             body = {
                 "prompt": "go",
                 "provider": "local",
                 "agent": "claude",
-                "options": _options(args, command),
+                "env": options.pop("env"),
+                "options": options,
             }
-            body["env"] = body["options"].pop("env")
             answer = await client.post("/v1/runs", json=body)
             answer.raise_for_status()
             first = True
