@@ -72,6 +72,14 @@ export interface FollowOptions {
 
 const START_ATTEMPTS = 4;
 
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
 export class Nodeprov {
   readonly #baseUrl: string;
   readonly #token: string | undefined;
@@ -149,7 +157,11 @@ export class Nodeprov {
       source.onmessage = (message) => {
         if (done) return;
         failures = 0;
-        const event = JSON.parse(String(message.data)) as RunEvent;
+        const event = parseJson(String(message.data)) as RunEvent | undefined;
+        if (event === undefined) {
+          finish({ error: new Error(`event stream: an event that is not JSON: ${String(message.data)}`) });
+          return;
+        }
         options.onEvent(event);
         if (event.type === "run.finished") {
           endAnnounced = true;
@@ -161,7 +173,7 @@ export class Nodeprov {
       // event it got.
       source.addEventListener("cutoff", (message) => {
         endAnnounced = true;
-        const { reason } = JSON.parse(String(message.data)) as { reason?: string };
+        const { reason } = (parseJson(String(message.data)) ?? {}) as { reason?: string };
         options.onNotice?.(`event stream cut off (${reason ?? "no reason given"}); reconnecting`);
       });
       source.onerror = (error) => {
