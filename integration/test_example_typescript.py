@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ import anyio
 import httpx
 import pytest
 
-from nodeprov.agents.claude import ClaudeAgent
 from nodeprov.store import Store
 from nodeprov.testing.pytest_plugin import require_engine
 from tests.serving import Served, serving, sse_events
@@ -69,14 +67,6 @@ def example() -> list[str]:
 @pytest.fixture
 def _claude_cli() -> None:
     require_claude_cli()
-
-
-@pytest.fixture
-async def scripted_env() -> AsyncIterator[dict[str, str]]:
-    """The agent environment of the built-in scripted model playing its demo for PROMPT,
-    as ``nodeprov run`` starts it for ``--model scripted``."""
-    async with ClaudeAgent.offline(PROMPT) as options:
-        yield options["env"]
 
 
 async def _run_example(
@@ -131,10 +121,10 @@ async def _check_relayed_run(
 
 @pytest.mark.usefixtures("_claude_cli")
 async def test_the_example_relays_every_event_and_prints_the_result(
-    tmp_path: Path, example: list[str], scripted_env: dict[str, str]
+    tmp_path: Path, example: list[str]
 ) -> None:
     async with serving(tmp_path) as served, served.client() as client:
-        done = await _run_example(example, served, PROMPT, extra={"agent": "claude", "env": scripted_env})
+        done = await _run_example(example, served, PROMPT)
         await _check_relayed_run(client, done)
         runs = (await client.get("/v1/runs")).json()
         assert [(r["prompt"], r["agent_options"]["model"]) for r in runs] == [(PROMPT, None)]
@@ -143,9 +133,7 @@ async def test_the_example_relays_every_event_and_prints_the_result(
 
 
 @pytest.mark.usefixtures("_claude_cli")
-async def test_the_example_sends_its_token(
-    tmp_path: Path, example: list[str], scripted_env: dict[str, str]
-) -> None:
+async def test_the_example_sends_its_token(tmp_path: Path, example: list[str]) -> None:
     async with serving(tmp_path) as served:
         async with await Store.open(served.store) as store:
             _, secret = await store.tokens.create("example", ("runs",))
@@ -155,8 +143,7 @@ async def test_the_example_sends_its_token(
         assert without.stderr.decode().splitlines() == [
             "error: 401 unauthorized: a bearer token is required (Authorization: Bearer TOKEN)"
         ]
-        extra = {"agent": "claude", "env": scripted_env}
-        done = await _run_example(example, served, PROMPT, token=secret, extra=extra)
+        done = await _run_example(example, served, PROMPT, token=secret)
         async with served.client(secret) as client:  # the events' stream needed the token too
             await _check_relayed_run(client, done)
 
@@ -178,13 +165,11 @@ async def test_a_refusal_is_one_line_and_a_non_zero_exit(tmp_path: Path, example
 
 
 @pytest.mark.usefixtures("_claude_cli")
-async def test_the_relay_is_exact_across_reconnects(
-    tmp_path: Path, example: list[str], scripted_env: dict[str, str]
-) -> None:
+async def test_the_relay_is_exact_across_reconnects(tmp_path: Path, example: list[str]) -> None:
     """A service that cuts off every client that lags at all: the EventSource reconnects
     with Last-Event-ID each time, and still relays each event once, in order."""
     async with serving(tmp_path, config={"max_lag": 1e-6}) as served, served.client() as client:
-        done = await _run_example(example, served, PROMPT, extra={"agent": "claude", "env": scripted_env})
+        done = await _run_example(example, served, PROMPT)
         notes = done.stderr.decode().splitlines()[1:]
         assert notes, "cut off at least once"
         assert all(line.startswith("event stream cut off (the client read too slowly") for line in notes), (
