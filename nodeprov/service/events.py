@@ -60,7 +60,7 @@ async def _events(
                     lag = time.time() - happened
                     if happened > connected and lag > max_lag:  # a live event, and the client is behind
                         metrics.streams_cut.inc()
-                        yield _cutoff(f"the client read too slowly: {lag:.0f} s behind the run", last)
+                        yield _cutoff(f"the client read too slowly: {lag:.1f} s behind the run", last)
                         return
                     # One data line: JSON has no raw newline. Formatted here, not by the
                     # library's encoder, which splits and escapes for any text.
