@@ -109,13 +109,13 @@ class Journal:
         live: Callable[[str], RunEvents | None],
         alive: Callable[[], Awaitable[Callable[[str], bool | None]]],
         poll_interval: float,
-        durable: bool = False,
     ) -> AsyncIterator[RunEvent]:
         """The events of any run above sequence ``after``: those of its drive here (``live``
         gives it), else those in the store, polled every ``poll_interval`` with ``follow``
         until the run's drive ended with nobody driving it, or its owner is known to be gone
-        (``alive`` says; see :meth:`Orchestrator.events`). With ``durable``, a drive's events
-        only once they are in the store (see :meth:`RunEvents.replay`).
+        (``alive`` says; see :meth:`Orchestrator.events`). A drive's events too come only once
+        they are in the store (``durable``, see :meth:`RunEvents.replay`): what such a reader
+        relays, the store keeps, whatever becomes of this process.
 
         Raises:
             RunStateError: there is no such run.
@@ -127,7 +127,7 @@ class Journal:
         while True:
             events = live(run_id)
             if events is not None:
-                async for event in events.replay(after=last, durable=durable):
+                async for event in events.replay(after=last, durable=True):
                     last = event.seq
                     ended = isinstance(event, RunFinished)
                     yield event

@@ -352,17 +352,13 @@ class Orchestrator:
 
     # -- events ------------------------------------------------------------------------
 
-    def events(
-        self, run_id: str, *, after: int = 0, follow: bool = True, durable: bool = False
-    ) -> AsyncIterator[RunEvent]:
+    def events(self, run_id: str, *, after: int = 0, follow: bool = True) -> AsyncIterator[RunEvent]:
         """The events of any run, from any process: those above sequence ``after``, then, with
         ``follow``, new ones as they are written, until the run's drive ends with nobody
         driving it (checked every ``poll_interval``), or its control plane is known to be
         gone (its lease expired or was released: nobody will write more; a reconcile ends the
         run). A server forwarding server-sent events passes the client's ``Last-Event-ID``
-        as ``after``, and ``durable``: the events of a run driven here only once they are
-        in the store, so that what its clients saw is what the store keeps, should this
-        process die (they come a group commit later).
+        as ``after``. A run driven here is no exception: its events come once stored.
 
         Raises:
             RunStateError: there is no such run.
@@ -375,7 +371,6 @@ class Orchestrator:
             live=self._live_events,
             alive=lambda: owner_check(self.store),
             poll_interval=self._poll_interval,
-            durable=durable,
         )
 
     def _live_events(self, run_id: str) -> RunEvents | None:

@@ -90,7 +90,7 @@ async def _events(
     metrics.streams.inc()
     try:
         while True:
-            events = service.orchestrator.events(run_id, after=last, follow=follow, durable=True)
+            events = service.orchestrator.events(run_id, after=last, follow=follow)
             async with aclosing(events):  # type: ignore[type-var]  # an async generator: it has aclose
                 async for event in events:
                     happened = datetime.fromisoformat(event.at).timestamp()
