@@ -140,6 +140,8 @@ class Client:
                     last = event.seq
                     finished = isinstance(event, RunFinished)
                     yield event
+            except _NothingMore:
+                return  # the run is over, and this client had all of it
             except (httpx.TransportError, httpx.RemoteProtocolError):
                 await anyio.sleep(self._reconnect_delay)  # the replica went away: another answers
                 continue
@@ -160,7 +162,7 @@ class Client:
             timeout=httpx.Timeout(None, connect=10),
         ) as response:
             if response.status_code == 204:
-                return
+                raise _NothingMore
             if response.status_code >= 400:
                 await response.aread()
                 _check(response)
@@ -277,6 +279,11 @@ class Client:
     async def agents(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = await self._call("GET", "/v1/agents")
         return result
+
+
+class _NothingMore(Exception):  # noqa: N818 - not an error: the answer 204
+    """Nothing after the client's Last-Event-ID, and nobody drives the run (a reconnect
+    that came after the run's end: one whose connection dropped after its last event)."""
 
 
 def _provider(provider: str | None) -> dict[str, str]:

@@ -113,7 +113,9 @@ class Journal:
         """The events of any run above sequence ``after``: those of its drive here (``live``
         gives it), else those in the store, polled every ``poll_interval`` with ``follow``
         until the run's drive ended with nobody driving it, or its owner is known to be gone
-        (``alive`` says; see :meth:`Orchestrator.events`).
+        (``alive`` says; see :meth:`Orchestrator.events`). A drive's events too come only once
+        they are in the store (``durable``, see :meth:`RunEvents.replay`): what such a reader
+        relays, the store keeps, whatever becomes of this process.
 
         Raises:
             RunStateError: there is no such run.
@@ -125,7 +127,7 @@ class Journal:
         while True:
             events = live(run_id)
             if events is not None:
-                async for event in events.replay(after=last):
+                async for event in events.replay(after=last, durable=True):
                     last = event.seq
                     ended = isinstance(event, RunFinished)
                     yield event
@@ -152,7 +154,8 @@ class Journal:
 class _Subscriber:
     """One reader of a run's live events; one that lags too far is told to read the store."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool) -> None:
+        self.durable = durable  # pushed events once written, not once emitted
         self.queue: deque[RunEvent | None] = deque()  # None: the drive ended
         self.overflowed = False
         self.ready = anyio.Event()
@@ -194,7 +197,8 @@ class RunEvents:
         self._unwritten.append(event)
         self._journal._queue_event(event, self)
         for subscriber in self._subscribers:
-            subscriber.push(event)
+            if not subscriber.durable:
+                subscriber.push(event)
 
     def end(self) -> None:
         """The drive ended: release its waiters and end its subscriptions."""
@@ -207,17 +211,26 @@ class RunEvents:
         await self._ended.wait()
 
     def _written(self, written: set[tuple[str, int]]) -> None:
+        done = [e for e in self._unwritten if (e.run_id, e.seq) in written]
         self._unwritten = [e for e in self._unwritten if (e.run_id, e.seq) not in written]
+        for subscriber in self._subscribers:
+            if subscriber.durable:
+                for event in done:
+                    subscriber.push(event)
 
-    async def replay(self, *, after: int | None = None) -> AsyncIterator[RunEvent]:
+    async def replay(self, *, after: int | None = None, durable: bool = False) -> AsyncIterator[RunEvent]:
         """This drive's events from its ``run.started`` (from the store first), or, with
         ``after``, every event of the run above that sequence number; then live ones,
-        until the drive ends (see :meth:`Run.events`).
+        until the drive ends (see :meth:`Run.events`). With ``durable``, live events only
+        once they are written to the store: what a reader in another process relays to its
+        clients must never be an event that the store, should this process die, will not
+        have (a reconcile numbers the run's last event after the stored ones); those left
+        unwritten when the drive ends are the caller's to read from the store.
 
         Raises:
             StoreError: the store could not be read.
         """
-        subscriber = _Subscriber()
+        subscriber = _Subscriber(durable=durable)
         if not self._ended.is_set():
             self._subscribers.append(subscriber)  # before the history is read: nothing is missed
         else:
@@ -232,7 +245,7 @@ class RunEvents:
                         last = record.seq
                         if (stored := stored_event(record)) is not None:
                             yield stored
-                for event in list(self._unwritten):
+                for event in [] if durable else list(self._unwritten):
                     if event.seq > last:
                         last = event.seq
                         yield event

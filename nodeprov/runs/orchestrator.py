@@ -359,7 +359,7 @@ class Orchestrator:
         driving it (checked every ``poll_interval``), or its control plane is known to be
         gone (its lease expired or was released: nobody will write more; a reconcile ends the
         run). A server forwarding server-sent events passes the client's ``Last-Event-ID``
-        as ``after``.
+        as ``after``. A run driven here is no exception: its events come once stored.
 
         Raises:
             RunStateError: there is no such run.

@@ -19,11 +19,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from datetime import datetime
+from functools import partial
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..runs import RunState
@@ -34,19 +36,56 @@ __all__ = ["event_stream"]
 logger = logging.getLogger("nodeprov.service")
 
 
+_DRAIN_GRACE = 1.0  # a stream that has not ended this long after the server began to stop is cut
+
+
 def event_stream(service: Service, run_id: str, *, after: int, follow: bool) -> EventSourceResponse:
-    """The response streaming ``run_id``'s events above sequence ``after``."""
+    """The response streaming ``run_id``'s events above sequence ``after``; it ends, cleanly,
+    as soon as the server begins to stop (sse-starlette sets ``stopping``)."""
+    stopping = anyio.Event()
+    sink, source = anyio.create_memory_object_stream[ServerSentEvent | bytes]()
     return EventSourceResponse(
-        _events(service, run_id, after, follow),
+        _drained(source),
+        data_sender_callable=partial(_relay, _events(service, run_id, after, follow), sink, stopping),
+        shutdown_event=stopping,
+        shutdown_grace_period=_DRAIN_GRACE,
         ping=service.config.heartbeat,
         send_timeout=service.config.send_timeout,
         headers={"Cache-Control": "no-store"},
     )
 
 
+async def _relay(
+    events: AsyncGenerator[ServerSentEvent | bytes, None],
+    sink: MemoryObjectSendStream[ServerSentEvent | bytes],
+    stopping: anyio.Event,
+) -> None:
+    """Hand ``events`` to the response until they end or ``stopping`` is set: either way the
+    response then ends its body (a stream cut short instead would leave its client an
+    incomplete answer, and the server an error in its log)."""
+    async with sink, aclosing(events), anyio.create_task_group() as tg:
+
+        async def stop() -> None:
+            await stopping.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(stop)
+        async for event in events:
+            await sink.send(event)
+        tg.cancel_scope.cancel()
+
+
+async def _drained(
+    source: MemoryObjectReceiveStream[ServerSentEvent | bytes],
+) -> AsyncIterator[ServerSentEvent | bytes]:
+    async with source:
+        async for event in source:
+            yield event
+
+
 async def _events(
     service: Service, run_id: str, after: int, follow: bool
-) -> AsyncIterator[ServerSentEvent | bytes]:
+) -> AsyncGenerator[ServerSentEvent | bytes, None]:
     metrics, max_lag = service.metrics, service.config.max_lag
     connected = time.time()
     last = after

@@ -7,8 +7,10 @@ each replica pauses the runs it drives (kind ``system``) and releases its lease.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
+from types import FrameType
 
 import anyio
 import uvicorn
@@ -69,7 +71,13 @@ def serve(config: ServiceConfig, *, workers: int = 1) -> None:
     print(f"listening on http://{config.host}:{port}", flush=True)
     if workers == 1:
         server = uvicorn.Server(uvicorn.Config(create_app(bound), **options))  # type: ignore[arg-type]
-        server.run(sockets=[sock])
+        # Once stopped, uvicorn raises again the signal that stopped it: a stop on SIGTERM is
+        # graceful, and ends with status 0 (and one before uvicorn listens for it stops too).
+        previous = signal.signal(signal.SIGTERM, _stopped)
+        try:
+            server.run(sockets=[sock])
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     else:
         os.environ[CONFIG_VARIABLE] = bound.model_dump_json()  # the workers' configuration: never in argv
         uv_config = uvicorn.Config(
@@ -80,3 +88,7 @@ def serve(config: ServiceConfig, *, workers: int = 1) -> None:
         )
         Multiprocess(uv_config, sockets=[sock]).run()
     sys.stdout.flush()
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
