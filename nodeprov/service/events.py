@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from datetime import datetime
 from functools import partial
 
@@ -37,13 +37,14 @@ logger = logging.getLogger("nodeprov.service")
 
 
 _DRAIN_GRACE = 1.0  # a stream that has not ended this long after the server began to stop is cut
+_BATCH = 64  # events the relay may run ahead of the client's writes, and written at once
 
 
 def event_stream(service: Service, run_id: str, *, after: int, follow: bool) -> EventSourceResponse:
     """The response streaming ``run_id``'s events above sequence ``after``; it ends, cleanly,
     as soon as the server begins to stop (sse-starlette sets ``stopping``)."""
     stopping = anyio.Event()
-    sink, source = anyio.create_memory_object_stream[ServerSentEvent | bytes]()
+    sink, source = anyio.create_memory_object_stream[ServerSentEvent | bytes](_BATCH)
     return EventSourceResponse(
         _drained(source),
         data_sender_callable=partial(_relay, _events(service, run_id, after, follow), sink, stopping),
@@ -75,12 +76,16 @@ async def _relay(
         tg.cancel_scope.cancel()
 
 
-async def _drained(
-    source: MemoryObjectReceiveStream[ServerSentEvent | bytes],
-) -> AsyncIterator[ServerSentEvent | bytes]:
+async def _drained(source: MemoryObjectReceiveStream[ServerSentEvent | bytes]) -> AsyncIterator[bytes]:
+    """What the relay handed over, in chunks: whatever is waiting goes in one write (events
+    stored together come together), where a write per event costs a send each."""
     async with source:
-        async for event in source:
-            yield event
+        async for first in source:
+            chunk = [first]
+            with suppress(anyio.WouldBlock):
+                while len(chunk) < _BATCH:
+                    chunk.append(source.receive_nowait())
+            yield b"".join(item.encode() if isinstance(item, ServerSentEvent) else item for item in chunk)
 
 
 async def _events(
