@@ -51,7 +51,7 @@ class Service:
         self.node_providers: dict[str, str] = {}
         """The provider of each node this replica made or found, by id (a bounded memo)."""
         self.stopping = anyio.Event()
-        """Set when the process begins to stop: event streams end, so clients reconnect elsewhere."""
+        """Set as the app's lifespan ends: ``/readyz`` answers 503 from then on."""
 
     @property
     def owner(self) -> str:
