@@ -12,8 +12,9 @@
 # offline as integration/images/build-base.sh does).
 #
 # The tag is a hash of what goes in (this script, the Dockerfile, the base image's id and
-# the project's sources), so an unchanged project is built once per engine. Prints the
-# image's tag on stdout; progress goes to stderr.
+# the project's sources), so an unchanged project is built once per engine; a new build
+# untags the earlier ones of the same name. Prints the image's tag on stdout; progress goes
+# to stderr.
 #
 # Environment: BASE_IMAGE (default debian:bookworm-slim), IMAGE (the repository part of
 # the tag, default nodeprov-serve), PYTHON (the Python whose pip builds and downloads the
@@ -44,7 +45,7 @@ sources() {
 digest=$(
     {
         printf '%s\0%s\0%s\0' "$base_id" "${packages[*]}" "$python_version-$arch"
-        sha256sum "$0" "$here/Dockerfile"
+        cat "$here/build.sh" "$here/Dockerfile"  # their contents, wherever they are called from
         sources | LC_ALL=C sort | (cd "$repo" && xargs -d '\n' sha256sum)
     } | sha256sum | cut -c1-12
 )
@@ -63,7 +64,10 @@ say "downloading ${packages[*]} for $base"
 docker run --rm --network none --entrypoint cat "$base" /var/lib/dpkg/status >"$context/status"
 DEBIAN_FRONTEND=noninteractive apt-get --download-only --yes --quiet --no-install-recommends \
     -o "Dir::State::status=$context/status" -o "Dir::Cache::archives=$context/debs" \
-    -o Debug::NoLocking=true install "${packages[@]}" >&2
+    -o Debug::NoLocking=true install "${packages[@]}" >&2 || {
+    say "apt-get could not download ${packages[*]} (are this machine's package lists current? apt-get update)"
+    exit 1
+}
 rm -rf "$context/debs/partial" "$context/debs/lock" "$context/status"
 ls "$context"/debs/*.deb >/dev/null 2>&1 || { say "apt-get downloaded nothing"; exit 1; }
 
@@ -85,5 +89,11 @@ say "downloading the dependencies' wheels"
     "$nodeprov_wheel[serve,postgres]" "$provider_wheel" >&2
 
 say "building $tag from $base (no network)"
-docker build --network none --build-arg "BASE_IMAGE=$base" --tag "$tag" --quiet "$context" >&2
+docker build --network none --build-arg "BASE_IMAGE=$base" --label nodeprov.build=deploy/image \
+    --tag "$tag" --quiet "$context" >&2
+# Earlier builds of this name are superseded: untagged (an image tagged otherwise too, or in
+# use by a container, stays).
+docker images --filter label=nodeprov.build=deploy/image --filter "reference=$name" \
+    --format '{{.Repository}}:{{.Tag}}' | grep -vxF "$tag" | xargs -r docker rmi >/dev/null 2>&1 || true
+say "built $tag in ${SECONDS}s"
 echo "$tag"
