@@ -547,3 +547,23 @@ async def test_a_bad_idempotency_key_or_kind_is_refused(store: Store) -> None:
             "s", key, kind="run", fingerprint="f", resource_id="r", holder="h"
         )
         assert made
+
+
+async def test_a_token_known_by_its_hash_is_added_once_and_stays_as_it_is(store: Store) -> None:
+    secret = "npt_" + "x" * 43
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    added = await store.tokens.add("ops", ["admin", "read"], digest)
+    assert added is not None
+    assert (added.name, added.scopes) == ("ops", ("admin", "read"))
+    assert await store.tokens.authenticate(secret) == added
+    assert await store.tokens.add("other", ["read"], digest) is None  # there already: kept
+    assert await store.tokens.tokens() == [added]
+    assert await store.tokens.revoke(added.id)
+    assert await store.tokens.add("ops", ["admin"], digest) is None  # revoked stays revoked
+    assert await store.tokens.authenticate(secret) is None
+    for bad in ("", digest.upper(), digest[:-1], digest + "0", "g" * 64):
+        with pytest.raises(ConfigError, match="64 lowercase hex digits"):
+            await store.tokens.add("ops", ["admin"], bad)
+    with pytest.raises(ConfigError, match="unknown scopes write"):
+        await store.tokens.add("ops", ["write"], "0" * 64)
+    assert len(await store.tokens.tokens()) == 1

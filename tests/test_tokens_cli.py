@@ -97,3 +97,37 @@ def test_a_bad_call_is_one_error_line(tmp_path: Path) -> None:
     assert unknown.stderr.splitlines() == ["error: no such token tok-000000000000"]
     listed = runner.invoke(app, ["tokens", "ls", "--json", *store])
     assert listed.stdout == ""  # nothing was made
+
+
+def test_create_file_adds_the_hash_to_a_tokens_file_and_prints_the_secret_once(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.json"
+    made = runner.invoke(
+        app,
+        ["tokens", "create", "ops", "--scope", "admin", "--file", str(tokens)],
+        env={"NODEPROV_STORE": ""},
+    )
+    assert made.exit_code == 0, made.stderr
+    secret = made.stdout.strip()
+    assert made.stdout == secret + "\n"
+    assert f"token 'ops' (admin) added to {tokens}" in made.stderr
+    assert tokens.stat().st_mode & 0o777 == 0o600
+    second = runner.invoke(
+        app, ["tokens", "create", "ci", "--scope", "runs", "--file", str(tokens), "--json"]
+    )
+    assert second.exit_code == 0, second.stderr
+    body = json.loads(second.stdout)
+    assert (body["name"], body["scopes"], body["file"]) == ("ci", ["runs"], str(tokens))
+    assert json.loads(tokens.read_text()) == [
+        {"name": "ops", "scopes": ["admin"], "sha256": hashlib.sha256(secret.encode()).hexdigest()},
+        {"name": "ci", "scopes": ["runs"], "sha256": hashlib.sha256(body["token"].encode()).hexdigest()},
+    ]
+    assert secret.removeprefix("npt_") not in tokens.read_text()
+    assert not list(tmp_path.glob("*.db"))  # no store was touched
+
+    tokens.write_text('[{"name": "x", "scopes": ["admin"]}]')
+    refused = runner.invoke(app, ["tokens", "create", "ci", "--scope", "runs", "--file", str(tokens)])
+    assert refused.exit_code == 2
+    assert refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f'error: tokens file {tokens}, entry 0: an entry has exactly the fields "name", "scopes" and "sha256"'
+    ]

@@ -24,6 +24,13 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
         int | None, typer.Option(help="Port to listen on (default 8700; 0: any free one).")
     ] = None,
     store: StoreOption = None,
+    tokens_file: Annotated[
+        str | None,
+        typer.Option(
+            help="Add the tokens of this tokens file (`nodeprov tokens create --file`) to the store "
+            "at start, e.g. from a mounted Kubernetes Secret."
+        ),
+    ] = None,
     workers: Annotated[
         int, typer.Option(help="Processes serving the one socket, each a replica of its own.")
     ] = 1,
@@ -54,6 +61,7 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
             ) from None
         given = {
             "store": store,
+            "tokens_file": tokens_file,
             "host": host,
             "port": port,
             "providers": tuple(provider) if provider else None,

@@ -1,14 +1,17 @@
-"""The ``tokens`` commands: the HTTP API's bearer tokens (``create``, ``ls``, ``revoke``)."""
+"""The ``tokens`` commands: the HTTP API's bearer tokens (``create``, ``ls``, ``revoke``);
+``create --file`` adds one to a tokens file (its hash only) for ``nodeprov serve
+--tokens-file``."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Annotated
 
 import anyio
 import typer
 
-from ..store import SCOPES, Store, TokenRecord
+from ..store import SCOPES, Store, TokenRecord, add_to_tokens_file
 from .app import JsonOption, StoreOption, app, errors, fail
 from .render import emit, err, out, print_table, when
 
@@ -30,6 +33,14 @@ def create(
         typer.Option(help=f"What the token may do: {', '.join(SCOPES)}. Repeatable; at least one."),
     ] = None,
     store: StoreOption = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            help="Add the token to this tokens file (its hash only; made if missing) instead of the "
+            "store, for `nodeprov serve --tokens-file` (e.g. from a Kubernetes Secret).",
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Make a token and print its secret, this once: only its hash is kept."""
@@ -39,15 +50,18 @@ def create(
             return await opened.tokens.create(name, scope or ())
 
     with errors():
-        record, secret = anyio.run(make)
+        if file is not None:
+            entry, secret = add_to_tokens_file(file, name, scope or ())
+            made = {"name": entry.name, "scopes": list(entry.scopes), "file": str(file)}
+            said = f"token {entry.name!r} ({', '.join(entry.scopes)}) added to {file}"
+        else:
+            record, secret = anyio.run(make)
+            made = {"id": record.id, "name": record.name, "scopes": list(record.scopes)}
+            said = f"token {record.id} ({', '.join(record.scopes)})"
     if json_output:
-        emit({"id": record.id, "name": record.name, "scopes": list(record.scopes), "token": secret})
+        emit(made | {"token": secret})
         return
-    err.print(
-        f"token {record.id} ({', '.join(record.scopes)}): its secret is shown this once, keep it now",
-        soft_wrap=True,
-        markup=False,
-    )
+    err.print(f"{said}: its secret is shown this once, keep it now", soft_wrap=True, markup=False)
     out.print(secret, soft_wrap=True, markup=False)
 
 

@@ -19,6 +19,12 @@ class ServiceConfig(Settings):
         description="Store URL (sqlite:///PATH or postgresql://...); replicas share a PostgreSQL one. "
         "Default: the SQLite file under the user's state directory.",
     )
+    tokens_file: str | None = Field(
+        default=None,
+        description="A tokens file (`nodeprov tokens create --file`: tokens' hashes, no secret), e.g. "
+        "mounted from a Kubernetes Secret: its tokens are added to the store at start, each unless "
+        "the store has it already (then it is left as it is, revoked if it was).",
+    )
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
     port: int = Field(default=8700, ge=0, le=65535, description="Port to listen on (0: any free one).")
     providers: tuple[str, ...] | None = Field(

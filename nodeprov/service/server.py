@@ -2,10 +2,12 @@
 and serves on uvicorn, in this process or in ``workers`` processes sharing the socket
 (each a replica with its own lease). SIGTERM or SIGINT stops it gracefully: event streams
 end (their clients reconnect elsewhere with Last-Event-ID), requests under way finish, then
-each replica pauses the runs it drives (kind ``system``) and releases its lease."""
+each replica pauses the runs it drives (kind ``system``) and releases its lease. Before
+listening, :func:`add_file_tokens` adds the tokens of its tokens file to the store."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -17,11 +19,31 @@ import uvicorn
 from uvicorn.supervisors import Multiprocess
 
 from ..errors import ConfigError
-from ..store import Store
+from ..store import Store, read_tokens_file
 from .app import CONFIG_VARIABLE, create_app
 from .config import ServiceConfig
 
-__all__ = ["check_exposure", "serve"]
+__all__ = ["add_file_tokens", "check_exposure", "serve"]
+
+logger = logging.getLogger("nodeprov.service")
+
+
+async def add_file_tokens(config: ServiceConfig) -> None:
+    """Add the tokens of ``config.tokens_file`` to the store, each unless the store has its
+    hash already (see :meth:`~nodeprov.store.TokenStore.add`).
+
+    Raises:
+        ConfigError: the file cannot be read or is invalid.
+        StoreError: the store could not be written.
+    """
+    if config.tokens_file is None:
+        return
+    entries = read_tokens_file(config.tokens_file)
+    async with await Store.open(config.store) as store:
+        added = [entry for entry in entries if await store.tokens.add(entry.name, entry.scopes, entry.sha256)]
+    logger.info(
+        "tokens file %s: %d tokens, %d of them new to the store", config.tokens_file, len(entries), len(added)
+    )
 
 
 async def check_exposure(config: ServiceConfig) -> None:
@@ -37,20 +59,24 @@ async def check_exposure(config: ServiceConfig) -> None:
         if not await store.tokens.any_active():
             raise ConfigError(
                 f"refusing to listen on {config.host} without tokens: create one first "
-                "(nodeprov tokens create NAME --scope admin), or listen on 127.0.0.1"
+                "(nodeprov tokens create NAME --scope admin; or --file FILE, for --tokens-file FILE), "
+                "or listen on 127.0.0.1"
             )
 
 
 def serve(config: ServiceConfig, *, workers: int = 1) -> None:
-    """Serve until SIGTERM or SIGINT (see the module). Says where it listens on stdout, in
-    one line (``listening on http://HOST:PORT``), once the socket is bound.
+    """Serve until SIGTERM or SIGINT (see the module), once the tokens of its tokens file are
+    in the store. Says where it listens on stdout, in one line (``listening on
+    http://HOST:PORT``), once the socket is bound.
 
     Raises:
-        ConfigError: as :func:`check_exposure`; ``workers`` below 1; the address cannot be bound.
+        ConfigError: as :func:`add_file_tokens` and :func:`check_exposure`; ``workers`` below 1;
+            the address cannot be bound.
         StoreError: the store could not be read.
     """
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
+    anyio.run(add_file_tokens, config)
     anyio.run(check_exposure, config)
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

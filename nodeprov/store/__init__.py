@@ -44,7 +44,7 @@ from .records import (
     SessionRecord,
     SnapshotRecord,
 )
-from .tokens import SCOPES, TokenRecord, TokenStore
+from .tokens import SCOPES, TokenEntry, TokenRecord, TokenStore, add_to_tokens_file, read_tokens_file
 
 __all__ = [
     "SCOPES",
@@ -64,12 +64,15 @@ __all__ = [
     "SnapshotRecord",
     "Store",
     "StoreError",
+    "TokenEntry",
     "TokenError",
     "TokenRecord",
     "TokenStore",
+    "add_to_tokens_file",
     "default_store_path",
     "entry_key",
     "keyed",
+    "read_tokens_file",
 ]
 
 

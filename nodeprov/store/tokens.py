@@ -5,28 +5,47 @@ The secret is ``npt_`` and 32 random bytes (URL-safe base64): with that much ent
 plain SHA-256 cannot be reversed or guessed, so it is the right hash (as GitHub does for
 its tokens); a slow password hash would only slow every request down. A token is looked
 up by its hash alone, through a unique index.
+
+A *tokens file* holds tokens as their hashes only (a JSON list of ``{"name", "scopes",
+"sha256"}``): ``nodeprov tokens create --file`` adds one, and ``nodeprov serve
+--tokens-file`` adds its tokens to the store (:meth:`TokenStore.add`), so a deployment can
+keep them in a secret of its platform (a Kubernetes Secret) with no secret in it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import secrets
+import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from ._db import Database, Row
 
-__all__ = ["SCOPES", "TokenRecord", "TokenStore"]
+__all__ = ["SCOPES", "TokenEntry", "TokenRecord", "TokenStore", "add_to_tokens_file", "read_tokens_file"]
 
 SCOPES: tuple[str, ...] = ("read", "runs", "nodes", "admin")
 """What a token may be given leave to do (the HTTP API decides what each scope allows)."""
 
 _SECRET_PREFIX = "npt_"  # noqa: S105 - public: marks a nodeprov token (to a reader, a secret scanner)
 _COLUMNS = "id, name, scopes, created_at, revoked_at"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class TokenEntry:
+    """A token of a tokens file: its name, its scopes and its secret's SHA-256 (hex)."""
+
+    name: str
+    scopes: tuple[str, ...]
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -57,28 +76,35 @@ class TokenStore:
             ConfigError: ``name`` is empty or blank, ``scopes`` is empty, one string rather
                 than a collection of them, or names a scope not in :data:`SCOPES`.
         """
-        if not name.strip():
-            raise ConfigError("a token needs a name")
-        if isinstance(scopes, str):
-            raise ConfigError(f"scopes are a collection of scope names, not the string {scopes!r}")
-        if not scopes:
-            raise ConfigError(f"a token needs at least one scope: {', '.join(SCOPES)}")
-        if unknown := sorted(set(scopes) - set(SCOPES)):
-            raise ConfigError(f"unknown scopes {', '.join(unknown)} (known: {', '.join(SCOPES)})")
-        secret = _SECRET_PREFIX + secrets.token_urlsafe(32)
+        secret = _new_secret()
+        record = await self.add(name, scopes, _digest(secret))
+        assert record is not None  # a new secret's hash is no other token's
+        return record, secret
+
+    async def add(self, name: str, scopes: Collection[str], sha256: str) -> TokenRecord | None:
+        """Add a token known by its secret's SHA-256 alone (a tokens file's entry): its new
+        record, or ``None`` when a token of that hash is there already, which is left as it
+        is (its name and scopes kept, and revoked if it was).
+
+        Raises:
+            ConfigError: as :meth:`create`; ``sha256`` is not 64 lowercase hex digits.
+        """
+        scopes = _checked(name, scopes)
+        if not _SHA256.fullmatch(sha256):
+            raise ConfigError("a token's sha256 is 64 lowercase hex digits")
         record = TokenRecord(
             id=f"tok-{secrets.token_hex(6)}",
             name=name,
-            scopes=tuple(sorted(set(scopes))),
+            scopes=scopes,
             created_at=datetime.now(UTC).isoformat(timespec="microseconds"),
             revoked_at=None,
         )
-        await self._db.execute(
+        added = await self._db.execute(
             "INSERT INTO api_tokens (id, name, scopes, secret_sha256, created_at, revoked_at)"
-            " VALUES (?, ?, ?, ?, ?, NULL)",
-            (record.id, record.name, json.dumps(record.scopes), _digest(secret), record.created_at),
+            " VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT (secret_sha256) DO NOTHING",
+            (record.id, record.name, json.dumps(record.scopes), sha256, record.created_at),
         )
-        return record, secret
+        return record if added == 1 else None
 
     async def authenticate(self, secret: str) -> TokenRecord | None:
         """The active token whose secret is ``secret``; ``None`` for an unknown or revoked one.
@@ -111,6 +137,90 @@ class TokenStore:
         """Whether any token is active (not revoked)."""
         found = await self._db.fetchone("SELECT 1 FROM api_tokens WHERE revoked_at IS NULL LIMIT 1")
         return found is not None
+
+
+def _checked(name: str, scopes: Collection[str]) -> tuple[str, ...]:
+    """``scopes`` sorted, once each, after checking them and ``name`` (see TokenStore.create)."""
+    if not name.strip():
+        raise ConfigError("a token needs a name")
+    if isinstance(scopes, str):
+        raise ConfigError(f"scopes are a collection of scope names, not the string {scopes!r}")
+    if not scopes:
+        raise ConfigError(f"a token needs at least one scope: {', '.join(SCOPES)}")
+    if unknown := sorted(set(scopes) - set(SCOPES)):
+        raise ConfigError(f"unknown scopes {', '.join(unknown)} (known: {', '.join(SCOPES)})")
+    return tuple(sorted(set(scopes)))
+
+
+def _new_secret() -> str:
+    return _SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def read_tokens_file(path: str | os.PathLike[str]) -> list[TokenEntry]:
+    """The tokens of the tokens file at ``path`` (see the module).
+
+    Raises:
+        ConfigError: the file cannot be read, is not such a JSON list, or an entry is
+            invalid (unknown fields, no name, unknown scopes, a bad hash); the message names
+            the entry, never a hash.
+    """
+    try:
+        listed = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"tokens file {path}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise ConfigError(f"tokens file {path} is not JSON: {error}") from None
+    if not isinstance(listed, list):
+        raise ConfigError(f'tokens file {path}: not a JSON list of {{"name", "scopes", "sha256"}}')
+    entries = []
+    for index, item in enumerate(listed):
+        where = f"tokens file {path}, entry {index}"
+        if not isinstance(item, dict) or set(item) != {"name", "scopes", "sha256"}:
+            raise ConfigError(f'{where}: an entry has exactly the fields "name", "scopes" and "sha256"')
+        name, scopes, sha256 = item["name"], item["scopes"], item["sha256"]
+        if not isinstance(name, str) or not isinstance(scopes, list) or not isinstance(sha256, str):
+            raise ConfigError(f"{where}: name and sha256 are strings, scopes a list of them")
+        if not all(isinstance(scope, str) for scope in scopes):
+            raise ConfigError(f"{where}: scopes are strings")
+        try:
+            checked = _checked(name, scopes)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {error}") from None
+        if not _SHA256.fullmatch(sha256):
+            raise ConfigError(f"{where}: sha256 is 64 lowercase hex digits")
+        entries.append(TokenEntry(name, checked, sha256))
+    return entries
+
+
+def add_to_tokens_file(
+    path: str | os.PathLike[str], name: str, scopes: Collection[str]
+) -> tuple[TokenEntry, str]:
+    """A new token added to the tokens file at ``path`` (made, mode 0600, if missing; else
+    rewritten whole, by a rename): its entry and its secret, which is kept nowhere.
+
+    Raises:
+        ConfigError: as :meth:`TokenStore.create`; as :func:`read_tokens_file` for the file
+            there; the file cannot be written.
+    """
+    checked = _checked(name, scopes)
+    target = Path(path)
+    entries = read_tokens_file(target) if target.exists() else []
+    secret = _new_secret()
+    entry = TokenEntry(name, checked, _digest(secret))
+    listed = [{"name": e.name, "scopes": list(e.scopes), "sha256": e.sha256} for e in [*entries, entry]]
+    try:
+        descriptor, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+                json.dump(listed, file, indent=2)
+                file.write("\n")
+            os.replace(partial, target)
+        except BaseException:
+            Path(partial).unlink(missing_ok=True)
+            raise
+    except OSError as error:
+        raise ConfigError(f"tokens file {path}: {error.strerror or error}") from None
+    return entry, secret
 
 
 def _digest(secret: str) -> str:

@@ -69,10 +69,14 @@ _NEEDED = [
     ("create", "pods", ""),
     ("get", "pods", ""),
     ("list", "pods", ""),
+    ("watch", "pods", ""),  # waiting for a pod to be ready
+    ("patch", "pods", ""),  # the pod's environment, in an annotation
     ("delete", "pods", ""),
     ("create", "pods", "exec"),
+    ("get", "pods", "exec"),  # the websocket's upgrade is a GET (create too from Kubernetes 1.35)
 ]
-"""What nodes need of the namespace (see KubernetesProvider.probe)."""
+"""What nodes need of the namespace (see KubernetesProvider.probe; deploy/kubernetes/rbac.yaml
+grants exactly this)."""
 _SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"  # noqa: S105 - a path
 
 
@@ -109,7 +113,8 @@ class KubernetesProvider(NodeProvider[KubernetesSettings]):
     async def probe(self) -> None:
         """Asks whether the API server answers (the kubeconfig's server and credentials),
         whether the namespace exists, and whether these credentials may do what nodes need
-        there (SelfSubjectAccessReview: create, get, list and delete pods, create pods/exec)."""
+        there (SelfSubjectAccessReview: create, get, list, watch, patch and delete pods,
+        create and get pods/exec)."""
         core = await self.api.core()
         namespace = self.settings.namespace
         where = f"{self.api.server}, namespace {namespace!r}"
