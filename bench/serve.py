@@ -57,7 +57,8 @@ def _latency(text: str) -> float | None:
 
 def _options(args: argparse.Namespace, command: str) -> dict[str, Any]:
     script = [{"stream": [args.messages, args.message_bytes, args.interval]}]
-    return {"cli_path": command, "ship_cli": False, "env": {"NODEPROV_FAKE_AGENT": json.dumps(script)}}
+    env = {"NODEPROV_FAKE_AGENT": json.dumps(script)}
+    return {"cli_path": command, "ship_cli": False, "model": "fake-model", "env": env}
 
 
 async def library_pass(runs: int, args: argparse.Namespace, command: str, tmp: Path) -> Sample:
@@ -109,10 +110,14 @@ async def http_pass(runs: int, args: argparse.Namespace, command: str, url: str,
         async def one() -> None:
             asked = time.perf_counter()
             options = _options(args, command)
+            # A model by name, as the library's runs have: "scripted" would start a scripted
+            # model server per run, which the fake agent does not use.
             body = {
                 "prompt": "go",
                 "provider": "local",
                 "agent": "claude",
+                "model": "fake-model",
+                "permission": "full",
                 "env": options.pop("env"),
                 "options": options,
             }
