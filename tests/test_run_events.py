@@ -8,13 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from nodeprov.agents import Result
-from nodeprov.runs import AgentMessage, Orchestrator
+from nodeprov.runs import AgentMessage, Orchestrator, RunStarted
 from nodeprov.runs import journal as journal_module
+from nodeprov.runs.journal import Journal
 from nodeprov.store import EventRecord, Store, now
 from nodeprov.testing import fake_agent_command
+from tests.test_store import _run
 
 pytestmark = pytest.mark.anyio
 
@@ -181,3 +184,35 @@ async def test_a_batch_of_unknown_fate_is_written_again_without_duplicates(
         )
     assert entries is not None
     assert [entry for entry in entries if entry in extra] == extra
+
+
+async def test_an_event_written_while_a_late_reader_reads_the_store_reaches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An event emitted before a reader came, and written by the journal's writer while the
+    reader reads the store (the read misses it, and by the time the read returns it is no
+    longer unwritten), still reaches the reader: it is in one or the other."""
+    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
+        session = await store.active_session("ws", "claude")
+        await store.create_run(_run(session.id))
+        journal = Journal(store)
+        events = journal.stream("run-1", 1)
+        events.emit(RunStarted, prompt="go", provider="fake")
+        write = journal.flush
+        read = store.events
+
+        async def writer_holds_the_batch() -> None:
+            """The writer took the batch: a reader's flush finds nothing to write."""
+
+        async def read_then_written(run_id: str, *, after: int = 0, limit: int = 1000) -> list[EventRecord]:
+            found = await read(run_id, after=after, limit=limit)
+            await write()  # the writer's commit lands as the read returns
+            return found
+
+        monkeypatch.setattr(journal, "flush", writer_holds_the_batch)
+        monkeypatch.setattr(store, "events", read_then_written)
+        reader = events.replay(after=0)
+        with anyio.fail_after(10):
+            first = await reader.__anext__()
+        await reader.aclose()  # type: ignore[attr-defined]  # an async generator: it has aclose
+    assert (first.kind, first.seq) == ("run.started", 1)

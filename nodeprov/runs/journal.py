@@ -246,12 +246,16 @@ class RunEvents:
             while True:
                 subscriber.overflowed = False
                 await self._journal.flush()
+                # Taken before the store is read: an event emitted before this subscriber came
+                # and written while the store is read (so missing from what it returns) is in
+                # one or the other, never in neither.
+                unwritten = [] if durable else list(self._unwritten)
                 while records := await self._store.events(self.run_id, after=last):
                     for record in records:
                         last = record.seq
                         if (stored := stored_event(record)) is not None:
                             yield stored
-                for event in [] if durable else list(self._unwritten):
+                for event in unwritten:
                     if event.seq > last:
                         last = event.seq
                         yield event
