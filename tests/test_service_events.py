@@ -226,3 +226,37 @@ async def _all_events(client: httpx.AsyncClient, run_id: str) -> Any:
     async with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
         async for line in response.aiter_lines():
             yield line.encode()
+
+
+async def test_an_idle_stream_gets_heartbeats(tmp_path: Path) -> None:
+    """Comment lines keep a stream open while its run says nothing (through proxies that
+    close idle connections); an EventSource ignores them."""
+    async with serving(tmp_path, config={"heartbeat": 0.2}) as served, served.client() as client:
+        run = (
+            await client.post("/v1/runs", json=fake_run(tmp_path, [{"text": "hi"}, {"stall": True}]))
+        ).json()
+        pings = 0
+        with anyio.fail_after(60):
+            async with client.stream("GET", f"/v1/runs/{run['id']}/events") as response:
+                async for line in response.aiter_lines():
+                    pings += line.startswith(": ping")
+                    if pings == 3:
+                        break
+        assert (await client.post(f"/v1/runs/{run['id']}/pause", json={})).status_code == 200
+
+
+async def test_a_client_that_reads_nothing_is_let_go(tmp_path: Path) -> None:
+    """A client that stops reading holds nothing: once a write to it waits ``send_timeout``,
+    the service drops its stream (the client, reading again, reconnects with Last-Event-ID)."""
+    config = {"send_timeout": 1.0, "max_lag": 600}
+    async with serving(tmp_path, config=config) as served, served.client() as client:
+        run = (await client.post("/v1/runs", json=fake_run(tmp_path, [{"stream": [4000, 3000, 0]}]))).json()
+        deaf = _slow_reader(served, run["id"])
+        try:
+            with anyio.fail_after(120):
+                while await _metric(client, "nodeprov_events_relayed_total") == 0:  # noqa: ASYNC110 - another process
+                    await anyio.sleep(0.05)  # its stream began: it was counted
+                while await _metric(client, "nodeprov_event_streams") != 0:  # noqa: ASYNC110 - another process
+                    await anyio.sleep(0.1)
+        finally:
+            deaf.close()
