@@ -51,6 +51,8 @@ __all__ = [
     "SpawnError",
     "StoreError",
     "TokenError",
+    "first_line",
+    "leaf",
 ]
 
 
@@ -148,3 +150,19 @@ class TokenError(NodeprovError):
 class RunStateError(NodeprovError):
     """The run is not in a state that allows this (resuming a run that is not paused,
     pausing one that is finishing or over, another control plane got there first)."""
+
+
+def first_line(error: BaseException | str) -> str:
+    """An error's message on one line: its first, without the list of valid fields that a
+    settings error appends (``" (fields: ...)"``); the error's type name when it has none."""
+    text = str(error).strip()
+    if not text:
+        return "" if isinstance(error, str) else type(error).__name__
+    return text.splitlines()[0].split(" (fields: ")[0]
+
+
+def leaf(error: BaseException) -> BaseException:
+    """The one error inside nested single-error groups (what a task group raises)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

@@ -23,7 +23,7 @@ from typing import Any, Self, TypeVar
 import anyio
 import anyio.to_thread
 
-from .errors import ConfigError, NodeGoneError, NodeprovError, ProviderError
+from .errors import ConfigError, NodeGoneError, NodeprovError, ProviderError, first_line
 from .node import NodeHandle, NodeInfo, NodeProvider, Requirement
 from .registry import provider_class, provider_names
 
@@ -165,7 +165,7 @@ async def readiness(
             async with provider:
                 await provider.probe()
     except NodeprovError as error:
-        return Readiness(name, False, f"not ready: {_first_line(error)}", requirements)
+        return Readiness(name, False, f"not ready: {first_line(error)}", requirements)
     except TimeoutError:
         return Readiness(name, False, f"not ready: no answer within {probe_timeout:g} s", requirements)
     return Readiness(name, True, "", requirements)
@@ -281,7 +281,7 @@ class Fleet:
             except ConfigError as error:
                 notes.append(_skipped(provider.name, error))
             except NodeprovError as error:
-                failed.append(f"{provider.name}: {_first_line(error)}")
+                failed.append(f"{provider.name}: {first_line(error)}")
             else:
                 found += found_there
                 failed += failed_there
@@ -341,13 +341,7 @@ def _refuse_unnamed(settings: Mapping[str, Any] | None) -> None:
 
 
 def _skipped(name: str, error: NodeprovError) -> str:
-    return f"{name}: skipped, not set up here ({_first_line(error)})"
-
-
-def _first_line(error: BaseException) -> str:
-    """The error's first line, without the list of valid settings a settings error carries."""
-    line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return line.split(" (fields: ")[0]
+    return f"{name}: skipped, not set up here ({first_line(error)})"
 
 
 def _env_prefix(provider: str) -> str:

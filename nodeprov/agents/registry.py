@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 from .. import _plugins
@@ -22,15 +23,20 @@ from . import Agent, AgentOptions
 
 __all__ = [
     "AGENT_ENTRY_POINT_GROUP",
+    "SCRIPTED",
     "agent_class",
     "agent_names",
     "describe_agent",
     "fallback_agent",
     "get_agent",
+    "on_model",
     "route_model",
 ]
 
 AGENT_ENTRY_POINT_GROUP = "nodeprov.agents"
+
+SCRIPTED = "scripted"
+"""The model name of an agent's built-in offline scripted model (see :meth:`Agent.offline`)."""
 
 
 def agent_names() -> list[str]:
@@ -113,3 +119,23 @@ def describe_agent(name: str) -> dict[str, Any]:
         "capabilities": {**dataclasses.asdict(cls.capabilities), "images": cls.image_limits is not None},
         "models": [dataclasses.asdict(model) for model in cls.models],
     }
+
+
+@asynccontextmanager
+async def on_model(
+    model: str | None, agent: str, prompt: str, options: Mapping[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """``options`` (agent options, ``env`` among them) for running ``agent`` on ``model``: as
+    they are, or, for :data:`SCRIPTED`, on the agent's offline scripted model playing its demo
+    for ``prompt``, up while the context lasts (the model's options laid over, the caller's
+    ``env`` over the model's). What ``nodeprov run --model scripted`` and the service use.
+
+    Raises:
+        ConfigError: the agent has no offline model (or does not load).
+    """
+    if model != SCRIPTED:
+        yield dict(options)
+        return
+    async with agent_class(agent).offline(prompt) as model_options:
+        env = {**model_options.get("env", {}), **options.get("env", {})}
+        yield {**options, **model_options, "env": env}

@@ -19,7 +19,8 @@ import typer
 from pydantic import ValidationError
 from rich.markup import escape
 
-from ..errors import ConfigError, NodeprovError
+from ..agents.registry import SCRIPTED
+from ..errors import ConfigError, NodeprovError, leaf
 from .render import err
 
 __all__ = [
@@ -39,8 +40,6 @@ __all__ = [
     "parse_settings",
 ]
 
-SCRIPTED = "scripted"
-"""The ``--model`` of the built-in offline model (:mod:`nodeprov.offline`)."""
 
 app = typer.Typer(
     name="nodeprov",
@@ -80,13 +79,6 @@ def _one_line(error: BaseException) -> str:
     return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
-def _leaf(error: BaseException) -> BaseException:
-    """The one error inside nested single-error groups (what a task group raises)."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
-
-
 def _is_sdk_error(error: BaseException) -> bool:
     # Only a command that imported the SDK can raise its errors; the others never import it.
     sdk = sys.modules.get("claude_agent_sdk")
@@ -100,7 +92,7 @@ def errors() -> Iterator[None]:
     try:
         yield
     except Exception as raised:
-        error = _leaf(raised)
+        error = leaf(raised)
         if isinstance(error, BrokenPipeError):  # our reader left (`| head`): end as a pipe writer does
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush there
             raise typer.Exit(128 + signal.SIGPIPE) from None

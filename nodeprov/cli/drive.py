@@ -9,33 +9,23 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from contextlib import suppress
 from typing import Any, NoReturn
 
 import anyio
 import anyio.abc
 from rich.markup import escape
 
-from ..agents.registry import agent_class
+from ..agents.registry import on_model
 from ..errors import NodeprovError, RunStateError
 from ..fleet import secret_settings_from_env
 from ..runs import Orchestrator, PauseKind, Run
 from ..store import Store
-from .app import SCRIPTED, fail
+from .app import fail
 from .events import show_event
 from .render import err, out
 
 __all__ = ["RunRequest", "Start", "drive_run"]
-
-
-@asynccontextmanager
-async def _model_options(model: str, agent: str, prompt: str) -> AsyncIterator[dict[str, Any]]:
-    """The agent options the model needs: the agent's offline scripted model, or none."""
-    if model != SCRIPTED:
-        yield {}
-        return
-    async with agent_class(agent).offline(prompt) as options:
-        yield options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,9 +50,7 @@ async def drive_run(request: RunRequest, start: Start) -> str:
     """Start (or resume) a run with ``start(orchestrator, options)``, show its events, pause
     it on Ctrl-C, SIGTERM or SIGHUP; return its outcome. A signal that comes while the run
     starts pauses it as soon as it exists (keeping its node with ``--keep-node``)."""
-    async with _model_options(request.model, request.agent, request.prompt) as model_options:
-        env = {**model_options.get("env", {}), **request.options["env"]}
-        options = {**request.options, **model_options, "env": env}
+    async with on_model(request.model, request.agent, request.prompt, request.options) as options:
         secrets = secret_settings_from_env(None)  # what a reconcile of others' runs may need
         async with (
             await Store.open(request.store) as store,

@@ -25,6 +25,7 @@ from ..errors import (
     SpawnError,
     StoreError,
     TokenError,
+    first_line,
 )
 
 __all__ = ["ServiceError", "problem_response", "status_of"]
@@ -69,16 +70,10 @@ def status_of(error: NodeprovError) -> tuple[int, str]:
     return 500, "internal"
 
 
-def one_line(text: str) -> str:
-    """The first line of ``text`` (a settings error lists every valid field after it)."""
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return first.split(" (fields: ")[0]
-
-
 def problem_response(
     status: int, code: str, message: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
-    return JSONResponse({"error": code, "message": one_line(message) or code}, status, headers=headers)
+    return JSONResponse({"error": code, "message": first_line(message) or code}, status, headers=headers)
 
 
 async def _problem(request: Request, error: Exception) -> JSONResponse:
@@ -90,7 +85,7 @@ async def _nodeprov_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, NodeprovError)
     status, code = status_of(error)
     if status >= 500:
-        logger.warning("%s %s failed: %s", request.method, request.url.path, one_line(str(error)))
+        logger.warning("%s %s failed: %s", request.method, request.url.path, first_line(str(error)))
     return problem_response(status, code, str(error) or type(error).__name__)
 
 

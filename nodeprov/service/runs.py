@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from ..agents.registry import route_model
+from ..agents.registry import SCRIPTED, route_model
 from ..errors import ConfigError, RunStateError
 from ..fleet import secret_settings_from_env, settings_from_env
 from ..prompts import prompt_text
@@ -29,7 +28,6 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}})
 
-SCRIPTED = "scripted"
 _PAUSE_POLL = 0.1
 
 
@@ -71,21 +69,6 @@ async def _load(service: Service, run_id: str) -> RunRecord:
     if record is None:
         raise ServiceError(404, "run_not_found", f"no run {run_id}")
     return record
-
-
-def _with_model(options: dict[str, Any], model_options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with what the model needs (the offline model's address) laid over, and
-    the caller's environment over the model's."""
-    return {**options, **model_options, "env": {**model_options.get("env", {}), **options["env"]}}
-
-
-async def _on_model(
-    service: Service, model: str, agent: str, text: str, start: Callable[[dict[str, Any]], Awaitable[Run]]
-) -> Run:
-    """``start(model_options)``: on the agent's offline scripted model for ``scripted``."""
-    if model == SCRIPTED:
-        return await service.on_offline_model(agent, text, start)
-    return await start({})
 
 
 def _options(body: RunIn | ResumeIn, model: str | None) -> dict[str, Any]:
@@ -133,13 +116,13 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
     settings = await anyio.to_thread.run_sync(settings_from_env, body.provider, body.settings)
     agent = route_model(None if body.model == SCRIPTED else body.model, body.agent)
 
-    async def start(model_options: dict[str, Any]) -> Run:
+    async def start(on_model: dict[str, Any]) -> Run:
         return await service.orchestrator.start(
             prompt,
             provider=body.provider,
             provider_settings=settings,
             agent=agent,
-            options=_with_model(options, model_options),
+            options=on_model,
             workspace=body.workspace,
             node_config=body.node.config(
                 owner=service.orchestrator.owner, default_ttl=service.config.node_ttl
@@ -151,7 +134,7 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
         )
 
     try:
-        run = await _on_model(service, body.model, agent, prompt_text(prompt), start)
+        run = await service.start_on_model(body.model, agent, prompt_text(prompt), options, start)
     except BaseException:
         if key is not None and await service.store.run(run_id) is None:
             with anyio.CancelScope(shield=True):
@@ -219,18 +202,20 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
     model = body.model or json.loads(record.agent_options).get("model") or SCRIPTED
     message = prompt_of(body.message)
 
-    async def resume(model_options: dict[str, Any]) -> Run:
+    async def resume(on_model: dict[str, Any]) -> Run:
         return await service.orchestrator.resume_run(
             run_id,
             message=message,
-            options=_with_model(_options(body, model), model_options),
+            options=on_model,
             provider_settings=secrets.get(record.node_provider, {}) | body.settings,
             deadline=body.timeout,
             idle_timeout=body.idle_timeout,
             keep_node=body.keep_node,
         )
 
-    run = await _on_model(service, model, record.agent, prompt_text(message), resume)
+    run = await service.start_on_model(
+        model, record.agent, prompt_text(message), _options(body, model), resume
+    )
     return run_body(await _load(service, run.id))
 
 

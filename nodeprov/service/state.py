@@ -15,7 +15,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from fastapi import Request
 
-from ..agents.registry import agent_class
+from ..agents.registry import SCRIPTED, on_model
 from ..errors import NodeprovError
 from ..fleet import Fleet, secret_settings_from_env
 from ..node import NodeHandle
@@ -59,19 +59,27 @@ class Service:
         a node outlives the replica that made it, until it is destroyed or its lifetime ends."""
         return "service:nodeprov"
 
-    async def on_offline_model(
-        self, agent: str, prompt: str, start: Callable[[dict[str, Any]], Awaitable[Run]]
+    async def start_on_model(
+        self,
+        model: str,
+        agent: str,
+        prompt: str,
+        options: dict[str, Any],
+        start: Callable[[dict[str, Any]], Awaitable[Run]],
     ) -> Run:
-        """Start a run on ``agent``'s offline scripted model (what ``--model scripted`` is),
-        with ``start(model_options)``; the model stays up while the run is driven here.
+        """``start(options)`` for ``agent`` on ``model`` (see
+        :func:`~nodeprov.agents.registry.on_model`): the scripted model stays up while the
+        run is driven here.
 
         Raises:
             ConfigError: the agent has no offline model; and what ``start`` raises.
         """
+        if model != SCRIPTED:
+            return await start(options)
 
         async def hold(*, task_status: TaskStatus[Run]) -> None:
-            async with agent_class(agent).offline(prompt) as options:
-                run = await start(options)
+            async with on_model(model, agent, prompt, options) as on_it:
+                run = await start(on_it)
                 task_status.started(run)
                 await run.wait()
 

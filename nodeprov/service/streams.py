@@ -11,6 +11,8 @@ from anyio.abc import ObjectSendStream, TaskStatus
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from ..errors import leaf
+
 __all__ = ["Pump", "PumpedResponse"]
 
 Pump = Callable[[ObjectSendStream[bytes], TaskStatus[None]], Awaitable[None]]
@@ -35,7 +37,7 @@ class PumpedResponse(Response):
         try:
             await self._stream(receive, send)
         except BaseExceptionGroup as group:  # the pump's own error, for the exception handlers
-            raise _leaf(group) from None
+            raise leaf(group) from None
 
     async def _stream(self, receive: Receive, send: Send) -> None:
         sink, source = anyio.create_memory_object_stream[bytes](_BUFFER)
@@ -59,10 +61,3 @@ class PumpedResponse(Response):
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             tg.cancel_scope.cancel()
-
-
-def _leaf(error: BaseException) -> BaseException:
-    """The one error inside nested single-error groups."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
