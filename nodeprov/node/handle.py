@@ -21,6 +21,7 @@ from ..errors import (
     NodePathError,
     NodeprovError,
     NodeSuspendedError,
+    SpawnError,
 )
 from ..spawn import SpawnedProcess, SpawnOptions
 from . import files
@@ -28,6 +29,13 @@ from .files import kill_now
 from .state import NODE_TRANSITIONS, NodeState
 
 __all__ = ["NodeHandle"]
+
+# Positional parameters: the command. Started in the background, with nothing of the channel.
+_DETACH = """\
+if command -v setsid >/dev/null 2>&1; then setsid "$@" </dev/null >/dev/null 2>&1 &
+else "$@" </dev/null >/dev/null 2>&1 &
+fi
+"""
 
 logger = logging.getLogger("nodeprov")
 
@@ -139,6 +147,48 @@ class NodeHandle(ABC):
             await kill_now(process)
             raise NodeGoneError(f"node {self.node_id} was destroyed during spawn")
         return process
+
+    async def spawn_detached(self, options: SpawnOptions) -> None:
+        """Start ``options`` on the node with no channel: its stdin, stdout and stderr are
+        ``/dev/null``, it leads a session of its own, and it outlives the exec channel and
+        this control plane, though not the node (its destroy ends it). Returns once it has
+        started. What a keeper (:func:`~nodeprov.node.keeper.keep`) runs as.
+
+        Raises:
+            NodePathError, NodeGoneError, NodeSuspendedError, CommandNotFoundError,
+                SpawnError, ProviderError: as :meth:`spawn`.
+        """
+        if self._state.closing:
+            raise NodeGoneError(f"node {self.node_id} is destroyed")
+        if self._state is NodeState.SUSPENDED:
+            raise NodeSuspendedError(f"node {self.node_id} is suspended: wake it first")
+        await self._spawn_detached(
+            dataclasses.replace(options, cwd=self.node_path(options.cwd or self.workdir))
+        )
+
+    async def _spawn_detached(self, options: SpawnOptions) -> None:
+        """Start a detached process (provider hook; ``options.cwd`` is resolved): by default
+        through :meth:`_spawn`, a shell that starts it in the background in a session of its
+        own (``setsid`` where there is one) and exits. A provider whose spawns end with
+        their channel, or whose every process dies with the control plane, overrides it."""
+        process = await self.spawn(
+            dataclasses.replace(
+                options, command="/bin/sh", args=["-c", _DETACH, "nodeprov-detach", *options.argv]
+            )
+        )
+        async with process:
+            await process.stdin.aclose()
+            code = await process.wait()
+        if code != 0:
+            raise SpawnError(
+                f"cannot start {options.command!r} detached on node {self.node_id} (status {code})"
+            )
+
+    def track(self, process: SpawnedProcess) -> None:
+        """Count ``process`` among the node's, as if :meth:`spawn` had started it: a process
+        on the node that another way started (a :class:`~nodeprov.node.keeper.KeptProcess`).
+        :meth:`kill_processes` kills it, and a destroy discards it."""
+        self._processes.add(process)
 
     def node_path(self, path: str) -> str:
         """``path`` as an absolute, normalised path on the node: relative paths are taken

@@ -32,6 +32,7 @@ from nodeprov.node import (
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
 
 from .files import FileConformance
+from .keeper import KeeperConformance
 from .kit import (
     HOSTILE_STRINGS,
     AnyProvider,
@@ -48,7 +49,7 @@ __all__ = ["ProviderConformance"]
 
 
 @pytest.mark.anyio
-class ProviderConformance(FileConformance):
+class ProviderConformance(FileConformance, KeeperConformance):
     """Provider-independent behaviour; see :mod:`nodeprov.testing.conformance` for the
     fixtures. The file tests are :class:`FileConformance`'s."""
 

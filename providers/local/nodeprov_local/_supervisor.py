@@ -4,6 +4,11 @@ Run by :meth:`nodeprov_local.provider.LocalNode._spawn` as::
 
     python -I -S _supervisor.py CONTROL_PID STATUS_FD TERM_GRACE CWD -- COMMAND [ARG...]
 
+or, *detached* (``NodeHandle.spawn_detached``), with ``0`` as CONTROL_PID and its standard
+streams at ``/dev/null``: the supervisor then forks, the parent exits at once, and the child
+supervises with no parent-death watchdog (what it contains outlives the control plane, not
+the node: a destroy ends it as any recorded supervisor), reporting ``ok PID SUPERVISOR_PID``.
+
 with the spawn's pipes as its stdin/stdout/stderr and the spawn's environment plus
 ``NODE_MARKER=NODE_ID`` (exactly: the command gets the environment this process was started
 with, read back from ``/proc/self/environ``, since Python itself may add ``LC_CTYPE`` at
@@ -179,7 +184,7 @@ def _start(argv: list[str], cwd: str, status_fd: int) -> int | None:
         os.waitpid(pid, 0)
         os.write(status_fd, failure)
         return None
-    os.write(status_fd, f"ok {pid}".encode())
+    os.write(status_fd, f"ok {pid} {os.getpid()}".encode())
     os.close(status_fd)
     return pid
 
@@ -277,10 +282,13 @@ def main(argv: list[str]) -> None:
     control_pid, status_fd, term_grace, cwd = int(argv[1]), int(argv[2]), float(argv[3]), argv[4]
     command = argv[6:]  # after "--"
     signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
+    if control_pid == 0 and os.fork():  # detached: the control plane reaps the parent at once
+        os._exit(0)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(PR_SET_PDEATHSIG, PARENT_GONE)
-    if os.getppid() != control_pid:
-        os._exit(START_FAILED)  # the control plane died before the watch began: start nothing
+    if control_pid:
+        _prctl(PR_SET_PDEATHSIG, PARENT_GONE)
+        if os.getppid() != control_pid:
+            os._exit(START_FAILED)  # the control plane died before the watch began: start nothing
     command_pid = _start(command, cwd, status_fd)
     if command_pid is None:
         os._exit(START_FAILED)

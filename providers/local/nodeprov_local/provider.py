@@ -8,7 +8,7 @@ import signal
 import sys
 from contextlib import suppress
 from pathlib import Path
-from subprocess import PIPE
+from subprocess import DEVNULL, PIPE
 from typing import ClassVar
 
 import anyio
@@ -112,11 +112,24 @@ class LocalNode(NodeHandle):
         start = self._start_supervised if SUPERVISED else self._start_group
         with anyio.CancelScope(shield=True):
             process = await start(options, str(cwd), env)
+        assert process is not None
         return process
 
-    async def _start_supervised(self, options: SpawnOptions, cwd: str, env: dict[str, str]) -> LocalProcess:
-        """Start the command under a supervisor, and wait for it to report the exec."""
+    async def _spawn_detached(self, options: SpawnOptions) -> None:
+        if not SUPERVISED:
+            return await super()._spawn_detached(options)
+        cwd = anyio.Path(self.workdir) / (options.cwd or ".")
+        env = {**self.base_env, **options.env, _supervisor.NODE_MARKER: self.node_id}
+        with anyio.CancelScope(shield=True):
+            await self._start_supervised(options, str(cwd), env, detached=True)
+
+    async def _start_supervised(
+        self, options: SpawnOptions, cwd: str, env: dict[str, str], *, detached: bool = False
+    ) -> LocalProcess | None:
+        """Start the command under a supervisor, and wait for it to report the exec.
+        ``detached``: a supervisor that outlives this control plane, with no channel (None)."""
         status_r, status_w = os.pipe()
+        stdio = DEVNULL if detached else PIPE
         try:
             try:
                 process = await anyio.open_process(
@@ -125,16 +138,16 @@ class LocalNode(NodeHandle):
                         "-I",
                         "-S",
                         _SUPERVISOR_SCRIPT,
-                        str(os.getpid()),
+                        "0" if detached else str(os.getpid()),
                         str(status_w),
                         repr(self._stop_policy.term_grace),
                         cwd,
                         "--",
                         *options.argv,
                     ],
-                    stdin=PIPE,
-                    stdout=PIPE,
-                    stderr=PIPE,
+                    stdin=stdio,
+                    stdout=stdio,
+                    stderr=stdio,
                     cwd="/",
                     env=env,
                     start_new_session=True,
@@ -145,9 +158,15 @@ class LocalNode(NodeHandle):
             finally:
                 os.close(status_w)
             try:
-                await self._record("supervisor", process.pid)
+                if detached:
+                    await process.wait()  # the supervisor's parent: its child goes on
+                else:
+                    await self._record("supervisor", process.pid)
                 with anyio.fail_after(_START_TIMEOUT):
                     status = await read_to_end(status_r)
+                stage, _, number = status.decode(errors="replace").partition(" ")
+                if detached and stage == "ok":
+                    await self._record("supervisor", int(number.split()[1]))
             except BaseException as error:
                 await abandon(process)
                 if isinstance(error, TimeoutError):
@@ -155,11 +174,11 @@ class LocalNode(NodeHandle):
                 raise
         finally:
             os.close(status_r)
-        stage, _, number = status.decode(errors="replace").partition(" ")
+        number = number.split(" ")[0]
         if stage == "ok" and number.isdigit():
-            return LocalProcess(process, self._stop_policy, command_pid=int(number))
+            return None if detached else LocalProcess(process, self._stop_policy, command_pid=int(number))
         # The start failed: the supervisor ends by itself, leaving nothing.
-        stderr = await abandon(process, read_stderr=not status)
+        stderr = await abandon(process, read_stderr=not status and not detached)
         code = int(number) if number.isdigit() else 0
         if stage == "exec" and code in _NOT_FOUND:
             raise CommandNotFoundError(

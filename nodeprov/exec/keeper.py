@@ -1,0 +1,190 @@
+"""The POSIX sh of a keeper (see :mod:`nodeprov.node.keeper`): the keeper itself, its stdin
+feeder, an attach and its frame writer, and a look at how the kept process stands. Each takes
+its values as positional parameters (and awk programs through the environment), never
+interpolated into its text.
+
+The frames a control plane writes to an attach's stdin, one per line: ``D ID LENGTH PAYLOAD``
+(the payload with ``%`` and line breaks spelt ``%25`` and ``%0A``, LENGTH its bytes),
+``E ID`` (the end of the process's input), ``R`` (release: the process ended and its output
+was read; the keeper's directory goes). Ids rise by one per frame; the keeper feeds each id
+once, so a frame written twice across a drop reaches the process once.
+"""
+
+from __future__ import annotations
+
+from .preamble import SIGNAL_GROUP_FUNCTION
+from .shell import START_TIME_FUNCTION
+
+__all__ = ["ATTACH", "EXIT", "FEED", "KEEPER", "STATUS", "TAG", "WRITE"]
+
+TAG = b"\x1enodeprov-keep "
+"""What starts each line an attach says of itself (its report, its last line)."""
+EXIT = TAG + b"exit "
+"""An attach's last line: ``exit STATUS SIZE WHY``, SIZE the bytes of stdout before it."""
+
+# The agent's stdin: each frame of in.log once, in order of ids ("D ID LENGTH PAYLOAD",
+# the payload with % and line breaks spelt %25 and %0A; "E ID" ends the input).
+FEED = """\
+$1 == "D" && NF >= 3 {
+  rest = substr($0, length($2) + 4); cut = index(rest, " ")
+  payload = substr(rest, cut + 1)
+  if (cut == 0 || length(payload) != substr(rest, 1, cut - 1) + 0 || $2 + 0 <= last) next
+  last = $2 + 0
+  gsub(/%0A/, "\\n", payload); gsub(/%25/, "%", payload)
+  printf "%s", payload; fflush()
+  next
+}
+$1 == "E" && $2 + 0 > last { exit }
+"""
+
+# The keeper, started detached (NodeHandle.spawn_detached). Positional parameters: the
+# directory, grace (whole seconds), term_grace, the expiry (epoch seconds, or empty), the
+# mark, the PWD and SHLVL the command must see ("=value", or empty for none), then the
+# command. A start that fails says why in "failed".
+KEEPER = (
+    START_TIME_FUNCTION
+    + """\
+trap '' HUP INT
+dir=$1 grace=$2 term=$3 expires=$4 mark=$5
+umask 077
+mkdir -p -- "${dir%/*}" 2>/dev/null
+mkdir -- "$dir" 2>/dev/null || exit 126
+fail() { printf '%s\\n' "$1" >"$dir/failed"; exit 127; }
+for tool in setsid tail awk mkfifo stat date touch grep; do
+  command -v "$tool" >/dev/null 2>&1 || fail "missing $tool"
+done
+tail --pid=$$ -c 0 /dev/null >/dev/null 2>&1 || fail "missing tail --pid"
+command -v -- "$8" >/dev/null 2>&1 || fail notfound
+{ mkfifo -- "$dir/in" && : >"$dir/in.log" && : >"$dir/out" && : >"$dir/err" &&
+  : >"$dir/lease"; } 2>/dev/null || fail "no room in $dir"
+tail -c +1 -f "$dir/in.log" 2>/dev/null | LC_ALL=C awk -W interactive "$NP_FEED" >"$dir/in" 2>/dev/null &
+unset NP_FEED
+case $6 in =*) export PWD="${6#=}" ;; *) unset PWD ;; esac
+case $7 in =*) export SHLVL="${7#=}" ;; *) unset SHLVL ;; esac
+shift 7
+NODEPROV_GUARD=$mark setsid "$@" <"$dir/in" >>"$dir/out" 2>>"$dir/err" &
+agent=$! started=
+started=$(__np_start_of "$agent")
+printf '%s %s\\n' "$agent" "${started:--}" >"$dir/pid.new" && mv -f "$dir/pid.new" "$dir/pid"
+lapsed() {
+  [ -d "$dir" ] || { why=gone; return 0; }
+  now=$(date +%s)
+  if [ -n "$expires" ] && [ "$now" -ge "$expires" ]; then why=ttl; return 0; fi
+  seen=$(stat -c %Y "$dir/lease" 2>/dev/null) || seen=0
+  [ $((now - seen)) -ge "$grace" ] && why=lease
+}
+ours() { [ "$(__np_start_of "$agent")" = "$started" ]; }
+(
+  while sleep 1; do
+    lapsed || continue
+    printf '%s\\n' "$why" >"$dir/why" 2>/dev/null
+    ours || exit 0
+    kill -TERM -"$agent" 2>/dev/null
+    sleep "$term" || sleep 1
+    ours || exit 0
+    kill -KILL -"$agent" 2>/dev/null
+    exit 0
+  done
+) </dev/null >/dev/null 2>&1 &
+watchdog=$!
+wait "$agent"
+rc=$?
+kill "$watchdog" 2>/dev/null
+why=exit
+[ -s "$dir/why" ] && read -r why <"$dir/why"
+printf '%s %s\\n' "$rc" "$why" >"$dir/rc.new" && mv -f "$dir/rc.new" "$dir/rc"
+# What the process started carries its mark, wherever it went: found through /proc.
+for round in 1 2 3 4 5; do
+  found=
+  for pid in $(grep -lsxzF -e "NODEPROV_GUARD=$mark" /proc/[0-9]*/environ 2>/dev/null); do
+    pid=${pid#/proc/}; kill -KILL "${pid%/environ}" 2>/dev/null && found=1
+  done
+  [ -n "$found" ] || break
+done
+trap '' TERM
+kill -TERM 0 2>/dev/null
+# Kept until the control plane has read it all and released it, or nobody attached for grace.
+while [ -d "$dir" ]; do
+  seen=$(stat -c %Y "$dir/lease" 2>/dev/null) || seen=0
+  [ $(($(date +%s) - seen)) -lt "$grace" ] || break
+  sleep 1
+done
+rm -rf -- "$dir"
+"""
+)
+
+# A control plane's frames, off the channel into in.log: only whole frames; "R" releases.
+WRITE = """\
+$1 == "D" && NF >= 3 {
+  rest = substr($0, length($2) + 4); cut = index(rest, " ")
+  if (cut > 0 && length(substr(rest, cut + 1)) == substr(rest, 1, cut - 1) + 0) { print; fflush() }
+  next
+}
+$1 == "E" && NF == 2 { print; fflush(); next }
+$0 == "R" { system("rm -rf -- \\"$NP_KEEP_DIR\\""); exit }
+"""
+
+# $1 dir, $2 stdout offset, $3 stderr offset, $4 seconds between lease renewals, $5 seconds
+# to wait for a keeper that is starting. Ends the attach before it, reports (the process,
+# the last frame id in the log), then follows the journals until the process ends and says
+# how it ended; its stdin is the control plane's frames.
+ATTACH = (
+    SIGNAL_GROUP_FUNCTION
+    + """\
+dir=$1 n=0
+while [ ! -s "$dir/pid" ]; do
+  if [ -s "$dir/failed" ]; then
+    printf '\\036nodeprov-keep failed %s\\n' "$(cat "$dir/failed")"; rm -rf -- "$dir"; exit 0
+  fi
+  [ "$n" -lt "$(($5 * 100))" ] || { printf '\\036nodeprov-keep gone\\n'; exit 0; }
+  sleep 0.01 || sleep 1; n=$((n + 1))
+done
+read -r pid start <"$dir/pid"
+[ -s "$dir/attach" ] && while read -r p s; do signal_group KILL "$p" "$s"; done <"$dir/attach"
+printf '%s %s\\n' "$$" "$(__np_start_of $$)" >"$dir/attach"
+last=$(LC_ALL=C awk '($1 == "D" || $1 == "E") && $2 + 0 > m { m = $2 + 0 } END { print m + 0 }' "$dir/in.log")
+printf '\\n' >>"$dir/in.log"
+touch "$dir/lease"
+exec 3<&0
+NP_KEEP_DIR=$dir LC_ALL=C awk -W interactive "$NP_WRITE" <&3 >>"$dir/in.log" 2>/dev/null &
+writer=$!
+exec 3<&-
+unset NP_WRITE
+note() { printf '%s %s\\n' "$1" "$(__np_start_of "$1")" >>"$dir/attach"; }
+note "$writer"
+printf '\\036nodeprov-keep attached %s %s %s\\n' "$pid" "$start" "$last"
+(
+  tail --pid="$pid" -s 0.1 -c +$(($3 + 1)) -f "$dir/err" >&2 2>/dev/null &
+  note $!
+  tail --pid="$pid" -s 0.1 -c +$(($2 + 1)) -f "$dir/out" 2>/dev/null &
+  note $!
+  wait
+  size=$(stat -c %s "$dir/out" 2>/dev/null) || size=-
+  n=0
+  while [ ! -s "$dir/rc" ] && [ "$n" -lt 200 ]; do sleep 0.05 || sleep 1; n=$((n + 1)); done
+  read -r rc why <"$dir/rc" 2>/dev/null || { rc=- why=lost; }
+  printf '\\036nodeprov-keep exit %s %s %s\\n' "$rc" "$size" "$why"
+) &
+follower=$!
+note $!
+(
+  alive() { [ -n "$(__np_start_of "$1")" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+  while alive "$writer" && [ -d "$dir" ]; do touch "$dir/lease" 2>/dev/null; sleep "$4" || sleep 1; done
+) </dev/null >/dev/null 2>&1 &
+renewer=$!
+note $!
+wait "$writer"
+kill "$renewer" "$follower" 2>/dev/null
+if [ -s "$dir/attach" ]; then
+  while read -r p s; do [ "$p" = $$ ] || signal_group KILL "$p" "$s"; done <"$dir/attach"
+fi
+exit 0
+"""
+)
+
+# $1 dir: how the kept process stands.
+STATUS = """\
+if [ -s "$1/rc" ]; then read -r rc why <"$1/rc"; printf 'exit %s %s\\n' "$rc" "$why"
+elif [ -s "$1/pid" ]; then echo running
+else echo gone; fi
+"""

@@ -1,0 +1,180 @@
+"""The keeper part of the provider conformance suite: a process kept on the node
+(:func:`nodeprov.node.keeper.keep`) outlives its exec channel and the handle that started it,
+is re-attached without losing or repeating a byte, and is stopped by its keeper when nobody
+attaches for its grace, or at the node's expiry."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+
+from nodeprov.errors import CommandNotFoundError, NodeGoneError
+from nodeprov.node import NodeHandle
+from nodeprov.node.keeper import Detached, KeepOptions, KeptProcess, Reattached, keep, reattach
+from nodeprov.spawn import SpawnOptions
+
+from .kit import HOSTILE_STRINGS, AnyProvider, host_processes_matching, run, unique_marker, wait_until
+
+__all__ = ["KeeperConformance"]
+
+# Echoes each line of stdin, numbered lines meanwhile, then says bye and exits 7.
+_ECHO = 'i=0; while [ "$i" -lt "$1" ]; do echo "n $i"; i=$((i+1)); sleep 0.005; done & ' + (
+    'while IFS= read -r l; do echo "got:$l"; done; wait; echo bye; echo "err $2" >&2; exit 7'
+)
+
+
+async def drop_attach(node: NodeHandle, process: KeptProcess) -> None:
+    """Kill, on the node, the processes of the process's current attach: its channel drops
+    as when the far end of a connection dies."""
+    script = 'while read -r pid start; do kill -9 "$pid" 2>/dev/null; done <"$1/attach"; exit 0'
+    code, _, err = await run(node, "/bin/sh", "-c", script, "drop", process.keeper)
+    assert code == 0, err
+
+
+async def read_all_of(process: KeptProcess) -> tuple[bytes, bytes]:
+    out, err = bytearray(), bytearray()
+
+    async def collect(stream: anyio.abc.ByteReceiveStream, into: bytearray) -> None:
+        async for chunk in stream:
+            into += chunk
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collect, process.stdout, out)
+        tg.start_soon(collect, process.stderr, err)
+    return bytes(out), bytes(err)
+
+
+@pytest.mark.anyio
+class KeeperConformance:
+    """Kept processes on the provider's nodes (fixtures as the suite's)."""
+
+    async def processes_matching(self, marker: str) -> list[str]:
+        return host_processes_matching(marker)
+
+    async def test_kept_process_round_trip(self, provider: AnyProvider) -> None:
+        async with await provider.provision() as node:
+            process = await keep(node, SpawnOptions("/bin/sh", ["-c", _ECHO, "echo", "3", "x"]))
+            async with process:
+                await process.stdin.send(b"one\ntwo % %0A %25 x\n")
+                await process.stdin.aclose()
+                out, err = await read_all_of(process)
+                assert await process.wait() == 7
+            lines = out.decode().splitlines()
+            assert [line for line in lines if line.startswith("got:")] == ["got:one", "got:two % %0A %25 x"]
+            assert [line for line in lines if line.startswith("n ")] == ["n 0", "n 1", "n 2"]
+            assert lines[-1] == "bye"
+            assert err == b"err x\n"
+            assert process.ended_by == "exit"
+            code, _, _ = await run(node, "test", "-e", process.keeper)
+            assert code != 0, "the keeper's directory was left behind"
+
+    async def test_kept_process_gets_its_arguments_and_environment(self, provider: AnyProvider) -> None:
+        async with await provider.provision() as node:
+            env = {"NODEPROV_T_" + str(i): value for i, value in enumerate(HOSTILE_STRINGS) if value}
+            script = 'for a in "$@"; do printf "[%s]" "$a"; done; env'
+            async with await keep(
+                node, SpawnOptions("/bin/sh", ["-c", script, "x", *HOSTILE_STRINGS], env=env)
+            ) as process:
+                await process.stdin.aclose()
+                out, _ = await read_all_of(process)
+            said = out.decode()
+            arguments = "".join(f"[{value}]" for value in HOSTILE_STRINGS)
+            assert said.startswith(arguments)
+            environ = said.removeprefix(arguments)
+            assert all(f"\n{name}={value}\n" in "\n" + environ for name, value in env.items())
+            assert "\nNODEPROV_GUARD=" in "\n" + environ
+
+    async def test_a_missing_command_is_command_not_found(self, provider: AnyProvider) -> None:
+        async with await provider.provision() as node:
+            with pytest.raises(CommandNotFoundError):
+                await keep(node, SpawnOptions("nodeprov-no-such-command-xyz"))
+
+    async def test_dropped_channels_lose_and_repeat_nothing(self, provider: AnyProvider) -> None:
+        heard: list[Detached | Reattached] = []
+        send, receive = anyio.create_memory_object_stream[Detached | Reattached](100)
+        async with await provider.provision() as node:
+            options = KeepOptions(watch=send.send_nowait)
+            process = await keep(node, SpawnOptions("/bin/sh", ["-c", _ECHO, "echo", "200", "y"]), options)
+            out = bytearray()
+
+            async def collect() -> None:
+                async for chunk in process.stdout:
+                    out.extend(chunk)
+
+            async with process, anyio.create_task_group() as tg:
+                tg.start_soon(collect)
+                for i in range(40):
+                    await process.stdin.send(b"message %d\n" % i)
+                    if i % 10 == 5:
+                        await drop_attach(node, process)
+                        with anyio.fail_after(30):  # the next drop must hit the new attach
+                            heard.append(await receive.receive())
+                            heard.append(await receive.receive())
+                await process.stdin.aclose()
+            lines = out.decode().splitlines()
+            assert [line for line in lines if line.startswith("got:")] == [
+                f"got:message {i}" for i in range(40)
+            ]
+            assert [line for line in lines if line.startswith("n ")] == [f"n {i}" for i in range(200)]
+            assert process.returncode == 7
+            assert [type(h) for h in heard] == [Detached, Reattached] * 4
+
+    async def test_another_handle_reattaches_where_the_first_left(self, provider: AnyProvider) -> None:
+        async with await provider.provision() as node:
+            first = await keep(node, SpawnOptions("/bin/sh", ["-c", _ECHO, "echo", "0", "z"]))
+            await first.stdin.send(b"a1\na2\n")
+            said = b""
+            while said.count(b"\n") < 2:
+                said += await first.stdout.receive()
+            await first.stdin.send(b"a3\n")  # written, never read by the first
+            await first.detach()
+            other = await provider.attach(node.node_id)
+            second = await reattach(other, first.keeper, stdout_offset=first.stdout_offset)
+            async with second:
+                await second.stdin.send(b"b1\n")
+                await second.stdin.aclose()
+                out, _ = await read_all_of(second)
+            assert said + out == b"got:a1\ngot:a2\ngot:a3\ngot:b1\nbye\n"
+            assert second.returncode == 7
+            with pytest.raises(NodeGoneError):
+                await reattach(other, first.keeper)
+
+    async def test_the_keeper_stops_a_process_nobody_attaches_to(self, provider: AnyProvider) -> None:
+        marker = unique_marker()
+        async with await provider.provision() as node:
+            options = KeepOptions(grace=2, term_grace=1)
+            process = await keep(node, SpawnOptions("/bin/sh", ["-c", f"sleep {marker} & wait"]), options)
+            assert await wait_until(self._running(marker), 10)
+            await process.detach()
+            assert await wait_until(self._gone(marker), 30), "the keeper left it running"
+            # Nobody attached: the keeper removed its directory and ended, leaving nothing.
+            assert await wait_until(self._gone(process.keeper), 10)
+            with pytest.raises(NodeGoneError):
+                await reattach(node, process.keeper, settings=options)
+
+    async def test_the_keeper_stops_a_process_at_its_expiry(self, provider: AnyProvider) -> None:
+        marker = unique_marker()
+        async with await provider.provision() as node:
+            options = KeepOptions(expires_at=datetime.now(UTC) + timedelta(seconds=3), term_grace=1)
+            process = await keep(node, SpawnOptions("/bin/sh", ["-c", f"sleep {marker} & wait"]), options)
+            async with process:
+                assert await wait_until(self._running(marker), 10)
+                await read_all_of(process)
+                assert process.ended_by == "ttl"
+            assert await wait_until(self._gone(marker), 10)
+            assert await wait_until(self._gone(process.keeper), 10)
+
+    def _running(self, marker: str) -> Callable[[], Awaitable[bool]]:
+        async def running() -> bool:
+            return bool(await self.processes_matching(marker))
+
+        return running
+
+    def _gone(self, marker: str) -> Callable[[], Awaitable[bool]]:
+        async def gone() -> bool:
+            return not await self.processes_matching(marker)
+
+        return gone
