@@ -43,6 +43,7 @@ from pydantic import Field, ValidationError
 
 from ..errors import ConfigError
 from ..node import NodeHandle
+from ..node.keeper import KeepOptions
 from ..prompts import Block, ImageBlock, ImageLimits, Prompt, TextBlock, prompt_blocks
 from ..settings import Settings, secret_field
 from .messages import AgentText, ErrorMessage, Message, Notice, Result, Thinking, ToolResult, ToolUse
@@ -350,6 +351,7 @@ class Agent(ABC, Generic[OptionsT]):
         workspace: str = "default",
         resume: str | None = None,
         archive: SessionArchive | None = None,
+        keep: KeepOptions | None = None,
     ) -> AgentSession:
         """A session of the agent on ``node`` for ``workspace`` (nothing starts until its
         first turn); ``resume`` continues the conversation of that session id, whose state
@@ -357,6 +359,12 @@ class Agent(ABC, Generic[OptionsT]):
         ``archive`` the session keeps its state there as it goes. An agent that keeps state
         in a home of its own keeps one per workspace, so that sessions of two workspaces on
         one node do not see each other.
+
+        With ``keep``, the agent's processes run under a keeper on the node
+        (:mod:`nodeprov.node.keeper`): a dropped channel is re-attached and the turn goes on,
+        nothing of its messages lost or repeated; with no control plane attached the agent
+        runs on for the keeper's grace. Without, the stdin guard stops the agent when its
+        channel closes.
 
         Raises:
             ConfigError: the options cannot be used on this node.

@@ -1,15 +1,22 @@
-"""The stdin guard (:func:`guard_stdin`): an agent's command wrapped so that it stops itself
-when its control plane vanishes, on any node."""
+"""How an agent's process is started on a node: behind the stdin guard (:func:`guard_stdin`),
+which stops it when its control plane's channel closes, or kept (:func:`start_agent` with
+``keep``), so that it outlives the channel and a re-attach picks it up."""
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Awaitable, Callable
 
 from ..errors import ConfigError
 from ..exec.shell import START_TIME_FUNCTION
-from ..spawn import SpawnOptions
+from ..node import NodeHandle
+from ..node.keeper import KeepOptions, keep
+from ..spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
 
-__all__ = ["GUARD_NAME", "guard_stdin"]
+__all__ = ["GUARD_NAME", "EndInput", "guard_stdin", "start_agent"]
+
+EndInput = Callable[[], Awaitable[None]]
+"""Ends the agent's stdin while its channel stays open (see :func:`start_agent`)."""
 
 # The stdin guard (see guard_stdin). Positional parameters: marker, grace, term_grace, the
 # PWD and SHLVL the command must see ("=value", or empty for none), the guard's mark, the
@@ -155,3 +162,37 @@ def guard_stdin(options: SpawnOptions, *, marker: str, grace: float, term_grace:
     return SpawnOptions(
         "/bin/sh", ["-c", _GUARD_SCRIPT, GUARD_NAME, marker, *args], cwd=options.cwd, env=options.env
     )
+
+
+async def start_agent(
+    spawn: SpawnFn,
+    options: SpawnOptions,
+    policy: StopPolicy,
+    *,
+    keep_with: KeepOptions | None = None,
+    node: NodeHandle | None = None,
+) -> tuple[SpawnedProcess, EndInput]:
+    """Start an agent's ``options``: kept on ``node`` under a keeper with ``keep_with`` (it
+    outlives its channel and this control plane, for its keeper's grace), else through
+    ``spawn`` behind the stdin guard with the graces of ``policy`` (it stops itself when its
+    channel closes). Returns the process, its stop policy set, and what ends its input.
+
+    Raises:
+        ConfigError: ``keep_with`` without a ``node``.
+        CommandNotFoundError, SpawnError, NodeGoneError: as :meth:`NodeHandle.spawn`.
+    """
+    if keep_with is not None:
+        if node is None:
+            raise ConfigError("a kept agent needs its node")
+        kept = await keep(node, options, keep_with)
+        kept.stop_policy = policy
+        return kept, kept.stdin.aclose
+    marker = f"nodeprov-end-input-{secrets.token_hex(16)}"
+    grace = policy.eof_grace + policy.term_grace
+    process = await spawn(guard_stdin(options, marker=marker, grace=grace, term_grace=policy.term_grace))
+    process.stop_policy = policy
+
+    async def end_input() -> None:
+        await process.stdin.send(f"{marker}\n".encode())
+
+    return process, end_input

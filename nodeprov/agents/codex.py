@@ -64,6 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ..node import NodeHandle
+from ..node.keeper import KeepOptions
 from ..offline import demo_responses
 from ..prompts import OPENAI_IMAGE_LIMITS, ImageLimits, Prompt, prompt_text
 from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy
@@ -85,7 +86,7 @@ from . import (
     ToolUse,
 )
 from ._files import archive_file, read_lines, write_images, write_jsonl
-from ._guard import guard_stdin
+from ._guard import start_agent
 from .structured import check_structured
 
 __all__ = ["CodexAgent", "CodexOptions", "CodexSession", "ModelProvider"]
@@ -208,8 +209,9 @@ class CodexAgent(Agent[CodexOptions]):
         workspace: str = "default",
         resume: str | None = None,
         archive: SessionArchive | None = None,
+        keep: KeepOptions | None = None,
     ) -> CodexSession:
-        return CodexSession(self, node, self.state_key(node, workspace), resume, archive)
+        return CodexSession(self, node, self.state_key(node, workspace), resume, archive, keep=keep)
 
     def state_key(self, node: NodeHandle, workspace: str = "default") -> str:
         """``codex-`` and the workspace's name (letters, digits, ``.``, ``_``, ``-``) and a
@@ -278,12 +280,15 @@ class CodexSession(AgentSession):
         project_key: str,
         resume: str | None,
         archive: SessionArchive | None,
+        *,
+        keep: KeepOptions | None,
     ) -> None:
         self.session_id = resume
         self._agent = agent
         self._node = node
         self._project_key = project_key
         self._archive = archive
+        self._keep = keep
         self._process: SpawnedProcess | None = None
         self._interrupted = False
         self._failure = ""  # the last reconnect notice of the turn
@@ -307,21 +312,20 @@ class CodexSession(AgentSession):
         # The workspace's home is made private; stderr goes to a file there, which no full
         # pipe can stall and which is read back only when the turn fails.
         prepared = ["-c", _WRAPPER, "nodeprov-codex", home, self._stderr_file, *argv]
-        policy = StopPolicy()
-        marker = f"nodeprov-end-input-{secrets.token_hex(16)}"
-        # Guarded: stdin is closed at once, and the CLI stops itself if the control plane goes.
-        spawn = guard_stdin(
+        # Stdin is ended at once; the CLI stops itself if the control plane goes, or is kept.
+        process, end_input = await start_agent(
+            node.spawn,
             SpawnOptions("/bin/sh", prepared, env={**options.env, "CODEX_HOME": home}),
-            marker=marker,
-            grace=policy.eof_grace + policy.term_grace,
-            term_grace=policy.term_grace,
+            StopPolicy(),
+            keep_with=self._keep,
+            node=node,
         )
         self._interrupted = False
-        async with await node.spawn(spawn) as process:
+        async with process:
             self._process = process
             try:
-                # The prompt, then the end of input (the guard's marker: a line of its own).
-                await process.stdin.send(f"{text}\n{marker}\n".encode())
+                await process.stdin.send(f"{text}\n".encode())
+                await end_input()
                 await process.stderr.aclose()
                 result: Result | None = None
                 async for batch in self._messages(process, options.no_output_timeout or float("inf")):

@@ -7,7 +7,17 @@ import json
 from rich.markup import escape
 
 from ..agents.messages import AgentText, ErrorMessage, Message, Notice, Result, Thinking, ToolResult, ToolUse
-from ..runs import AgentMessage, NodeReady, NodeReleased, RunEvent, RunFinished, RunPaused, RunStarted
+from ..runs import (
+    AgentDetached,
+    AgentMessage,
+    AgentReattached,
+    NodeReady,
+    NodeReleased,
+    RunEvent,
+    RunFinished,
+    RunPaused,
+    RunStarted,
+)
 from .render import emit, out
 
 __all__ = ["render_message", "show_event"]
@@ -49,6 +59,10 @@ def show_event(event: RunEvent, json_output: bool) -> None:
             else "provisioned" + (", session state restored" if event.transcript_restored else "")
         )
         out.print(f"[dim]node {event.node_id} {how}[/]", soft_wrap=True)
+    elif isinstance(event, AgentDetached):
+        out.print(f"[yellow]agent detached ({escape(event.reason)}): re-attaching[/]", soft_wrap=True)
+    elif isinstance(event, AgentReattached):
+        out.print(f"[dim]agent re-attached after {event.gap:.1f} s[/]", soft_wrap=True)
     elif isinstance(event, NodeReleased):
         out.print(f"[dim]node {event.node_id} {'kept' if event.kept else 'destroyed'}[/]", soft_wrap=True)
     elif isinstance(event, RunPaused):

@@ -30,7 +30,9 @@ One concern per module: :mod:`~nodeprov.runs.orchestrator` (the facade),
 
 from ..errors import RunStateError
 from .events import (
+    AgentDetached,
     AgentMessage,
+    AgentReattached,
     NodeReady,
     NodeReleased,
     RunEvent,
@@ -46,7 +48,9 @@ from .state import TRANSITIONS, RunState
 
 __all__ = [
     "TRANSITIONS",
+    "AgentDetached",
     "AgentMessage",
+    "AgentReattached",
     "NodeReady",
     "NodeReleased",
     "Orchestrator",

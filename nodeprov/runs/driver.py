@@ -13,12 +13,22 @@ from typing import Any
 import anyio
 
 from ..agents import Agent, AgentSession, Result
-from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError
+from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError, StoreError
 from ..node import LABEL_EXPIRES_AT, NodeHandle, NodeProvider
+from ..node.keeper import Detached, KeepOptions, Reattached
 from ..prompts import prompt_images, prompt_text
 from ..store import NodeRecordState, SnapshotRecord, Store
 from .archive import Archive
-from .events import AgentMessage, NodeReady, NodeReleased, RunFinished, RunPaused, RunStarted
+from .events import (
+    AgentDetached,
+    AgentMessage,
+    AgentReattached,
+    NodeReady,
+    NodeReleased,
+    RunFinished,
+    RunPaused,
+    RunStarted,
+)
 from .journal import Journal, RunEvents
 from .launch import Plan
 from .lease import Lease
@@ -92,6 +102,7 @@ class Driver:
         *,
         keep_for: float,
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
+        agent_grace: float | None = None,
     ) -> None:
         self._store = store
         self._lease = lease
@@ -100,6 +111,7 @@ class Driver:
         self._teardown = teardown
         self._keep_for = keep_for
         self._spawn = spawn  # starts a task of the orchestrator's
+        self._agent_grace = agent_grace
 
     def begin(self, run_id: str, plan: Plan, first_seq: int) -> Drive:
         """A drive of ``run_id`` by ``plan``, its ``run.started`` emitted: :meth:`drive` drives it."""
@@ -368,7 +380,9 @@ class Driver:
             await self._store.update_run(run.id, project_key=key)
         result: Result | None = None
         resume = plan.resume.agent_session_id if plan.resume is not None else None
-        session = agent.session(node, workspace=plan.workspace, resume=resume, archive=self._archive(key))
+        session = agent.session(
+            node, workspace=plan.workspace, resume=resume, archive=self._archive(key), keep=self._keep(drive)
+        )
         drive.session = session
         ended = False
         try:
@@ -389,6 +403,29 @@ class Driver:
             drive.session = None
             await _close_session(session, node, self._teardown, at_once=not ended and drive.pause is None)
         return result
+
+    def _keep(self, drive: Drive) -> KeepOptions | None:
+        """How the run's agent is kept on its node (None: not kept, but guarded): its channel
+        re-attached while this control plane still owns the run, each drop and re-attach an
+        event."""
+        if self._agent_grace is None:
+            return None
+        run = drive.run
+
+        def watch(change: Detached | Reattached) -> None:
+            if isinstance(change, Detached):
+                drive.events.emit(AgentDetached, reason=change.reason)
+            else:
+                drive.events.emit(AgentReattached, gap=round(change.gap, 3), attempts=change.attempts)
+
+        async def still_ours() -> bool:
+            try:
+                record = await self._store.run(run.id)
+            except StoreError:
+                return True  # the lease decides: a lost one aborts the run
+            return record is not None and record.owner == self._lease.owner and RunState(record.state).live
+
+        return KeepOptions(grace=self._agent_grace, watch=watch, may_reattach=still_ours)
 
     async def _settle_pause(self, drive: Drive) -> None:
         """Save the pause's snapshot (once, even when settling is retried after a

@@ -18,7 +18,9 @@ from typing import Any, ClassVar
 from ..agents.messages import Message, json_value, message_from_json, message_to_json
 
 __all__ = [
+    "AgentDetached",
     "AgentMessage",
+    "AgentReattached",
     "NodeReady",
     "NodeReleased",
     "RunEvent",
@@ -123,8 +125,38 @@ class NodeReleased(RunEvent):
     suspended: bool = False
 
 
+@dataclass(frozen=True)
+class AgentDetached(RunEvent):
+    """The channel to the agent's process dropped (``reason``); the agent goes on under its
+    keeper on the node while the run re-attaches (then :class:`AgentReattached`)."""
+
+    kind: ClassVar[str] = "agent.detached"
+    reason: str
+
+
+@dataclass(frozen=True)
+class AgentReattached(RunEvent):
+    """The run is attached to its agent's process again, ``gap`` seconds after the channel
+    dropped, after ``attempts`` tries; the agent's messages go on from where they were, none
+    lost or repeated."""
+
+    kind: ClassVar[str] = "agent.reattached"
+    gap: float
+    attempts: int
+
+
 _EVENTS: dict[str, type[RunEvent]] = {
-    cls.kind: cls for cls in (RunStarted, NodeReady, AgentMessage, RunPaused, RunFinished, NodeReleased)
+    cls.kind: cls
+    for cls in (
+        RunStarted,
+        NodeReady,
+        AgentMessage,
+        AgentDetached,
+        AgentReattached,
+        RunPaused,
+        RunFinished,
+        NodeReleased,
+    )
 }
 
 

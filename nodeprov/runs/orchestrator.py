@@ -69,6 +69,12 @@ class Orchestrator:
     still use them: reconcile destroys one whose time is up, whose run was resumed
     elsewhere or ended, or whose workspace switched agents.
 
+    **Kept agents** (``agent_grace`` seconds): each run's agent runs under a keeper on its
+    node (:mod:`nodeprov.node.keeper`), so a channel that drops mid-turn (an SSH connection
+    reset, an API server restart) is re-attached and the turn goes on, its messages neither
+    lost nor repeated (the run's events say ``agent.detached`` and ``agent.reattached``);
+    with no control plane attached, the agent is stopped once ``agent_grace`` has passed.
+
     **Events** are written to the store in batches, with their sequence numbers, and can
     be read from any process (:meth:`events`). The agent's transcript frames are mirrored
     into the store in the same batches (one transaction every 20 ms at most, less while
@@ -86,9 +92,15 @@ class Orchestrator:
         shutdown_timeout: float = 30.0,
         keep_for: float = 86400.0,
         provider_settings: Mapping[str, Mapping[str, Any]] | None = None,
+        agent_grace: float | None = None,
     ) -> None:
         if not keep_for > 0:
             raise ConfigError(f"keep_for must be positive, got {keep_for!r}")
+        if agent_grace is not None and not 2 <= agent_grace < float("inf"):
+            raise ConfigError(f"agent_grace must be 2 s or more, got {agent_grace!r}")
+        self.agent_grace = agent_grace
+        """Seconds a run's agent runs on under its keeper with no control plane attached
+        (None: agents are not kept; the stdin guard stops one whose channel closes)."""
         self.store = store
         self.keep_for = keep_for
         """How long a node kept for a paused run's resume is kept at most (a day by default)."""
@@ -115,6 +127,7 @@ class Orchestrator:
             self._teardown,
             keep_for=keep_for,
             spawn=self._spawn,
+            agent_grace=agent_grace,
         )
         self._launcher = Launcher(store, self._lease, self._nodes)
         self._pauses = PauseRequests(store, self._lease, live=self._runs.get, spawn=self._spawn)

@@ -34,6 +34,7 @@ from claude_agent_sdk.types import SessionStoreEntry
 from pydantic import Field
 
 from ...node import NodeHandle
+from ...node.keeper import KeepOptions
 from ...offline import demo_messages
 from ...prompts import ANTHROPIC_IMAGE_LIMITS, Block, ImageBlock, ImageLimits, Prompt, prompt_text
 from ...settings import secret_field
@@ -151,11 +152,12 @@ class ClaudeAgent(Agent[ClaudeOptions]):
         workspace: str = "default",
         resume: str | None = None,
         archive: SessionArchive | None = None,
+        keep: KeepOptions | None = None,
     ) -> ClaudeSession:
         """The CLI keeps its sessions under the node's ``$HOME/.claude`` whatever the
         workspace (where a user logged in to Claude Code keeps the login too); they are
         told apart by session id."""
-        return ClaudeSession(self, node, resume, archive)
+        return ClaudeSession(self, node, resume, archive, keep)
 
     def state_key(self, node: NodeHandle, workspace: str = "default") -> str:
         """The directory name the CLI gives the agent's working directory on ``node``."""
@@ -194,13 +196,18 @@ class ClaudeSession(AgentSession):
     every turn after it."""
 
     def __init__(
-        self, agent: ClaudeAgent, node: NodeHandle, resume: str | None, archive: SessionArchive | None
+        self,
+        agent: ClaudeAgent,
+        node: NodeHandle,
+        resume: str | None,
+        archive: SessionArchive | None,
+        keep: KeepOptions | None = None,
     ) -> None:
         self.session_id = resume
         self._agent = agent
         self._options = agent.sdk_options(node, resume=resume, archive=archive)
         mirror = _Mirror(archive, f"{_config_dir(node)}/projects") if archive is not None else None
-        self._transport = NodeTransport.for_node(node, self._options, transcripts=mirror)
+        self._transport = NodeTransport.for_node(node, self._options, transcripts=mirror, keep=keep)
         self._schema = agent.options.output_schema
         self._quiet_limit = agent.options.no_output_timeout
         self._client: ClaudeSDKClient | None = None

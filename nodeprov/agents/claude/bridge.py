@@ -59,8 +59,9 @@ from claude_agent_sdk.types import _configure_can_use_tool
 
 from ...errors import AgentError, AgentExitError, AgentOutputError, ConfigError, NodeprovError
 from ...node import NodeHandle
+from ...node.keeper import KeepOptions
 from ...spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
-from .._guard import guard_stdin
+from .._guard import EndInput, start_agent
 
 __all__ = ["NodeTransport", "TranscriptSink", "agent_command", "agent_environment"]
 
@@ -223,7 +224,12 @@ class NodeTransport(Transport):
         guard: bool = True,
         node: NodeHandle | None = None,
         transcripts: TranscriptSink | None = None,
+        keep: KeepOptions | None = None,
     ) -> None:
+        if keep is not None and node is None:
+            raise ConfigError("a kept agent needs its node (NodeTransport.for_node)")
+        self._keep = keep
+        self._end_input: EndInput | None = None
         self._spawn = spawn
         self._transcripts = transcripts
         self._node = node
@@ -233,7 +239,6 @@ class NodeTransport(Transport):
         self._stop_policy = stop_policy or StopPolicy()
         self._exit_timeout = exit_timeout
         self._guard = guard
-        self._end_marker = ""
         self._input_ended = False
         self._max_line = self._options.max_buffer_size or DEFAULT_MAX_LINE
         self._process: SpawnedProcess | None = None
@@ -272,18 +277,15 @@ class NodeTransport(Transport):
         argv = await self._secrets_to_files(self.command())
         cwd = str(self._options.cwd) if self._options.cwd else None
         spawn_options = SpawnOptions(argv[0], argv[1:], cwd=cwd, env=agent_environment(self._options))
-        if self._guard:
-            self._end_marker = f"nodeprov-end-input-{secrets.token_hex(16)}"
-            policy = self._stop_policy
-            spawn_options = guard_stdin(
-                spawn_options,
-                marker=self._end_marker,
-                grace=policy.eof_grace + policy.term_grace,
-                term_grace=policy.term_grace,
-            )
         self._input_ended = False
         try:
-            process = await self._spawn(spawn_options)
+            if self._guard or self._keep is not None:
+                process, self._end_input = await start_agent(
+                    self._spawn, spawn_options, self._stop_policy, keep_with=self._keep, node=self._node
+                )
+            else:
+                process = await self._spawn(spawn_options)
+                self._end_input = process.stdin.aclose
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._remove_option_files()
@@ -364,11 +366,9 @@ class NodeTransport(Transport):
                 return
             self._input_ended = True
             # Gone already: EOF is moot.
-            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                if self._guard:
-                    await process.stdin.send(f"{self._end_marker}\n".encode())
-                else:
-                    await process.stdin.aclose()
+            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, NodeprovError):
+                if self._end_input is not None:
+                    await self._end_input()
 
     def read_messages(self) -> AsyncIterator[dict[str, Any]]:
         return self._read_messages()

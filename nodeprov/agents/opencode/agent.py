@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ...node import NodeHandle
+from ...node.keeper import KeepOptions
 from ...offline import demo_chat
 from ...prompts import (
     ANTHROPIC_IMAGE_LIMITS,
@@ -29,7 +30,7 @@ from ...prompts import (
 from ...spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from .. import Agent, AgentOptions, AgentSession, Capabilities, Message, ModelInfo, Result, SessionArchive
 from .._files import read_lines, write_images
-from .._guard import guard_stdin
+from .._guard import start_agent
 from .events import Converter, parse
 from .state import home_of, load_state, save_state, state_key, workspace_env
 
@@ -203,8 +204,9 @@ class OpenCodeAgent(Agent[OpenCodeOptions]):
         workspace: str = "default",
         resume: str | None = None,
         archive: SessionArchive | None = None,
+        keep: KeepOptions | None = None,
     ) -> OpenCodeSession:
-        return OpenCodeSession(self, node, self.state_key(node, workspace), resume, archive)
+        return OpenCodeSession(self, node, self.state_key(node, workspace), resume, archive, keep=keep)
 
     def state_key(self, node: NodeHandle, workspace: str = "default") -> str:
         """``opencode-`` and the workspace's name (letters, digits, ``.``, ``_``, ``-``) and a
@@ -297,12 +299,15 @@ class OpenCodeSession(AgentSession):
         project_key: str,
         resume: str | None,
         archive: SessionArchive | None,
+        *,
+        keep: KeepOptions | None,
     ) -> None:
         self.session_id = resume
         self._agent = agent
         self._node = node
         self._project_key = project_key
         self._archive = archive
+        self._keep = keep
         self._process: SpawnedProcess | None = None
         self._interrupted = False
         self._stderr_file = ""
@@ -322,24 +327,23 @@ class OpenCodeSession(AgentSession):
         # The end of stdin means nothing to OpenCode (it has had it since the prompt): an
         # abort signals at once, and a guard whose channel closed waits no longer for it.
         policy = StopPolicy(eof_grace=0.0)
-        marker = f"nodeprov-end-input-{secrets.token_hex(16)}"
-        # Guarded: stdin ends after the prompt, and OpenCode stops itself if the control
-        # plane goes; what its commands leave (each runs in a session of its own) is swept.
-        spawn = guard_stdin(
-            self._agent.wrapped(home, self._stderr_file, argv),
-            marker=marker,
-            grace=policy.eof_grace + policy.term_grace,
-            term_grace=policy.term_grace,
-        )
         self._interrupted = False
         self._agent.state_changes(node, self.session_id)
         converter = Converter(self.session_id)
-        process = await node.spawn(spawn)
-        process.stop_policy = policy
+        # Stdin ends after the prompt; OpenCode stops itself if the control plane goes (or is
+        # kept); what its commands leave (each runs in a session of its own) is swept.
+        process, end_input = await start_agent(
+            node.spawn,
+            self._agent.wrapped(home, self._stderr_file, argv),
+            policy,
+            keep_with=self._keep,
+            node=node,
+        )
         self._process = process
         try:
             # The prompt on stdin, never an argument (`ps` shows those, the kernel caps them).
-            await process.stdin.send(f"{text}\n{marker}\n".encode())
+            await process.stdin.send(f"{text}\n".encode())
+            await end_input()
             await process.stderr.aclose()
             async for batch in self._messages(process, converter, options.no_output_timeout or float("inf")):
                 for message in batch:
