@@ -14,10 +14,19 @@ import pytest
 from nodeprov import NodeHandle, get_provider
 from nodeprov.runs import AgentDetached, AgentMessage, AgentReattached, NodeReady, Orchestrator, Run, RunEvent
 from nodeprov.store import Store
-from nodeprov.testing import ScriptedModel, Text, ToolUse
+from nodeprov.testing import ExecCommand, ResponsesText, ScriptedModel, ScriptedResponses, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, run, unique_marker
 
-from .agents import TURN_TIMEOUT, local, on_docker, require_claude_cli, run_options, until_tool_runs
+from .agents import (
+    TURN_TIMEOUT,
+    codex_run_options,
+    local,
+    on_docker,
+    require_claude_cli,
+    require_codex_cli,
+    run_options,
+    until_tool_runs,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -54,16 +63,13 @@ def _waiting_tool(marker: str) -> str:
     return f"sh -c 'sleep {marker} & while [ ! -e {flag} ]; do sleep 0.05; done; kill $!; echo tool finished'"
 
 
-@pytest.mark.parametrize("provider", ["local", "docker"])
-async def test_a_claude_turn_goes_on_across_a_dropped_channel(
-    provider: str, store: Store, scripted_model: ScriptedModel, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    require_claude_cli()
-    where = local(tmp_path) if provider == "local" else on_docker(request.getfixturevalue("base_image"))
-    marker = unique_marker()
-    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
+async def _goes_on_across_a_drop(
+    store: Store, where: dict[str, Any], marker: str, start: dict[str, Any]
+) -> list[RunEvent]:
+    """Start a run whose tool waits for its flag, drop the agent's channel while the tool
+    runs, then raise the flag: the run's events, once it finished ``ok``."""
     async with Orchestrator(store, agent_grace=60) as orchestrator:
-        run_ = await orchestrator.start("work long", options=run_options(scripted_model), **where)
+        run_ = await orchestrator.start("work long", **start, **where)
         await until_tool_runs(marker)
         node = await _node_of(run_, where)
         code, _, err = await run(node, "/bin/sh", "-c", _DROP)
@@ -76,8 +82,47 @@ async def test_a_claude_turn_goes_on_across_a_dropped_channel(
     kinds = [event.kind for event in events]
     assert kinds.count("agent.detached") == kinds.count("agent.reattached") == 1
     assert "run.paused" not in kinds
-    messages = [type(event.message).__name__ for event in events if isinstance(event, AgentMessage)]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    return events
+
+
+def _where(provider: str, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
+    return local(tmp_path) if provider == "local" else on_docker(request.getfixturevalue("base_image"))
+
+
+def _kinds(events: list[RunEvent]) -> list[str]:
+    return [type(event.message).__name__ for event in events if isinstance(event, AgentMessage)]
+
+
+@pytest.mark.parametrize("provider", ["local", "docker"])
+async def test_a_claude_turn_goes_on_across_a_dropped_channel(
+    provider: str, store: Store, scripted_model: ScriptedModel, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    require_claude_cli()
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
+    start = {"options": run_options(scripted_model)}
+    messages = _kinds(await _goes_on_across_a_drop(store, _where(provider, tmp_path, request), marker, start))
     assert messages.count("ToolUse") == messages.count("ToolResult") == 1, messages
     assert messages.count("Result") == 1
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert len(scripted_model.agent_requests) == 2  # no "continue", no tool call asked twice
+
+
+@pytest.mark.parametrize("provider", ["local", "docker"])
+async def test_a_codex_turn_goes_on_across_a_dropped_channel(
+    provider: str,
+    store: Store,
+    scripted_responses: ScriptedResponses,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    require_codex_cli()
+    marker = unique_marker()
+    command = ["sh", "-c", _waiting_tool(marker).removeprefix("sh -c '").removesuffix("'")]
+    scripted_responses.extend([ExecCommand(command), ResponsesText("all done")])
+    start = {"agent": "codex", "options": codex_run_options(scripted_responses)}
+    events = await _goes_on_across_a_drop(store, _where(provider, tmp_path, request), marker, start)
+    messages = _kinds(events)
+    # (Codex in this container reports no completion of this command, kept or not: no ToolResult.)
+    assert messages.count("ToolUse") == messages.count("Result") == 1, messages
+    assert len(scripted_responses.agent_requests) == 2
