@@ -34,10 +34,6 @@ pytestmark = pytest.mark.anyio
 _DROP = 'for f in "$HOME"/.nodeprov/keep/*/attach; do while read -r p s; do kill -9 "$p"; done <"$f"; done; :'
 
 
-def _where(provider: str, tmp_path: Path, base_image: str) -> dict[str, Any]:
-    return local(tmp_path) if provider == "local" else on_docker(base_image)
-
-
 async def _node_of(run_: Run, where: dict[str, Any]) -> NodeHandle:
     ready = await anext(event async for event in run_.events() if isinstance(event, NodeReady))
     return await get_provider(where["provider"], **where["provider_settings"]).attach(ready.node_id)
