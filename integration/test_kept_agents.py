@@ -5,6 +5,9 @@ reaches the run's events once, in order, and the model sees each request once.""
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +25,15 @@ from .agents import (
     codex_run_options,
     local,
     on_docker,
+    on_ssh,
     require_claude_cli,
     require_codex_cli,
     run_options,
     until_tool_runs,
 )
+from .kubernetes import Cluster
+from .pods import pod_settings
+from .sshd import Sshd
 
 pytestmark = pytest.mark.anyio
 
@@ -59,17 +66,25 @@ def _waiting_tool(marker: str) -> str:
     return f"sh -c 'sleep {marker} & while [ ! -e {flag} ]; do sleep 0.05; done; kill $!; echo tool finished'"
 
 
+async def _kill_attaches(node: NodeHandle) -> None:
+    code, _, err = await run(node, "/bin/sh", "-c", _DROP)
+    assert code == 0, err
+
+
 async def _goes_on_across_a_drop(
-    store: Store, where: dict[str, Any], marker: str, start: dict[str, Any]
+    store: Store,
+    where: dict[str, Any],
+    marker: str,
+    start: dict[str, Any],
+    drop: Callable[[NodeHandle], Awaitable[None]] = _kill_attaches,
 ) -> list[RunEvent]:
-    """Start a run whose tool waits for its flag, drop the agent's channel while the tool
+    """Start a run whose tool waits for its flag, ``drop`` the agent's channel while the tool
     runs, then raise the flag: the run's events, once it finished ``ok``."""
     async with Orchestrator(store, agent_grace=60) as orchestrator:
         run_ = await orchestrator.start("work long", **start, **where)
         await until_tool_runs(marker)
         node = await _node_of(run_, where)
-        code, _, err = await run(node, "/bin/sh", "-c", _DROP)
-        assert code == 0, err
+        await drop(node)
         await _until(run_, (AgentDetached, AgentReattached))
         await run(node, "touch", f"/tmp/nodeprov-flag-{marker}")
         assert await run_.wait() == "ok", run_.error
@@ -122,3 +137,52 @@ async def test_a_codex_turn_goes_on_across_a_dropped_channel(
     # (Codex in this container reports no completion of this command, kept or not: no ToolResult.)
     assert messages.count("ToolUse") == messages.count("Result") == 1, messages
     assert len(scripted_responses.agent_requests) == 2
+
+
+async def test_a_claude_turn_goes_on_when_its_ssh_connection_is_cut(
+    store: Store, scripted_model: ScriptedModel, sshd: Sshd
+) -> None:
+    """The sshd processes of the control plane's connections are killed (the listener stays):
+    every channel of the connection drops; the provider connects again and the run
+    re-attaches."""
+    require_claude_cli()
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
+
+    async def cut(node: NodeHandle) -> None:
+        for pid in sshd.daemons():
+            if sshd.process is not None and pid != sshd.process.pid:
+                os.kill(pid, signal.SIGKILL)
+
+    start = {"options": run_options(scripted_model)}
+    events = await _goes_on_across_a_drop(store, on_ssh(sshd), marker, start, cut)
+    assert _kinds(events).count("Result") == 1
+    assert len(scripted_model.agent_requests) == 2
+
+
+async def test_a_claude_turn_goes_on_across_an_api_server_restart(
+    store: Store, scripted_model: ScriptedModel, kubernetes_cluster: Cluster, base_image: str
+) -> None:
+    """The Kubernetes API server is stopped mid-turn (every pod exec's websocket goes with it)
+    and started again 2 s later: the run re-attaches through the new one."""
+    require_claude_cli()
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
+
+    async def restart(node: NodeHandle) -> None:
+        await anyio.to_thread.run_sync(kubernetes_cluster.stop_apiserver)
+        await anyio.sleep(2)
+        await anyio.to_thread.run_sync(kubernetes_cluster.start_apiserver)
+
+    where = {
+        "provider": "kubernetes",
+        "provider_settings": pod_settings(kubernetes_cluster, base_image, tools_host_path=True),
+    }
+    try:
+        events = await _goes_on_across_a_drop(
+            store, where, marker, {"options": run_options(scripted_model)}, restart
+        )
+    finally:
+        await anyio.to_thread.run_sync(kubernetes_cluster.start_apiserver)
+    assert _kinds(events).count("Result") == 1
+    assert len(scripted_model.agent_requests) == 2
