@@ -5,8 +5,10 @@ reaches the run's events once, in order, and the model sees each request once.""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,10 +17,19 @@ import anyio
 import pytest
 
 from nodeprov import NodeHandle, get_provider
-from nodeprov.runs import AgentDetached, AgentMessage, AgentReattached, NodeReady, Orchestrator, Run, RunEvent
+from nodeprov.runs import (
+    AgentDetached,
+    AgentMessage,
+    AgentReattached,
+    NodeReady,
+    Orchestrator,
+    Run,
+    RunEvent,
+    event_from_json,
+)
 from nodeprov.store import Store
 from nodeprov.testing import ExecCommand, ResponsesText, ScriptedModel, ScriptedResponses, Text, ToolUse
-from nodeprov.testing.conformance import host_processes_matching, run, unique_marker
+from nodeprov.testing.conformance import host_processes_matching, run, unique_marker, wait_until
 
 from .agents import (
     TURN_TIMEOUT,
@@ -186,3 +197,85 @@ async def test_a_claude_turn_goes_on_across_an_api_server_restart(
         await anyio.to_thread.run_sync(kubernetes_cluster.start_apiserver)
     assert _kinds(events).count("Result") == 1
     assert len(scripted_model.agent_requests) == 2
+
+
+_CONTROL_PLANE = """
+import json, sys, anyio
+from nodeprov.runs import Orchestrator
+from nodeprov.store import Store
+
+async def main() -> None:
+    url, where, options = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+    async with await Store.open(url) as store, Orchestrator(store, lease_ttl=2, agent_grace=60) as plane:
+        run = await plane.start("work long", options=options, **where)
+        print(run.id, flush=True)
+        await anyio.sleep(3600)
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.parametrize("provider", ["local", "docker"])
+async def test_a_killed_control_plane_s_kept_run_is_taken_over_and_completes(
+    provider: str, store: Store, scripted_model: ScriptedModel, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The control plane driving a run is SIGKILLed mid-turn; another (this process) reconciles,
+    takes the run over and re-attaches to its agent, whose turn completes: every message of
+    the turn is an event once, in order, and the model saw each request once."""
+    require_claude_cli()
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
+    where = _where(provider, tmp_path, request)
+    plane = await anyio.open_process(
+        [
+            sys.executable,
+            "-c",
+            _CONTROL_PLANE,
+            store.url,
+            json.dumps(where),
+            json.dumps(run_options(scripted_model)),
+        ]
+    )
+    try:
+        assert plane.stdout is not None
+        with anyio.fail_after(60):
+            run_id = (await plane.stdout.receive()).decode().strip()
+        await until_tool_runs(marker)
+
+        async def kept() -> bool:
+            record = await store.run(run_id)
+            return record is not None and record.agent_keeper is not None
+
+        assert await wait_until(kept, 30)
+    finally:
+        plane.kill()
+        await plane.wait()
+        await plane.aclose()
+    async with Orchestrator(store, agent_grace=60) as second:
+
+        async def adopted() -> bool:
+            return run_id in (await second.reconcile()).adopted
+
+        assert await wait_until(adopted, 30), "the dead control plane's run was not taken over"
+        node = await _node_of_record(store, run_id, where)
+        await run(node, "touch", f"/tmp/nodeprov-flag-{marker}")
+        assert await second.run(run_id).wait() == "ok", second.run(run_id).error
+    events = [event_from_json(json.loads(e.body)) for e in await store.events(run_id)]
+    kinds = [event.kind for event in events]
+    assert kinds.count("agent.reattached") == 1
+    assert kinds[-1] == "run.finished"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    messages = _kinds(events)
+    assert messages.count("ToolUse") == messages.count("ToolResult") == messages.count("Result") == 1, (
+        messages
+    )
+    assert messages.count("AgentText") == 1, messages
+    assert len(scripted_model.agent_requests) == 2  # no "continue", no tool call asked twice
+    assert host_processes_matching(marker) == []
+
+
+async def _node_of_record(store: Store, run_id: str, where: dict[str, Any]) -> NodeHandle:
+    record = await store.run(run_id)
+    assert record is not None
+    assert record.node_id is not None
+    return await get_provider(where["provider"], **where["provider_settings"]).attach(record.node_id)

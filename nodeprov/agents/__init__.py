@@ -191,6 +191,10 @@ class AgentSession(ABC):
     """
 
     session_id: str | None = None
+    keeper: str | None = None
+    """Where the agent's process of the turn runs kept on the node (its keeper's directory,
+    :attr:`~nodeprov.node.keeper.KeptProcess.keeper`), once started with ``keep``: what
+    :meth:`follow` re-attaches to from another control plane."""
 
     @abstractmethod
     def turn(self, prompt: Prompt) -> AsyncIterator[Message]:
@@ -208,6 +212,20 @@ class AgentSession(ABC):
             DeadlineError: the agent said nothing at all for longer than its options allow.
             NodeGoneError: the node went away.
         """
+
+    def follow(self, keeper: str, skip: int) -> AsyncIterator[Message]:
+        """Re-attach to the turn in progress of a kept agent (:attr:`keeper`, another
+        session's, perhaps another control plane's) and yield its messages from the start of
+        the turn, less the first ``skip`` (those the run has already), until the turn's
+        :class:`Result`. Nothing is sent to the agent: its turn goes on where it is.
+
+        Raises:
+            ConfigError: this agent cannot re-attach.
+            NodeGoneError: the keeper is gone (the agent's process ended and was released,
+                or its grace passed), or the node is.
+            AgentOutputError, AgentExitError, DeadlineError: as :meth:`turn`.
+        """
+        raise ConfigError(f"the {type(self).__name__} cannot re-attach to a kept agent")
 
     @abstractmethod
     async def interrupt(self) -> None:

@@ -64,7 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ..node import NodeHandle
-from ..node.keeper import KeepOptions
+from ..node.keeper import KeepOptions, reattach
 from ..offline import demo_responses
 from ..prompts import OPENAI_IMAGE_LIMITS, ImageLimits, Prompt, prompt_text
 from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy
@@ -320,30 +320,48 @@ class CodexSession(AgentSession):
             keep_with=self._keep,
             node=node,
         )
+        self.keeper = getattr(process, "keeper", None)
         self._interrupted = False
         async with process:
-            self._process = process
-            try:
-                await process.stdin.send(f"{text}\n".encode())
-                await end_input()
-                await process.stderr.aclose()
-                result: Result | None = None
-                async for batch in self._messages(process, options.no_output_timeout or float("inf")):
-                    for message in batch:
-                        if isinstance(message, Result):
-                            result = message
-                            break
-                        yield message
-                    if result is not None:
+            await process.stdin.send(f"{text}\n".encode())
+            await end_input()
+            async for message in self._relay(process, 0):
+                yield message
+
+    async def follow(self, keeper: str, skip: int) -> AsyncIterator[Message]:
+        self._stderr_file = ""  # the turn's own is not known here
+        self.keeper = keeper
+        self._interrupted = False
+        async with await reattach(self._node, keeper, settings=self._keep) as process:
+            async for message in self._relay(process, skip):
+                yield message
+
+    async def _relay(self, process: SpawnedProcess, skip: int) -> AsyncIterator[Message]:
+        """The turn's messages off ``process``, less the first ``skip``, to its result."""
+        options = self._agent.options
+        self._process = process
+        try:
+            await process.stderr.aclose()
+            result: Result | None = None
+            async for batch in self._messages(process, options.no_output_timeout or float("inf")):
+                for message in batch:
+                    if isinstance(message, Result):
+                        result = message
                         break
-                if result is None:
-                    result = await self._ending(process)
-                elif options.output_schema is not None:
-                    result = check_structured(result, options.output_schema)
-                await self._archive_state()
-                yield result
-            finally:
-                self._process = None
+                    if skip:
+                        skip -= 1
+                        continue
+                    yield message
+                if result is not None:
+                    break
+            if result is None:
+                result = await self._ending(process)
+            elif options.output_schema is not None:
+                result = check_structured(result, options.output_schema)
+            await self._archive_state()
+            yield result
+        finally:
+            self._process = None
 
     async def _messages(self, process: SpawnedProcess, quiet_limit: float) -> AsyncIterator[list[Message]]:
         """The turn's messages, those of each read together (a generator step per message

@@ -57,6 +57,7 @@ __all__ = [
     "Reattached",
     "keep",
     "keeper_root",
+    "kept_state",
     "reattach",
 ]
 
@@ -179,6 +180,17 @@ async def keep(node: NodeHandle, options: SpawnOptions, settings: KeepOptions | 
         if reason.startswith("missing "):
             raise SpawnError(f"node {node.node_id} cannot keep a process: it has no {reason[8:]}") from None
         raise SpawnError(f"cannot keep {options.command!r} on node {node.node_id}: {reason}") from None
+
+
+async def kept_state(node: NodeHandle, keeper: str) -> str:
+    """How the kept process of ``keeper`` stands on ``node``: ``running``, ``exited`` (its
+    output not yet released), or ``gone``.
+
+    Raises:
+        NodeGoneError, SpawnError, ProviderError: as :meth:`NodeHandle.spawn`.
+    """
+    said = (await _run(node, SpawnOptions("/bin/sh", ["-c", STATUS, "nodeprov-status", keeper]))).split()
+    return {b"exit": "exited", b"running": "running"}.get(said[0] if said else b"", "gone")
 
 
 async def reattach(

@@ -37,9 +37,13 @@ from .progress import Progress, progress_bounded, result_error
 from .run import Pause, Run, snapshot_of
 from .state import TRANSITIONS, RunState
 
-__all__ = ["Drive", "Driver", "Teardown"]
+__all__ = ["Drive", "Driver", "Steps", "Teardown", "kept_agent"]
 
 _N = NodeRecordState
+
+Steps = Callable[["Drive", Plan], Awaitable[Result | None]]
+"""Get a run's node and run its agent (see :meth:`Driver.drive`): the result of the turn, None
+when a pause cut in."""
 logger = logging.getLogger("nodeprov.runs")
 
 _INTERRUPT_TIMEOUT = 10.0  # the polite interrupt; the abort after it is certain
@@ -81,6 +85,7 @@ class Drive:
         self.pause: Pause | None = None  # set by the move to pausing
         self.progress = Progress()
         self.moving = anyio.Lock()
+        self.keeper: str | None = None  # the kept agent's, as the store has it
 
     def abort(self) -> None:
         """Cancel the run's steps (provisioning, the agent), if under way."""
@@ -115,20 +120,11 @@ class Driver:
 
     def begin(self, run_id: str, plan: Plan, first_seq: int) -> Drive:
         """A drive of ``run_id`` by ``plan``, its ``run.started`` emitted: :meth:`drive` drives it."""
-
-        def pause(request: Pause) -> Awaitable[SnapshotRecord]:
-            return self._pause(drive, request)  # bound below, before the run is handed out
-
-        events = self._journal.stream(run_id, first_seq)
-        drive = Drive(
-            Run(run_id, RunState.STARTING, events, pause, self._keep_for, keep_node=plan.keep_node),
-            events,
-            plan.agent,
-        )
+        drive = self.new_drive(run_id, RunState.STARTING, plan, first_seq)
         if plan.resume is not None:  # a pause before the agent starts must keep the session
             drive.run.agent_session_id = plan.resume.agent_session_id
         resumed = f"{plan.resume.pause_kind} pause at {plan.resume.created_at}" if plan.resume else None
-        events.emit(
+        drive.events.emit(
             RunStarted,
             prompt=prompt_text(plan.prompt),
             images=tuple(image.ref() for image in prompt_images(plan.prompt)),
@@ -138,13 +134,60 @@ class Driver:
         )
         return drive
 
-    async def drive(self, drive: Drive, plan: Plan) -> None:
+    def new_drive(self, run_id: str, state: RunState, plan: Plan, first_seq: int) -> Drive:
+        """A drive of ``run_id`` by ``plan``, in ``state``, its events numbered from ``first_seq``."""
+
+        def pause(request: Pause) -> Awaitable[SnapshotRecord]:
+            return self._pause(drive, request)  # bound below, before the run is handed out
+
+        events = self._journal.stream(run_id, first_seq)
+        drive = Drive(
+            Run(run_id, state, events, pause, self._keep_for, keep_node=plan.keep_node), events, plan.agent
+        )
+        return drive
+
+    def abortable(self, steps: Steps) -> Steps:
+        """``steps`` that a pause, the plan's deadline, or the control plane's end cuts short."""
+
+        async def cut_short(drive: Drive, plan: Plan) -> Result | None:
+            run = drive.run
+            with anyio.CancelScope() as scope:
+                drive.steps = scope
+                if plan.deadline is not None:
+                    scope.deadline = anyio.current_time() + plan.deadline
+                try:
+                    return await steps(drive, plan)
+                finally:
+                    drive.steps = None
+            if run.state is not RunState.PAUSING:  # cancelled by the deadline, or by a lost lease
+                if plan.deadline is not None and anyio.current_time() >= scope.deadline:
+                    raise DeadlineError(
+                        f"the run's deadline of {plan.deadline:g} s passed ({drive.progress.waiting()})"
+                    )
+                raise NodeprovError("the run was aborted")
+            return None
+
+        return cut_short
+
+    async def attach_node(self, drive: Drive, plan: Plan, node_id: str) -> NodeHandle:
+        """The run's live node ``node_id``, attached through its provider, in ``drive.node``.
+
+        Raises:
+            NodeGoneError: the node is gone.
+            ProviderError, ConfigError: the provider failed, or its settings are wrong.
+        """
+        provider = await self._nodes.provider(plan.provider, plan.provider_settings)
+        drive.node = await provider.attach(node_id)
+        return drive.node
+
+    async def drive(self, drive: Drive, plan: Plan, steps: Steps | None = None) -> None:
         """Drive the run to a state nobody drives and write its last event; the caller then
         ends the drive's events (:meth:`RunEvents.end`). Never raises: whatever fails ends
-        the run."""
+        the run. ``steps`` get the node and run the agent (default: provision, or take the
+        kept node, and start the agent's turn)."""
         run = drive.run
         try:
-            result = await self._steps(drive, plan)
+            result = await (steps or self.abortable(self._provisioned))(drive, plan)
             if run.state is RunState.PAUSING:
                 await self._settle_pause(drive)
             elif result is not None and not result.is_error:
@@ -218,34 +261,18 @@ class Driver:
                 then()
             return True
 
-    async def _steps(self, drive: Drive, plan: Plan) -> Result | None:
-        """Get a node and run the agent, unless a pause or a deadline cuts in."""
+    async def _provisioned(self, drive: Drive, plan: Plan) -> Result | None:
+        """Get a node (provisioned, or the kept one) and run the agent's turn."""
         run = drive.run
-        with anyio.CancelScope() as scope:
-            drive.steps = scope
-            if plan.deadline is not None:
-                scope.deadline = anyio.current_time() + plan.deadline
-            try:
-                provider = await self._nodes.provider(plan.provider, plan.provider_settings)
-                reused, restored = await self._node_for(drive, plan, provider)
-                assert drive.node is not None
-                drive.events.emit(
-                    NodeReady, node_id=drive.node.node_id, reused=reused, transcript_restored=restored
-                )
-                if await self._move(drive, RunState.RUNNING):
-                    return await self._agent(drive, plan, drive.node)
-                if run.state is not RunState.PAUSING:
-                    raise NodeprovError(f"run {run.id} was taken over by another control plane")
-                return None  # a pause won
-            finally:
-                drive.steps = None
-        if run.state is not RunState.PAUSING:  # cancelled by the deadline, or by a lost lease
-            if plan.deadline is not None and anyio.current_time() >= scope.deadline:
-                raise DeadlineError(
-                    f"the run's deadline of {plan.deadline:g} s passed ({drive.progress.waiting()})"
-                )
-            raise NodeprovError("the run was aborted")
-        return None
+        provider = await self._nodes.provider(plan.provider, plan.provider_settings)
+        reused, restored = await self._node_for(drive, plan, provider)
+        assert drive.node is not None
+        drive.events.emit(NodeReady, node_id=drive.node.node_id, reused=reused, transcript_restored=restored)
+        if await self._move(drive, RunState.RUNNING):
+            return await self.run_agent(drive, plan, drive.node)
+        if run.state is not RunState.PAUSING:
+            raise NodeprovError(f"run {run.id} was taken over by another control plane")
+        return None  # a pause won
 
     async def _release(self, drive: Drive, *, keep_for: float | None = None) -> None:
         """Destroy the run's node, or with ``keep_for`` keep it that many seconds for the
@@ -315,7 +342,7 @@ class Driver:
                 return True, False
         elif kept:
             logger.info("node %s of run %s is no longer kept: provisioning a new one", kept, run_id)
-        await self._drop_kept_nodes(run_id)
+        await self._nodes.drop_kept(run_id)
         tools = dict(plan.node_config.tools)
         if plan.agent.options.ship_cli:
             cli = plan.agent.local_cli()
@@ -343,15 +370,6 @@ class Driver:
             )
         return False, False
 
-    async def _drop_kept_nodes(self, run_id: str) -> None:
-        """Destroy nodes kept by earlier pauses of the run that its resume does not use."""
-        stale = await self._store.nodes(states=(_N.KEPT,), run_id=run_id)
-        record = await self._store.run(run_id) if stale else None
-        if record is not None:
-            _, failed = await self._nodes.destroy(record, stale, "its run resumed without it")
-            for node_id, why in failed:
-                logger.warning("could not destroy node %s kept for run %s: %s", node_id, run_id, why)
-
     async def _record_node(self, run_id: str, node: NodeHandle) -> None:
         await self._store.set_node_state(node.node_id, _N.LIVE)
         await self._store.update_run(run_id, node_id=node.node_id)
@@ -370,7 +388,12 @@ class Driver:
         archive = self._archive(record.project_key)
         await agent.export_state(node, session, agent.state_key(node, record.workspace_id), archive)
 
-    async def _agent(self, drive: Drive, plan: Plan, node: NodeHandle) -> Result | None:
+    async def run_agent(
+        self, drive: Drive, plan: Plan, node: NodeHandle, follow: tuple[str, int] | None = None
+    ) -> Result | None:
+        """Run the agent's turn on ``node``, its messages the run's events; with ``follow``
+        (a keeper, and the messages the run has), re-attach to a kept agent's turn instead.
+        Its result, None when the turn ended without one."""
         run = drive.run
         agent = plan.agent
         record = await self._store.run(run.id)
@@ -379,17 +402,20 @@ class Driver:
             key = agent.state_key(node, plan.workspace)
             await self._store.update_run(run.id, project_key=key)
         result: Result | None = None
-        resume = plan.resume.agent_session_id if plan.resume is not None else None
+        resume = plan.resume.agent_session_id if plan.resume is not None and follow is None else None
+        keep = kept_agent(self._store, self._lease, drive, self._agent_grace)
         session = agent.session(
-            node, workspace=plan.workspace, resume=resume, archive=self._archive(key), keep=self._keep(drive)
+            node, workspace=plan.workspace, resume=resume, archive=self._archive(key), keep=keep
         )
         drive.session = session
         ended = False
         try:
-            async for message in progress_bounded(
-                session.turn(plan.prompt), plan.idle_timeout, drive.progress
-            ):
+            messages = session.turn(plan.prompt) if follow is None else session.follow(*follow)
+            async for message in progress_bounded(messages, plan.idle_timeout, drive.progress):
                 drive.events.emit(AgentMessage, message=message)
+                if session.keeper != drive.keeper:  # where another control plane finds the agent
+                    drive.keeper = session.keeper
+                    await self._store.update_run(run.id, agent_keeper=session.keeper)
                 if session.session_id and session.session_id != run.agent_session_id:
                     run.agent_session_id = session.session_id
                     await self._store.update_run(run.id, agent_session_id=session.session_id)
@@ -404,29 +430,6 @@ class Driver:
             await _close_session(session, node, self._teardown, at_once=not ended and drive.pause is None)
         return result
 
-    def _keep(self, drive: Drive) -> KeepOptions | None:
-        """How the run's agent is kept on its node (None: not kept, but guarded): its channel
-        re-attached while this control plane still owns the run, each drop and re-attach an
-        event."""
-        if self._agent_grace is None:
-            return None
-        run = drive.run
-
-        def watch(change: Detached | Reattached) -> None:
-            if isinstance(change, Detached):
-                drive.events.emit(AgentDetached, reason=change.reason)
-            else:
-                drive.events.emit(AgentReattached, gap=round(change.gap, 3), attempts=change.attempts)
-
-        async def still_ours() -> bool:
-            try:
-                record = await self._store.run(run.id)
-            except StoreError:
-                return True  # the lease decides: a lost one aborts the run
-            return record is not None and record.owner == self._lease.owner and RunState(record.state).live
-
-        return KeepOptions(grace=self._agent_grace, watch=watch, may_reattach=still_ours)
-
     async def _settle_pause(self, drive: Drive) -> None:
         """Save the pause's snapshot (once, even when settling is retried after a
         cancellation), release or keep the node, and end the run as paused."""
@@ -435,8 +438,8 @@ class Driver:
         if pause.saved is None:  # nothing to keep before provisioning, or past the node's lifetime
             keep_for = _keep_time(drive.node, pause.keep_for) if drive.node is not None else 0.0
             pause.keep_for = keep_for
-            pause.saved = await self._snapshot(
-                drive, pause.kind, pause.reason, keep_node=pause.keep_node and keep_for >= 1.0
+            pause.saved = await _snapshot(
+                self._store, drive, pause.kind, pause.reason, keep_node=pause.keep_node and keep_for >= 1.0
             )
         snapshot = pause.saved
         keep = snapshot.node_kept  # a settling retried after a cancellation has only the snapshot
@@ -464,7 +467,7 @@ class Driver:
             run.error = error
             try:
                 if run.agent_session_id and run.state.live:
-                    await self._snapshot(drive, "system", error, keep_node=False)
+                    await _snapshot(self._store, drive, "system", error, keep_node=False)
                     await self._save_state(drive)
                 await self._release(drive)
                 await self._move(drive, RunState.FAILED, error=error[:2000])
@@ -488,21 +491,46 @@ class Driver:
             with suppress(Exception):
                 await self._journal.flush()
 
-    async def _snapshot(self, drive: Drive, kind: str, reason: str, *, keep_node: bool) -> SnapshotRecord:
-        run = drive.run
-        record = await self._store.run(run.id)
-        if record is None:
-            raise RunStateError(f"run {run.id} is gone from the store")
-        snapshot = snapshot_of(
-            record,
-            node_id=drive.node.node_id if drive.node else record.node_id,
-            agent_session_id=run.agent_session_id,
-            kind=kind,
-            reason=reason,
-            keep_node=keep_node,
-        )
-        await self._store.save_snapshot(snapshot)
-        return snapshot
+
+def kept_agent(store: Store, lease: Lease, drive: Drive, grace: float | None) -> KeepOptions | None:
+    """How ``drive``'s agent is kept (None: not kept, but guarded): its channel re-attached
+    while this control plane still owns the run, each drop and re-attach an event."""
+    if grace is None:
+        return None
+    run = drive.run
+
+    def watch(change: Detached | Reattached) -> None:
+        if isinstance(change, Detached):
+            drive.events.emit(AgentDetached, reason=change.reason)
+        else:
+            drive.events.emit(AgentReattached, gap=round(change.gap, 3), attempts=change.attempts)
+
+    async def still_ours() -> bool:
+        try:
+            record = await store.run(run.id)
+        except StoreError:
+            return True  # the lease decides: a lost one aborts the run
+        return record is not None and record.owner == lease.owner and RunState(record.state).live
+
+    return KeepOptions(grace=grace, watch=watch, may_reattach=still_ours)
+
+
+async def _snapshot(store: Store, drive: Drive, kind: str, reason: str, *, keep_node: bool) -> SnapshotRecord:
+    """Save a snapshot of ``drive``'s run for its resume."""
+    run = drive.run
+    record = await store.run(run.id)
+    if record is None:
+        raise RunStateError(f"run {run.id} is gone from the store")
+    snapshot = snapshot_of(
+        record,
+        node_id=drive.node.node_id if drive.node else record.node_id,
+        agent_session_id=run.agent_session_id,
+        kind=kind,
+        reason=reason,
+        keep_node=keep_node,
+    )
+    await store.save_snapshot(snapshot)
+    return snapshot
 
 
 async def _close_session(

@@ -221,6 +221,19 @@ class Launcher:
             idle_timeout,
         )
 
+    async def plan_adoption(self, record: RunRecord) -> Plan:
+        """The plan of a drive that takes ``record`` over (its owner changed already): its
+        agent with the stored options (what it needs of its secrets, its process has), its
+        provider with the stored settings under this control plane's (the secrets).
+
+        Raises:
+            ConfigError: the stored options no longer fit the agent.
+        """
+        agent = await _agent_of(lambda: get_agent(record.agent, json.loads(record.agent_options)))
+        config = NodeConfig.model_validate_json(record.node_config)
+        settings = self._nodes.settings_for(record)
+        return Plan((), record.node_provider, settings, agent, record.workspace_id, config)
+
     async def _stored_prompt(self, record: RunRecord) -> tuple[Block, ...]:
         """The run's first prompt, its images read back from the store.
 

@@ -44,10 +44,21 @@ class Nodes:
         Raises:
             ProviderNotFoundError, ConfigError: the provider or its settings are wrong.
         """
-        stored = json.loads(record.node_settings)
-        return await self.provider(
-            record.node_provider, {**stored, **self._provider_settings.get(record.node_provider, {})}
-        )
+        return await self.provider(record.node_provider, self.settings_for(record))
+
+    def settings_for(self, record: RunRecord) -> dict[str, Any]:
+        """A run's provider settings as stored, with this control plane's laid over."""
+        return {**json.loads(record.node_settings), **self._provider_settings.get(record.node_provider, {})}
+
+    async def drop_kept(self, run_id: str) -> None:
+        """Destroy the nodes kept by earlier pauses of ``run_id`` (its resume does not use
+        them); one that cannot be destroyed is logged, for reconcile to retry."""
+        stale = await self._store.nodes(states=(NodeRecordState.KEPT,), run_id=run_id)
+        record = await self._store.run(run_id) if stale else None
+        if record is not None:
+            _, failed = await self.destroy(record, stale, "its run resumed without it")
+            for node_id, why in failed:
+                logger.warning("could not destroy node %s kept for run %s: %s", node_id, run_id, why)
 
     async def destroy(
         self, record: RunRecord, nodes: list[NodeRecord], why: str

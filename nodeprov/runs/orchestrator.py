@@ -2,6 +2,40 @@
 
 A facade over the modules of :mod:`nodeprov.runs`, one concern each: it owns the task
 group, the runs it drives, and the order of entering and leaving.
+
+**Ownership.** On entering, it takes a lease in the store (id, holder, heartbeat,
+expiry by the database's clock) and renews it every ``lease_ttl / 3`` seconds. Its runs
+and nodes are owned by ``lease:ID``. Any control plane sharing the store reconciles what
+a dead one left (every ``reconcile_interval`` seconds, and in :meth:`Orchestrator.reconcile`): a
+control plane that died, on any host or in any PID namespace, is cleaned up within
+``lease_ttl + reconcile_interval`` seconds plus the time its nodes take to destroy. An
+orchestrator that finds its own lease lost (the store unreachable for longer than the
+lease) aborts its runs, since another may have taken them over, and takes a new lease.
+
+**Supervision.** A failure in one run ends that run as ``failed`` (with a resumable
+snapshot when the agent's session is known) and never another run or the
+orchestrator. Background work (heartbeats, pause requests, reconcile, event writes)
+logs its failures and goes on.
+
+**Leaving** pauses whatever still runs (kind ``system``; the node released unless the run
+was started or resumed with ``keep_node``), so nothing is
+left without a snapshot, then flushes events and releases the lease. It takes at most
+``shutdown_timeout`` seconds (plus, if the store itself hangs, its statement timeout):
+a run that cannot be paused in time is left to reconcile, which the released lease
+makes immediate for any other control plane.
+
+**Kept nodes** (a pause with ``keep_node``) are kept for ``keep_for`` seconds at most
+(a day by default), never past the node's own lifetime, and only while a resume may
+still use them: reconcile destroys one whose time is up, whose run was resumed
+elsewhere or ended, or whose workspace switched agents.
+
+**Kept agents** (``agent_grace``): each run's agent outlives a dropped channel and a dead
+control plane (see :mod:`nodeprov.runs.keeping`; events ``agent.detached``, ``agent.reattached``).
+
+**Events** are written to the store in batches, with their sequence numbers, and can
+be read from any process (:meth:`Orchestrator.events`). The agent's transcript frames are mirrored
+into the store in the same batches (one transaction every 20 ms at most, less while
+the previous one commits); a result is reported only once its turn is stored.
 """
 
 from __future__ import annotations
@@ -23,9 +57,10 @@ from ..errors import ConfigError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeConfig, NodeProvider
 from ..prompts import Prompt, prompt_images
 from ..store import Store
-from .driver import Drive, Driver, Teardown
+from .driver import Drive, Driver, Steps, Teardown
 from .events import RunEvent
 from .journal import Journal, RunEvents
+from .keeping import Takeover, check_grace
 from .launch import Launcher, Plan
 from .lease import Lease, owner_check
 from .nodes import Nodes
@@ -42,44 +77,8 @@ _CLOSE_TIMEOUT = 10.0  # closing the providers' connections at exit
 
 class Orchestrator:
     """Starts, pauses, resumes and reconciles runs. Use it as an async context manager.
-
-    **Ownership.** On entering, it takes a lease in the store (id, holder, heartbeat,
-    expiry by the database's clock) and renews it every ``lease_ttl / 3`` seconds. Its runs
-    and nodes are owned by ``lease:ID``. Any control plane sharing the store reconciles what
-    a dead one left (every ``reconcile_interval`` seconds, and in :meth:`reconcile`): a
-    control plane that died, on any host or in any PID namespace, is cleaned up within
-    ``lease_ttl + reconcile_interval`` seconds plus the time its nodes take to destroy. An
-    orchestrator that finds its own lease lost (the store unreachable for longer than the
-    lease) aborts its runs, since another may have taken them over, and takes a new lease.
-
-    **Supervision.** A failure in one run ends that run as ``failed`` (with a resumable
-    snapshot when the agent's session is known) and never another run or the
-    orchestrator. Background work (heartbeats, pause requests, reconcile, event writes)
-    logs its failures and goes on.
-
-    **Leaving** pauses whatever still runs (kind ``system``; the node released unless the run
-    was started or resumed with ``keep_node``), so nothing is
-    left without a snapshot, then flushes events and releases the lease. It takes at most
-    ``shutdown_timeout`` seconds (plus, if the store itself hangs, its statement timeout):
-    a run that cannot be paused in time is left to reconcile, which the released lease
-    makes immediate for any other control plane.
-
-    **Kept nodes** (a pause with ``keep_node``) are kept for ``keep_for`` seconds at most
-    (a day by default), never past the node's own lifetime, and only while a resume may
-    still use them: reconcile destroys one whose time is up, whose run was resumed
-    elsewhere or ended, or whose workspace switched agents.
-
-    **Kept agents** (``agent_grace`` seconds): each run's agent runs under a keeper on its
-    node (:mod:`nodeprov.node.keeper`), so a channel that drops mid-turn (an SSH connection
-    reset, an API server restart) is re-attached and the turn goes on, its messages neither
-    lost nor repeated (the run's events say ``agent.detached`` and ``agent.reattached``);
-    with no control plane attached, the agent is stopped once ``agent_grace`` has passed.
-
-    **Events** are written to the store in batches, with their sequence numbers, and can
-    be read from any process (:meth:`events`). The agent's transcript frames are mirrored
-    into the store in the same batches (one transaction every 20 ms at most, less while
-    the previous one commits); a result is reported only once its turn is stored.
-    """
+    How it owns runs, supervises them, leaves, keeps nodes and agents, and writes events:
+    see the module's documentation."""
 
     def __init__(
         self,
@@ -96,11 +95,10 @@ class Orchestrator:
     ) -> None:
         if not keep_for > 0:
             raise ConfigError(f"keep_for must be positive, got {keep_for!r}")
-        if agent_grace is not None and not 2 <= agent_grace < float("inf"):
-            raise ConfigError(f"agent_grace must be 2 s or more, got {agent_grace!r}")
+        check_grace(agent_grace)
         self.agent_grace = agent_grace
-        """Seconds a run's agent runs on under its keeper with no control plane attached
-        (None: agents are not kept; the stdin guard stops one whose channel closes)."""
+        """Seconds a run's agent runs on, kept, with no control plane attached; reconcile takes
+        such runs over (None: not kept; the stdin guard stops an agent whose channel closes)."""
         self.store = store
         self.keep_for = keep_for
         """How long a node kept for a paused run's resume is kept at most (a day by default)."""
@@ -131,7 +129,16 @@ class Orchestrator:
         )
         self._launcher = Launcher(store, self._lease, self._nodes)
         self._pauses = PauseRequests(store, self._lease, live=self._runs.get, spawn=self._spawn)
-        self._reconciler = Reconciler(store, self._lease, self._nodes, driven=self._driven)
+        takeover = Takeover(
+            store,
+            self._lease,
+            self._launcher,
+            self._driver,
+            launch=self._drive_here,
+            launching=self._launching,
+        )
+        adopt = takeover.adopt if agent_grace is not None else None
+        self._reconciler = Reconciler(store, self._lease, self._nodes, driven=self._driven, adopt=adopt)
 
     @property
     def owner(self) -> str:
@@ -356,9 +363,14 @@ class Orchestrator:
         self._tg.start_soon(self._drive, drive, plan)
         return drive.run
 
-    async def _drive(self, drive: Drive, plan: Plan) -> None:
+    def _drive_here(self, drive: Drive, plan: Plan, steps: Steps) -> None:
+        assert self._tg is not None
+        self._runs[drive.run.id] = drive
+        self._tg.start_soon(self._drive, drive, plan, steps)
+
+    async def _drive(self, drive: Drive, plan: Plan, steps: Steps | None = None) -> None:
         try:
-            await self._driver.drive(drive, plan)
+            await self._driver.drive(drive, plan, steps)
         finally:
             if self._runs.get(drive.run.id) is drive:
                 del self._runs[drive.run.id]

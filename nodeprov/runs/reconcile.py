@@ -3,7 +3,7 @@ destroying the nodes no run will use."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,23 +26,34 @@ _N = NodeRecordState
 @dataclass(frozen=True)
 class ReconcileReport:
     """What :meth:`Orchestrator.reconcile` did: ``ended`` runs of dead control planes, the
-    nodes it ``destroyed``, and the nodes it could not destroy (``failed``, with why; they
-    stay recorded and are tried again next time)."""
+    nodes it ``destroyed``, the nodes it could not destroy (``failed``, with why; they
+    stay recorded and are tried again next time), and the runs whose kept agents it took
+    over (``adopted``: driven here from now on)."""
 
     ended: list[str] = field(default_factory=list)
     destroyed: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
 
 
 class Reconciler:
     """Reconciles what dead control planes left in the store, leaving alone the runs
     ``driven`` says this control plane drives or is launching."""
 
-    def __init__(self, store: Store, lease: Lease, nodes: Nodes, *, driven: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        lease: Lease,
+        nodes: Nodes,
+        *,
+        driven: Callable[[str], bool],
+        adopt: Callable[[RunRecord], Awaitable[bool]] | None = None,
+    ) -> None:
         self._store = store
         self._lease = lease
         self._nodes = nodes
         self._driven = driven
+        self._adopt = adopt  # takes over a running run whose agent is kept; whether it did
 
     async def reconcile(self) -> ReconcileReport:
         """See :meth:`Orchestrator.reconcile`.
@@ -57,6 +68,10 @@ class Reconciler:
                 continue
             if record.owner != self._lease.owner and alive(record.owner) is not False:
                 continue  # a live owner drives it, or another store's (ours, not driven here, is orphaned)
+            kept = record.state == RunState.RUNNING and record.agent_keeper and record.node_id
+            if kept and self._adopt is not None and await self._adopt(record):
+                report.adopted.append(record.id)
+                continue
             reason = f"control plane {record.owner} died during the run"
             nodes = await self._store.nodes(states=(_N.INTENT, _N.LIVE, _N.DESTROYING), run_id=record.id)
             await self._destroy(record, nodes, report, reason)

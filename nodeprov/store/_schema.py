@@ -166,6 +166,11 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (scope, key))""",
         "CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at)",
     ],
+    [
+        # Where the run's agent runs kept on its node (its keeper's directory), while it does:
+        # a control plane taking the run over re-attaches there.
+        "ALTER TABLE runs ADD COLUMN agent_keeper TEXT",
+    ],
 ]
 
 

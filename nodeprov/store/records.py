@@ -44,6 +44,8 @@ class RunRecord:
     state is archived. ``prompt`` is the prompt's text; ``prompt_blocks`` a prompt of
     blocks as JSON (text blocks, and images as :meth:`~nodeprov.prompts.ImageBlock.ref`,
     their bytes in the store's images), ``[]`` for a prompt that is text alone.
+    ``agent_keeper`` is where the agent's process runs kept on the node (its keeper's
+    directory, see :mod:`nodeprov.node.keeper`) while the run drives it.
     """
 
     id: str
@@ -67,6 +69,7 @@ class RunRecord:
     node_secret_fields: str = "[]"  # noqa: S105 - names of secrets, never values
     node_config: str = "{}"
     prompt_blocks: str = "[]"
+    agent_keeper: str | None = None
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,9 @@ from claude_agent_sdk._internal.sessions import _sanitize_path
 from claude_agent_sdk.types import SessionStoreEntry
 from pydantic import Field
 
+from ...errors import ConfigError
 from ...node import NodeHandle
-from ...node.keeper import KeepOptions
+from ...node.keeper import KeepOptions, KeptProcess
 from ...offline import demo_messages
 from ...prompts import ANTHROPIC_IMAGE_LIMITS, Block, ImageBlock, ImageLimits, Prompt, prompt_text
 from ...settings import secret_field
@@ -214,21 +215,44 @@ class ClaudeSession(AgentSession):
 
     async def turn(self, prompt: Prompt) -> AsyncIterator[Message]:
         blocks = self._agent.prepare_prompt(prompt)
+        client = await self._connected()
+        if any(isinstance(block, ImageBlock) for block in blocks):
+            await client.query(_user_message(blocks))
+        else:
+            await client.query(prompt_text(blocks))
+        async for message in self._relay(client, 0):
+            yield message
+
+    async def follow(self, keeper: str, skip: int) -> AsyncIterator[Message]:
+        """The SDK's session is rebuilt on the kept CLI's output from its start; its
+        ``initialize`` is answered from there, never sent to the CLI again."""
+        if self._client is not None:
+            raise ConfigError("follow() re-attaches a session that has not started")
+        self._transport.reattach_to(keeper)
+        async for message in self._relay(await self._connected(), skip):
+            yield message
+
+    async def _connected(self) -> ClaudeSDKClient:
         if self._client is None:
             client = ClaudeSDKClient(options=self._options, transport=self._transport)
             await client.connect()
             self._client = client
-        if any(isinstance(block, ImageBlock) for block in blocks):
-            await self._client.query(_user_message(blocks))
-        else:
-            await self._client.query(prompt_text(blocks))
-        async for converted in quiet_bounded(self._converted(self._client), self._quiet_limit, "claude"):
+            process = self._transport.process
+            self.keeper = process.keeper if isinstance(process, KeptProcess) else None
+        return self._client
+
+    async def _relay(self, client: ClaudeSDKClient, skip: int) -> AsyncIterator[Message]:
+        """The turn's messages, less the first ``skip``, to its result."""
+        async for converted in quiet_bounded(self._converted(client), self._quiet_limit, "claude"):
             message = converted
             if isinstance(message, Result) and self._schema is not None:
                 message = check_structured(message, self._schema, message.structured)
             said = getattr(message, "session_id", None)
             if said:
                 self.session_id = said
+            if skip:
+                skip -= 1
+                continue
             yield message
 
     @staticmethod

@@ -38,30 +38,24 @@ from __future__ import annotations
 
 import json
 import logging
-import posixpath
-import secrets
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import suppress
-from dataclasses import replace
 from typing import Any, Protocol
 
 import anyio
-import claude_agent_sdk
 from claude_agent_sdk import ClaudeAgentOptions, Transport
 
-# Private SDK parts, pinned by the version range in pyproject.toml and covered by tests:
-# the command builder keeps our argv identical to the SDK's own transport.
-from claude_agent_sdk._internal._client_app import DERIVED_CLIENT_APP_ENV, EXPLICIT_CLIENT_APP_ENV
+# A private SDK part, pinned by the version range in pyproject.toml and covered by tests.
 from claude_agent_sdk._internal._task_compat import TaskHandle, spawn_detached
-from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
-from claude_agent_sdk.types import _configure_can_use_tool
 
 from ...errors import AgentError, AgentExitError, AgentOutputError, ConfigError, NodeprovError
 from ...node import NodeHandle
-from ...node.keeper import KeepOptions
+from ...node.keeper import KeepOptions, reattach
 from ...spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
 from .._guard import EndInput, start_agent
+from .command import agent_command, agent_environment
+from .option_files import OptionFiles
 
 __all__ = ["NodeTransport", "TranscriptSink", "agent_command", "agent_environment"]
 
@@ -84,57 +78,6 @@ logger = logging.getLogger("nodeprov.agents.claude")
 
 DEFAULT_MAX_LINE = 1024 * 1024  # the SDK's default max_buffer_size
 _STDERR_TAIL_LINES = 20
-_SESSION_STATE_ENV = "CLAUDE_CODE_SDK_READS_SESSION_STATE"
-_SECRET_FLAGS = ("--mcp-config", "--settings")
-"""CLI options whose JSON values may hold secrets (MCP server env and headers, settings)."""
-
-
-def agent_command(options: ClaudeAgentOptions, cli_path: str) -> list[str]:
-    """The argument vector the SDK's subprocess transport would run for ``options``.
-
-    ``can_use_tool`` routes permission prompts over stdio, as ``query`` and
-    ``ClaudeSDKClient`` arrange before building their own transport.
-
-    Raises:
-        ConfigError: the options are inconsistent (the SDK's validation message).
-    """
-    try:
-        configured = _configure_can_use_tool(options)
-        builder = SubprocessCLITransport(prompt="", options=replace(configured, cli_path=cli_path))
-        return builder._build_command()
-    except (ValueError, TypeError, claude_agent_sdk.ClaudeSDKError) as error:
-        raise ConfigError(f"invalid agent options: {error}") from error
-
-
-def agent_environment(options: ClaudeAgentOptions) -> dict[str, str]:
-    """The environment the SDK gives the CLI, less the control plane's own environment."""
-    env = {
-        "CLAUDE_CODE_ENTRYPOINT": "sdk-py",
-        **options.env,
-        "CLAUDE_AGENT_SDK_VERSION": claude_agent_sdk.__version__,
-    }
-    env.pop(DERIVED_CLIENT_APP_ENV, None)
-    if options.client_app is not None:
-        env[EXPLICIT_CLIENT_APP_ENV] = options.client_app
-    if not any(key.upper() == _SESSION_STATE_ENV for key in env):
-        env[_SESSION_STATE_ENV] = "1"
-    if options.enable_file_checkpointing:
-        env["CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING"] = "true"
-    if options.cwd:
-        env["PWD"] = str(options.cwd)
-    env.update({k: v for k, v in _trace_context().items() if k not in options.env})
-    return env
-
-
-def _trace_context() -> dict[str, str]:
-    """The active OpenTelemetry trace context, as the SDK propagates it (if installed)."""
-    try:
-        from opentelemetry import propagate  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return {}
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    return {k.upper(): v for k, v in carrier.items()} if "traceparent" in carrier else {}
 
 
 def _decode(block: bytes) -> str:
@@ -180,6 +123,34 @@ def _parse(line: str) -> dict[str, Any] | None:
     if line:
         logger.debug("skipping a non-JSON line of agent output: %.200s", line)
     return None
+
+
+class _Reattach:
+    """A re-attach to a kept CLI (``keeper``), whose output is read from its start: its first
+    control response, the CLI's answer to the first SDK's ``initialize``, answers this SDK's
+    own, which is never sent (a second ``initialize`` would reset the CLI's session)."""
+
+    def __init__(self, keeper: str) -> None:
+        self.keeper = keeper
+        self._asked = anyio.Event()
+        self._request_id = ""
+        self._answered = False
+
+    def asked(self, request_id: str) -> None:
+        """The SDK sent its ``initialize`` (``request_id``); the CLI does not get it."""
+        self._request_id = request_id
+        self._asked.set()
+
+    async def answer(self, response: dict[str, Any]) -> None:
+        """A control response off the CLI: the first becomes the answer to this SDK's
+        ``initialize``, once it has asked."""
+        if self._answered:
+            return
+        await self._asked.wait()
+        inner = response.get("response")
+        if isinstance(inner, dict):
+            inner["request_id"] = self._request_id
+        self._answered = True
 
 
 class NodeTransport(Transport):
@@ -230,10 +201,11 @@ class NodeTransport(Transport):
             raise ConfigError("a kept agent needs its node (NodeTransport.for_node)")
         self._keep = keep
         self._end_input: EndInput | None = None
+        self._reattach: _Reattach | None = None  # a kept CLI to re-attach to, not spawn
         self._spawn = spawn
         self._transcripts = transcripts
         self._node = node
-        self._option_files: str | None = None
+        self._option_files = OptionFiles(node, self._options_home(options)) if node is not None else None
         self._options = options or ClaudeAgentOptions()
         self.cli_path = cli_path or (str(self._options.cli_path) if self._options.cli_path else "claude")
         self._stop_policy = stop_policy or StopPolicy()
@@ -269,12 +241,31 @@ class NodeTransport(Transport):
         """The CLI's argument vector; with ``guard``, :meth:`connect` runs it inside the guard."""
         return agent_command(self._options, self.cli_path)
 
+    def reattach_to(self, keeper: str) -> None:
+        """Make :meth:`connect` re-attach to the kept CLI of ``keeper`` (see
+        :func:`~nodeprov.node.keeper.reattach`) instead of starting one, reading its output
+        from the start: the SDK's ``initialize`` is then answered with the CLI's answer to
+        the first one, and never reaches the CLI."""
+        if self._node is None:
+            raise ConfigError("re-attaching needs the node (NodeTransport.for_node)")
+        self._reattach = _Reattach(keeper)
+
     async def connect(self) -> None:
         if self._process is not None:
             return
         if self._options.user is not None:
             raise ConfigError("options.user is not supported on a node; the provider sets the user")
-        argv = await self._secrets_to_files(self.command())
+        if self._reattach is not None:
+            assert self._node is not None
+            kept = await reattach(self._node, self._reattach.keeper, settings=self._keep)
+            kept.stop_policy = self._stop_policy
+            self._end_input, self._process = kept.stdin.aclose, kept
+            self._stderr_task = spawn_detached(self._drain_stderr(kept))
+            self._ready = True
+            return
+        argv = self.command()
+        if self._option_files is not None:
+            argv = await self._option_files.written(argv)
         cwd = str(self._options.cwd) if self._options.cwd else None
         spawn_options = SpawnOptions(argv[0], argv[1:], cwd=cwd, env=agent_environment(self._options))
         self._input_ended = False
@@ -295,31 +286,13 @@ class NodeTransport(Transport):
         self._stderr_task = spawn_detached(self._drain_stderr(process))
         self._ready = True
 
-    async def _secrets_to_files(self, argv: list[str]) -> list[str]:
-        """``argv`` with each JSON value of :data:`_SECRET_FLAGS` replaced by a 0600 file on
-        the node holding it."""
-        if self._node is None:
-            return argv
-        argv = list(argv)
-        for index in range(1, len(argv)):
-            if argv[index - 1] in _SECRET_FLAGS and argv[index].lstrip().startswith("{"):
-                if self._option_files is None:
-                    home = self._options.env.get("CLAUDE_CONFIG_DIR") or self._node.base_env.get("HOME")
-                    where = home or self._node.workdir
-                    self._option_files = posixpath.join(where, ".nodeprov", f"agent-{secrets.token_hex(8)}")
-                path = posixpath.join(self._option_files, f"{argv[index - 1].lstrip('-')}.json")
-                await self._node.write_file(path, argv[index].encode(), mode=0o600)
-                argv[index] = path
-        return argv
+    @staticmethod
+    def _options_home(options: ClaudeAgentOptions | None) -> str | None:
+        return (options.env if options is not None else {}).get("CLAUDE_CONFIG_DIR")
 
     async def _remove_option_files(self) -> None:
-        directory, self._option_files = self._option_files, None
-        if directory is None or self._node is None:
-            return
-        with anyio.move_on_after(5), suppress(NodeprovError):
-            async with await self._node.spawn(SpawnOptions("rm", ["-rf", "--", directory])) as remover:
-                await remover.stdin.aclose()
-                await remover.wait()
+        if self._option_files is not None:
+            await self._option_files.remove()
 
     def is_ready(self) -> bool:
         return self._ready
@@ -334,6 +307,9 @@ class NodeTransport(Transport):
             if self._input_ended and process.returncode is None:
                 raise AgentError("cannot write to the agent process: its input was ended (end_input)")
             if '"initialize"' in data:  # the CLI owes an answer: see _check_exit
+                if self._reattach is not None:  # answered from the CLI's first answer
+                    self._reattach.asked(str(json.loads(data).get("request_id")))
+                    return
                 self._note_request(data)
             if process.returncode is None:
                 try:
@@ -404,6 +380,8 @@ class NodeTransport(Transport):
                         continue
                     self._noise = None
                     if message.get("type") == "control_response":
+                        if self._reattach is not None:
+                            await self._reattach.answer(message)
                         self._answered(message)
                     if self._transcripts is not None and await self._mirrored(message):
                         continue

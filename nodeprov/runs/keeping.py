@@ -1,0 +1,148 @@
+"""Kept agents in runs: how a control plane takes over the running runs of a dead one whose
+agents are kept on their nodes (:class:`Takeover`; the steps of such a drive in
+:func:`follower`).
+
+A run's agent, kept (:func:`~nodeprov.runs.driver.kept_agent`), outlives its channel and
+its control plane for ``agent_grace`` seconds (:mod:`nodeprov.node.keeper`). The run stores
+where (``agent_keeper``); reconcile, finding the run's owner dead, takes the run over in one
+compare-and-set on its owner, attaches its node and re-attaches to the agent: the agent's
+output is read again from the start of its turn, and the first messages, those the store
+has as events of the drive, are not emitted twice. Only when the agent is gone does the run
+end as reconcile ends any orphan (failed, resumable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from ..agents import Result
+from ..errors import ConfigError, NodeGoneError, NodeprovError
+from ..node.keeper import kept_state
+from ..store import RunRecord, Store
+from .driver import Drive, Driver, Steps
+from .events import AgentMessage, AgentReattached, RunStarted
+from .launch import Launcher, Plan
+from .lease import Lease
+from .state import RunState
+
+__all__ = ["Takeover", "check_grace", "follower"]
+
+logger = logging.getLogger("nodeprov.runs")
+
+
+def check_grace(agent_grace: float | None) -> None:
+    """Refuse an ``agent_grace`` a keeper cannot keep.
+
+    Raises:
+        ConfigError: it is under 2 seconds, or not finite.
+    """
+    if agent_grace is not None and not 2 <= agent_grace < math.inf:
+        raise ConfigError(f"agent_grace must be 2 s or more, got {agent_grace!r}")
+
+
+def follower(driver: Driver, node_id: str, keeper: str, skip: int, since: float) -> Steps:
+    """The steps of a drive that took a run over: attach its node and re-attach to its kept
+    agent (``keeper``), whose first ``skip`` messages of the turn the run has; ``since`` is
+    when the run was last heard of (epoch seconds), for the gap its event says.
+
+    The steps raise :class:`~nodeprov.errors.NodeGoneError` when the agent is gone."""
+
+    async def follow(drive: Drive, plan: Plan) -> Result | None:
+        run = drive.run
+        node = await driver.attach_node(drive, plan, node_id)
+        if await kept_state(node, keeper) != "running":
+            raise NodeGoneError(f"the agent of run {run.id} is gone from node {node_id}")
+        drive.events.emit(AgentReattached, gap=round(max(0.0, time.time() - since), 3), attempts=1)
+        return await driver.run_agent(drive, plan, node, follow=(keeper, skip))
+
+    return driver.abortable(follow)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Turn:
+    """A run's stored events of its last drive: the last ``seq``, how many agent ``messages``
+    it has, and when the last was written (epoch seconds)."""
+
+    last_seq: int
+    messages: int
+    since: float
+
+
+async def _turn_so_far(store: Store, run_id: str) -> _Turn:
+    """What the store has of ``run_id``'s last drive (since its last ``run.started``).
+
+    Raises:
+        StoreError: the store failed.
+    """
+    last_seq, messages, at = 0, 0, ""
+    while batch := await store.events(run_id, after=last_seq):
+        for record in batch:
+            last_seq, at = record.seq, record.at
+            if record.kind == RunStarted.kind:
+                messages = 0
+            elif record.kind == AgentMessage.kind:
+                messages += 1
+    since = datetime.fromisoformat(at).timestamp() if at else time.time()
+    return _Turn(last_seq, messages, since)
+
+
+class Takeover:
+    """Takes over running runs of dead control planes whose agents are kept (the
+    orchestrator's reconcile asks, see :meth:`adopt`); ``launch`` drives a taken run here,
+    and ``launching`` holds the ids of those being taken, for reconcile to leave alone."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease: Lease,
+        launcher: Launcher,
+        driver: Driver,
+        *,
+        launch: Callable[[Drive, Plan, Steps], None],
+        launching: set[str],
+    ) -> None:
+        self._store = store
+        self._lease = lease
+        self._launcher = launcher
+        self._driver = driver
+        self._launch = launch
+        self._launching = launching
+
+    async def adopt(self, record: RunRecord) -> bool:
+        """Take ``record`` over (a running run whose owner is dead and whose agent is kept)
+        and drive it from where its stored events end. Whether it was taken: another
+        control plane may have been first.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        if record.node_id is None or record.agent_keeper is None:
+            return False
+        self._launching.add(record.id)
+        try:
+            if not await self._store.update_run(
+                record.id,
+                expect_states=(RunState.RUNNING,),
+                expect_owner=record.owner,
+                owner=self._lease.owner,
+            ):
+                return False
+            turn = await _turn_so_far(self._store, record.id)
+            try:
+                plan = await self._launcher.plan_adoption(record)
+            except NodeprovError:  # left to the next reconcile, which ends it
+                await self._store.update_run(record.id, expect_owner=self._lease.owner, owner=record.owner)
+                raise
+            drive = self._driver.new_drive(record.id, RunState.RUNNING, plan, turn.last_seq + 1)
+            drive.run.agent_session_id = record.agent_session_id
+            steps = follower(self._driver, record.node_id, record.agent_keeper, turn.messages, turn.since)
+            self._launch(drive, plan, steps)
+            logger.info("took over run %s of %s: re-attaching to its agent", record.id, record.owner)
+            return True
+        finally:
+            self._launching.discard(record.id)
