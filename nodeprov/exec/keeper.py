@@ -57,7 +57,8 @@ tail --pid=$$ -c 0 /dev/null >/dev/null 2>&1 || fail "missing tail --pid"
 command -v -- "$8" >/dev/null 2>&1 || fail notfound
 { mkfifo -- "$dir/in" && : >"$dir/in.log" && : >"$dir/out" && : >"$dir/err" &&
   : >"$dir/lease"; } 2>/dev/null || fail "no room in $dir"
-tail -c +1 -f "$dir/in.log" 2>/dev/null | LC_ALL=C awk -W interactive "$NP_FEED" >"$dir/in" 2>/dev/null &
+tail -s 0.005 -c +1 -f "$dir/in.log" 2>/dev/null |
+  LC_ALL=C awk -W interactive "$NP_FEED" >"$dir/in" 2>/dev/null &
 unset NP_FEED
 case $6 in =*) export PWD="${6#=}" ;; *) unset PWD ;; esac
 case $7 in =*) export SHLVL="${7#=}" ;; *) unset SHLVL ;; esac
@@ -152,12 +153,14 @@ exec 3<&-
 unset NP_WRITE
 note() { printf '%s %s\\n' "$1" "$(__np_start_of "$1")" >>"$dir/attach"; }
 note "$writer"
-printf '\\036nodeprov-keep attached %s %s %s\\n' "$pid" "$start" "$last"
 (
-  tail --pid="$pid" -s 0.1 -c +$(($3 + 1)) -f "$dir/err" >&2 2>/dev/null &
+  tail --pid="$pid" -s 0.005 -c +$(($3 + 1)) -f "$dir/err" >&2 2>/dev/null &
+  errors=$!
+  # The report first on stdout; the follower of stdout at once after it.
+  printf '\\036nodeprov-keep attached %s %s %s\\n' "$pid" "$start" "$last"
+  tail --pid="$pid" -s 0.002 -c +$(($2 + 1)) -f "$dir/out" 2>/dev/null &
   note $!
-  tail --pid="$pid" -s 0.1 -c +$(($2 + 1)) -f "$dir/out" 2>/dev/null &
-  note $!
+  note "$errors"
   wait
   size=$(stat -c %s "$dir/out" 2>/dev/null) || size=-
   n=0
