@@ -279,3 +279,39 @@ async def _node_of_record(store: Store, run_id: str, where: dict[str, Any]) -> N
     assert record is not None
     assert record.node_id is not None
     return await get_provider(where["provider"], **where["provider_settings"]).attach(record.node_id)
+
+
+async def test_a_detached_run_is_adopted_by_another_control_plane(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    """A control plane detaches from a run mid-turn (``nodeprov attach``'s Ctrl-C) and leaves;
+    its agent goes on; another adopts the run (``nodeprov attach``) and it completes."""
+    require_claude_cli()
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
+    where = local(tmp_path)
+    async with Orchestrator(store, agent_grace=60, take_over=False) as first:
+        run_ = await first.start("work long", options=run_options(scripted_model), **where)
+        await until_tool_runs(marker)
+
+        async def kept() -> bool:
+            record = await store.run(run_.id)
+            return record is not None and record.agent_keeper is not None
+
+        assert await wait_until(kept, 30)
+        await first.detach(run_.id)
+        assert await run_.wait() == "detached"
+    assert host_processes_matching(marker), "the detached agent was stopped"
+    async with Orchestrator(store, agent_grace=60, take_over=False) as second:
+        adopted = await second.adopt(run_.id)
+        node = await _node_of_record(store, run_.id, where)
+        await run(node, "touch", f"/tmp/nodeprov-flag-{marker}")
+        assert await adopted.wait() == "ok", adopted.error
+    events = [event_from_json(json.loads(e.body)) for e in await store.events(run_.id)]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [event.kind for event in events].count("run.finished") == 1
+    messages = _kinds(events)
+    assert messages.count("ToolUse") == messages.count("ToolResult") == messages.count("Result") == 1, (
+        messages
+    )
+    assert len(scripted_model.agent_requests) == 2

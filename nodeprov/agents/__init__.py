@@ -236,6 +236,14 @@ class AgentSession(ABC):
             AgentError: the agent could not be asked.
         """
 
+    async def detach(self) -> None:
+        """Leave a kept agent running (see ``keep`` of :meth:`Agent.session`): close the
+        channel to its process, not the process, whose keeper's grace counts from now; a
+        control plane re-attaches with :meth:`follow` and :attr:`keeper`. An agent that is
+        not kept is stopped, as by :meth:`aclose`. Idempotent, shielded, bounded; never
+        raises."""
+        await self.aclose()
+
     @abstractmethod
     async def aclose(self) -> None:
         """Abort: stop the agent's processes (their whole process group) and release what

@@ -64,7 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ..node import NodeHandle
-from ..node.keeper import KeepOptions, reattach
+from ..node.keeper import KeepOptions, KeptProcess, reattach
 from ..offline import demo_responses
 from ..prompts import OPENAI_IMAGE_LIMITS, ImageLimits, Prompt, prompt_text
 from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy
@@ -430,6 +430,12 @@ class CodexSession(AgentSession):
         if process is not None:
             self._interrupted = True
             await process.terminate()
+
+    async def detach(self) -> None:
+        process = self._process
+        if isinstance(process, KeptProcess):
+            await process.detach()
+        await self.aclose()
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):

@@ -282,7 +282,8 @@ class KeptProcess(SpawnedProcess):
         self._failure: NodeprovError | None = None
         self._attach_lock = anyio.Lock()
         self._write_lock = anyio.Lock()
-        self._detached = False
+        self._detached = False  # no channel any more: nothing is read or written
+        self._left = False  # detached: left running, never signalled from here
         self.stdin: ByteSendStream = _Stdin(self)
         self.stdout: ByteReceiveStream = _Journal(self, 0)
         self.stderr: ByteReceiveStream = _Journal(self, 1)
@@ -414,7 +415,7 @@ class KeptProcess(SpawnedProcess):
         return self._returncode
 
     async def _signal(self, signal: str) -> None:
-        if self._returncode is None and self.pid:
+        if self._returncode is None and self.pid and not self._left:
             script = ["-c", SIGNAL_GROUP, "nodeprov-signal", signal, str(self.pid), self._start]
             with suppress(NodeGoneError):
                 await _run(self.node, SpawnOptions("/bin/sh", script))
@@ -437,8 +438,7 @@ class KeptProcess(SpawnedProcess):
         """Close the channel and leave the process running: the keeper's grace counts from
         now, and :func:`reattach` finds it. Idempotent, shielded, bounded."""
         with anyio.CancelScope(shield=True):
-            self._detached = True
-            self._closed = True
+            self._detached = self._left = self._closed = True
             channel, self._channel = self._channel, None
             if channel is not None:
                 await _close_channel(channel)

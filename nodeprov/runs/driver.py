@@ -86,11 +86,17 @@ class Drive:
         self.progress = Progress()
         self.moving = anyio.Lock()
         self.keeper: str | None = None  # the kept agent's, as the store has it
+        self.detaching = False  # leaving the run running, its kept agent to another drive
 
     def abort(self) -> None:
         """Cancel the run's steps (provisioning, the agent), if under way."""
         if self.steps is not None:
             self.steps.cancel()
+
+    def detach(self) -> None:
+        """End this drive and leave the run running: its kept agent goes on without it."""
+        self.detaching = True
+        self.abort()
 
 
 class Driver:
@@ -159,7 +165,7 @@ class Driver:
                     return await steps(drive, plan)
                 finally:
                     drive.steps = None
-            if run.state is not RunState.PAUSING:  # cancelled by the deadline, or by a lost lease
+            if run.state is not RunState.PAUSING and not drive.detaching:  # a deadline, a lost lease
                 if plan.deadline is not None and anyio.current_time() >= scope.deadline:
                     raise DeadlineError(
                         f"the run's deadline of {plan.deadline:g} s passed ({drive.progress.waiting()})"
@@ -169,17 +175,6 @@ class Driver:
 
         return cut_short
 
-    async def attach_node(self, drive: Drive, plan: Plan, node_id: str) -> NodeHandle:
-        """The run's live node ``node_id``, attached through its provider, in ``drive.node``.
-
-        Raises:
-            NodeGoneError: the node is gone.
-            ProviderError, ConfigError: the provider failed, or its settings are wrong.
-        """
-        provider = await self._nodes.provider(plan.provider, plan.provider_settings)
-        drive.node = await provider.attach(node_id)
-        return drive.node
-
     async def drive(self, drive: Drive, plan: Plan, steps: Steps | None = None) -> None:
         """Drive the run to a state nobody drives and write its last event; the caller then
         ends the drive's events (:meth:`RunEvents.end`). Never raises: whatever fails ends
@@ -188,7 +183,9 @@ class Driver:
         run = drive.run
         try:
             result = await (steps or self.abortable(self._provisioned))(drive, plan)
-            if run.state is RunState.PAUSING:
+            if drive.detaching:
+                pass  # the run goes on, with no drive until one takes it over
+            elif run.state is RunState.PAUSING:
                 await self._settle_pause(drive)
             elif result is not None and not result.is_error:
                 if await self._move(drive, RunState.FINISHING):
@@ -206,7 +203,7 @@ class Driver:
                 if run.state is RunState.PAUSING:  # cancelled while pausing: finish the pause
                     with suppress(Exception):
                         await self._settle_pause(drive)
-                if run.state.live:
+                if run.state.live and not drive.detaching:
                     await self._fail(drive, "the control plane stopped before the run could pause")
             await self._close(drive)
 
@@ -427,7 +424,10 @@ class Driver:
             ended = True
         finally:
             drive.session = None
-            await _close_session(session, node, self._teardown, at_once=not ended and drive.pause is None)
+            if drive.detaching:
+                await session.detach()
+            else:
+                await _close_session(session, node, self._teardown, at_once=not ended and drive.pause is None)
         return result
 
     async def _settle_pause(self, drive: Drive) -> None:
@@ -475,9 +475,15 @@ class Driver:
                 logger.exception("could not record the failure of run %s", run.id)
 
     async def _close(self, drive: Drive) -> None:
-        """Report the end of this drive: the last event, flushed."""
+        """Report the end of this drive: the last event, flushed. A detached drive's run goes
+        on: it keeps its node, and has no last event yet."""
         run = drive.run
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
+            if drive.detaching and run.state.live:
+                run.outcome = "detached"
+                with suppress(Exception):
+                    await self._journal.flush()
+                return
             with suppress(Exception):
                 await self._release(drive)  # a failure before the release path, say
             run.outcome = run.state.outcome or "error"

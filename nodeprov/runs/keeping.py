@@ -21,13 +21,14 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ..agents import Result
-from ..errors import ConfigError, NodeGoneError, NodeprovError
+from ..errors import ConfigError, NodeGoneError, NodeprovError, RunStateError
 from ..node.keeper import kept_state
 from ..store import RunRecord, Store
 from .driver import Drive, Driver, Steps
 from .events import AgentMessage, AgentReattached, RunStarted
 from .launch import Launcher, Plan
-from .lease import Lease
+from .lease import Lease, owner_check
+from .nodes import Nodes
 from .state import RunState
 
 __all__ = ["Takeover", "check_grace", "follower"]
@@ -45,7 +46,7 @@ def check_grace(agent_grace: float | None) -> None:
         raise ConfigError(f"agent_grace must be 2 s or more, got {agent_grace!r}")
 
 
-def follower(driver: Driver, node_id: str, keeper: str, skip: int, since: float) -> Steps:
+def follower(driver: Driver, nodes: Nodes, node_id: str, keeper: str, *, skip: int, since: float) -> Steps:
     """The steps of a drive that took a run over: attach its node and re-attach to its kept
     agent (``keeper``), whose first ``skip`` messages of the turn the run has; ``since`` is
     when the run was last heard of (epoch seconds), for the gap its event says.
@@ -54,7 +55,8 @@ def follower(driver: Driver, node_id: str, keeper: str, skip: int, since: float)
 
     async def follow(drive: Drive, plan: Plan) -> Result | None:
         run = drive.run
-        node = await driver.attach_node(drive, plan, node_id)
+        provider = await nodes.provider(plan.provider, plan.provider_settings)
+        node = drive.node = await provider.attach(node_id)
         if await kept_state(node, keeper) != "running":
             raise NodeGoneError(f"the agent of run {run.id} is gone from node {node_id}")
         drive.events.emit(AgentReattached, gap=round(max(0.0, time.time() - since), 3), attempts=1)
@@ -102,6 +104,7 @@ class Takeover:
         lease: Lease,
         launcher: Launcher,
         driver: Driver,
+        nodes: Nodes,
         *,
         launch: Callable[[Drive, Plan, Steps], None],
         launching: set[str],
@@ -110,8 +113,31 @@ class Takeover:
         self._lease = lease
         self._launcher = launcher
         self._driver = driver
+        self._nodes = nodes
         self._launch = launch
         self._launching = launching
+
+    async def adopt_run(self, run_id: str) -> None:
+        """Take over ``run_id``, a running run whose control plane is dead and whose agent is
+        kept, and drive it here from where its stored events end (as :meth:`adopt` does for
+        reconcile).
+
+        Raises:
+            RunStateError: no such run; or it is not running, its control plane lives (or
+                cannot be told dead), its agent is not kept, or another took it first.
+            StoreError: the store failed.
+        """
+        record = await self._store.run(run_id)
+        if record is None:
+            raise RunStateError(f"no run {run_id}")
+        if record.state != RunState.RUNNING or record.agent_keeper is None:
+            raise RunStateError(
+                f"run {run_id} is {record.state}, its agent not kept: it cannot be taken over"
+            )
+        if record.owner != self._lease.owner and (await owner_check(self._store))(record.owner) is not False:
+            raise RunStateError(f"run {run_id} is driven by a live control plane ({record.owner})")
+        if not await self.adopt(record):
+            raise RunStateError(f"run {run_id} was taken over by another control plane")
 
     async def adopt(self, record: RunRecord) -> bool:
         """Take ``record`` over (a running run whose owner is dead and whose agent is kept)
@@ -140,7 +166,14 @@ class Takeover:
                 raise
             drive = self._driver.new_drive(record.id, RunState.RUNNING, plan, turn.last_seq + 1)
             drive.run.agent_session_id = record.agent_session_id
-            steps = follower(self._driver, record.node_id, record.agent_keeper, turn.messages, turn.since)
+            steps = follower(
+                self._driver,
+                self._nodes,
+                record.node_id,
+                record.agent_keeper,
+                skip=turn.messages,
+                since=turn.since,
+            )
             self._launch(drive, plan, steps)
             logger.info("took over run %s of %s: re-attaching to its agent", record.id, record.owner)
             return True

@@ -92,13 +92,14 @@ class Orchestrator:
         keep_for: float = 86400.0,
         provider_settings: Mapping[str, Mapping[str, Any]] | None = None,
         agent_grace: float | None = None,
+        take_over: bool = True,
     ) -> None:
         if not keep_for > 0:
             raise ConfigError(f"keep_for must be positive, got {keep_for!r}")
         check_grace(agent_grace)
         self.agent_grace = agent_grace
         """Seconds a run's agent runs on, kept, with no control plane attached; reconcile takes
-        such runs over (None: not kept; the stdin guard stops an agent whose channel closes)."""
+        such runs over with ``take_over`` (None: not kept, stopped when its channel closes)."""
         self.store = store
         self.keep_for = keep_for
         """How long a node kept for a paused run's resume is kept at most (a day by default)."""
@@ -129,15 +130,16 @@ class Orchestrator:
         )
         self._launcher = Launcher(store, self._lease, self._nodes)
         self._pauses = PauseRequests(store, self._lease, live=self._runs.get, spawn=self._spawn)
-        takeover = Takeover(
+        self._takeover = Takeover(
             store,
             self._lease,
             self._launcher,
             self._driver,
+            self._nodes,
             launch=self._drive_here,
             launching=self._launching,
         )
-        adopt = takeover.adopt if agent_grace is not None else None
+        adopt = self._takeover.adopt if agent_grace is not None and take_over else None
         self._reconciler = Reconciler(store, self._lease, self._nodes, driven=self._driven, adopt=adopt)
 
     @property
@@ -151,11 +153,11 @@ class Orchestrator:
         await self._lease.take()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(self._every, self.lease_ttl / 3, self._lease.renew, "lease heartbeat")
-        self._tg.start_soon(self._every, self._poll_interval, self._pauses.serve, "pause requests")
+        self._tg.start_soon(_every, self.lease_ttl / 3, self._lease.renew, "lease heartbeat")
+        self._tg.start_soon(_every, self._poll_interval, self._pauses.serve, "pause requests")
         self._tg.start_soon(self._journal.write_forever)
         if self.reconcile_interval > 0:
-            self._tg.start_soon(self._every, self.reconcile_interval, self.reconcile, "reconcile")
+            self._tg.start_soon(_every, self.reconcile_interval, self.reconcile, "reconcile")
         return self
 
     async def __aexit__(
@@ -193,14 +195,6 @@ class Orchestrator:
     def _spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
         assert self._tg is not None
         self._tg.start_soon(task)
-
-    async def _every(self, interval: float, step: Callable[[], Awaitable[Any]], name: str) -> None:
-        while True:
-            await anyio.sleep(interval)
-            try:
-                await step()
-            except Exception:
-                logger.exception("%s failed; trying again in %g s", name, interval)
 
     # -- starting and resuming ---------------------------------------------------------
 
@@ -405,6 +399,22 @@ class Orchestrator:
 
     # -- across processes --------------------------------------------------------------
 
+    async def adopt(self, run_id: str) -> Run:
+        """Take ``run_id`` over and drive it here (``nodeprov attach``): see
+        :meth:`~nodeprov.runs.keeping.Takeover.adopt_run`, which raises."""
+        await self._takeover.adopt_run(run_id)
+        return self.run(run_id)
+
+    async def detach(self, run_id: str) -> None:
+        """Stop driving ``run_id`` here, leaving it running, its kept agent too, for another to
+        take over once this control plane leaves (:meth:`adopt`). Raises RunStateError: it is
+        not driven here, or its agent is not kept."""
+        drive = self._runs.get(run_id)
+        if drive is None or self.agent_grace is None:
+            raise RunStateError(f"run {run_id} is not driven here with its agent kept")
+        drive.detach()
+        await drive.events.wait_ended()
+
     async def request_pause(
         self, run_id: str, kind: PauseKind = "external", reason: str = "", *, keep_node: bool | None = None
     ) -> str:
@@ -465,3 +475,12 @@ class Orchestrator:
             StoreError: the store failed.
         """
         return await self._reconciler.collect_garbage(provider, dry_run=dry_run, settle=settle)
+
+
+async def _every(interval: float, step: Callable[[], Awaitable[Any]], name: str) -> None:
+    while True:
+        await anyio.sleep(interval)
+        try:
+            await step()
+        except Exception:
+            logger.exception("%s failed; trying again in %g s", name, interval)

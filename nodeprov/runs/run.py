@@ -71,7 +71,8 @@ class Run:
         return self._events.replay(after=after)
 
     async def wait(self) -> str:
-        """Wait until nobody drives the run; return its outcome (ok, paused, error)."""
+        """Wait until nobody drives the run here; return its outcome (ok, paused, error), or
+        ``detached`` when this control plane left it running (:meth:`Orchestrator.detach`)."""
         await self._events.wait_ended()
         assert self.outcome is not None  # set before the drive ends
         return self.outcome

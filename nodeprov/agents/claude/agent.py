@@ -265,6 +265,11 @@ class ClaudeSession(AgentSession):
         if self._client is not None:
             await self._client.interrupt()
 
+    async def detach(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._transport.detach()
+            await self.aclose()
+
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             client, self._client = self._client, None

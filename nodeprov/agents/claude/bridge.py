@@ -51,7 +51,7 @@ from claude_agent_sdk._internal._task_compat import TaskHandle, spawn_detached
 
 from ...errors import AgentError, AgentExitError, AgentOutputError, ConfigError, NodeprovError
 from ...node import NodeHandle
-from ...node.keeper import KeepOptions, reattach
+from ...node.keeper import KeepOptions, KeptProcess, reattach
 from ...spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
 from .._guard import EndInput, start_agent
 from .command import agent_command, agent_environment
@@ -205,8 +205,8 @@ class NodeTransport(Transport):
         self._spawn = spawn
         self._transcripts = transcripts
         self._node = node
-        self._option_files = OptionFiles(node, self._options_home(options)) if node is not None else None
         self._options = options or ClaudeAgentOptions()
+        self._option_files = OptionFiles(node, self._options.env.get("CLAUDE_CONFIG_DIR"))
         self.cli_path = cli_path or (str(self._options.cli_path) if self._options.cli_path else "claude")
         self._stop_policy = stop_policy or StopPolicy()
         self._exit_timeout = exit_timeout
@@ -263,9 +263,7 @@ class NodeTransport(Transport):
             self._stderr_task = spawn_detached(self._drain_stderr(kept))
             self._ready = True
             return
-        argv = self.command()
-        if self._option_files is not None:
-            argv = await self._option_files.written(argv)
+        argv = await self._option_files.written(self.command())
         cwd = str(self._options.cwd) if self._options.cwd else None
         spawn_options = SpawnOptions(argv[0], argv[1:], cwd=cwd, env=agent_environment(self._options))
         self._input_ended = False
@@ -279,20 +277,12 @@ class NodeTransport(Transport):
                 self._end_input = process.stdin.aclose
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self._remove_option_files()
+                await self._option_files.remove()
             raise
         process.stop_policy = self._stop_policy
         self._process = process
         self._stderr_task = spawn_detached(self._drain_stderr(process))
         self._ready = True
-
-    @staticmethod
-    def _options_home(options: ClaudeAgentOptions | None) -> str | None:
-        return (options.env if options is not None else {}).get("CLAUDE_CONFIG_DIR")
-
-    async def _remove_option_files(self) -> None:
-        if self._option_files is not None:
-            await self._option_files.remove()
 
     def is_ready(self) -> bool:
         return self._ready
@@ -526,6 +516,14 @@ class NodeTransport(Transport):
         finally:
             emit(bytes(pending))
 
+    async def detach(self) -> None:
+        """Leave a kept CLI running: close its channel, not the CLI (see
+        :meth:`KeptProcess.detach`); a CLI that is not kept is stopped, as by :meth:`close`."""
+        if isinstance(self._process, KeptProcess):
+            await self._process.detach()  # its option files stay: the CLI still reads them
+            self._option_files = OptionFiles(None, None)
+        await self.close()
+
     async def close(self) -> None:
         """Stop the CLI (stdin EOF, then SIGTERM, then SIGKILL) and release everything.
 
@@ -547,7 +545,7 @@ class NodeTransport(Transport):
             except NodeprovError as error:  # its node is gone or out of reach: nothing to stop
                 logger.warning("stopping the agent process: %s", error)
             finally:
-                await self._remove_option_files()
+                await self._option_files.remove()
                 task, self._stderr_task = self._stderr_task, None
                 if task is not None:
                     with anyio.move_on_after(1):

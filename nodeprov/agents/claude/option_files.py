@@ -22,11 +22,11 @@ class OptionFiles:
     """The values of :data:`SECRET_FLAGS` in a CLI's argument vector, moved into 0600 files
     in a directory of their own on ``node``, under ``home`` (else the node's ``HOME``, else
     its workdir) in ``.nodeprov/``: any user of a node can read arguments (``ps``, an
-    engine's exec inspection)."""
+    engine's exec inspection). Without a node (a bare spawn function) they stay arguments."""
 
-    def __init__(self, node: NodeHandle, home: str | None) -> None:
+    def __init__(self, node: NodeHandle | None, home: str | None) -> None:
         self._node = node
-        self._home = home or node.base_env.get("HOME") or node.workdir
+        self._home = home or (node.base_env.get("HOME") or node.workdir if node is not None else "")
         self._directory: str | None = None
 
     async def written(self, argv: list[str]) -> list[str]:
@@ -35,6 +35,8 @@ class OptionFiles:
         Raises:
             NodeFileError, NodeGoneError: a file could not be written.
         """
+        if self._node is None:
+            return argv
         argv = list(argv)
         for index in range(1, len(argv)):
             if argv[index - 1] in SECRET_FLAGS and argv[index].lstrip().startswith("{"):
@@ -48,7 +50,7 @@ class OptionFiles:
     async def remove(self) -> None:
         """Remove the files, where the node still answers; bounded, never raises."""
         directory, self._directory = self._directory, None
-        if directory is None:
+        if directory is None or self._node is None:
             return
         with anyio.move_on_after(5), suppress(NodeprovError):
             async with await self._node.spawn(SpawnOptions("rm", ["-rf", "--", directory])) as remover:

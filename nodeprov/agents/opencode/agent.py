@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ...node import NodeHandle
-from ...node.keeper import KeepOptions
+from ...node.keeper import KeepOptions, KeptProcess
 from ...offline import demo_chat
 from ...prompts import (
     ANTHROPIC_IMAGE_LIMITS,
@@ -424,6 +424,12 @@ class OpenCodeSession(AgentSession):
             # which a node that waits for every process of the turn (a local one) waits for.
             with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, NodeprovError):
                 await process.stdin.aclose()
+
+    async def detach(self) -> None:
+        process = self._process
+        if isinstance(process, KeptProcess):
+            await process.detach()
+        await self.aclose()
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
