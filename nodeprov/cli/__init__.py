@@ -1,7 +1,7 @@
 """The ``nodeprov`` command line: a thin layer over the library (typer + rich).
 
 :mod:`.app` holds the app, error handling and shared options; :mod:`.runs`, :mod:`.nodes`,
-:mod:`.agents` and :mod:`.tokens` the commands; :mod:`.render` and :mod:`.events` what they
+:mod:`.agents`, :mod:`.attach` and :mod:`.tokens` the commands; :mod:`.render` and :mod:`.events` what they
 print; :mod:`.drive` how ``run`` and ``resume`` drive a run.
 """
 
@@ -12,13 +12,13 @@ import os
 import sys
 from contextlib import suppress
 
-from . import agents, nodes, runs, serve, tokens
+from . import agents, attach, nodes, runs, serve, tokens
 from .app import app
 
 __all__ = ["app", "main"]
 
 # Importing the command modules registers their commands on the app.
-del agents, nodes, runs, serve, tokens
+del agents, attach, nodes, runs, serve, tokens
 
 
 def main() -> None:

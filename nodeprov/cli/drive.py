@@ -41,6 +41,7 @@ class RunRequest:
     json_output: bool
     deadline: float | None
     idle_timeout: float | None
+    agent_grace: float | None = None
 
 
 Start = Callable[[Orchestrator, dict[str, Any]], Awaitable[Run]]
@@ -54,7 +55,9 @@ async def drive_run(request: RunRequest, start: Start) -> str:
         secrets = secret_settings_from_env(None)  # what a reconcile of others' runs may need
         async with (
             await Store.open(request.store) as store,
-            Orchestrator(store, provider_settings=secrets) as orchestrator,
+            Orchestrator(
+                store, provider_settings=secrets, agent_grace=request.agent_grace, take_over=False
+            ) as orchestrator,
         ):
             await _reconcile(orchestrator)
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:

@@ -65,6 +65,15 @@ IdleTimeoutOption = Annotated[
     float | None,
     typer.Option(help="End the run as failed when the agent makes no progress for this many seconds."),
 ]
+AgentGraceOption = Annotated[
+    float,
+    typer.Option(
+        help="Keep the agent on its node: it outlives a dropped connection, and this command, for "
+        "this many seconds with no control plane attached (`nodeprov attach RUN` takes it over). "
+        "0: not kept (stopped when its connection drops).",
+        min=0,
+    ),
+]
 PermissionOption = Annotated[
     str | None,
     typer.Option(
@@ -170,6 +179,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     ] = False,
     timeout: TimeoutOption = None,
     idle_timeout: IdleTimeoutOption = None,
+    agent_grace: AgentGraceOption = 0,
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -200,7 +210,16 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
         full_prompt = _prompt(prompt, image)
         get_agent(chosen, options).prepare_prompt(full_prompt)  # refused: before a run is recorded
         request = RunRequest(
-            prompt, model, chosen, options, keep_node, store, json_output, timeout, idle_timeout
+            prompt,
+            model,
+            chosen,
+            options,
+            keep_node,
+            store,
+            json_output,
+            timeout,
+            idle_timeout,
+            agent_grace or None,
         )
 
         async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:
@@ -245,6 +264,7 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
     keep_node: Annotated[bool, typer.Option(help="When paused again, keep the node.")] = False,
     timeout: TimeoutOption = None,
     idle_timeout: IdleTimeoutOption = None,
+    agent_grace: AgentGraceOption = 0,
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -259,7 +279,16 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
         options = _agent_options(model, env, permission, option)
         full_message = _prompt(message, image)
         request = RunRequest(
-            message, model, record.agent, options, keep_node, store, json_output, timeout, idle_timeout
+            message,
+            model,
+            record.agent,
+            options,
+            keep_node,
+            store,
+            json_output,
+            timeout,
+            idle_timeout,
+            agent_grace or None,
         )
 
         async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:

@@ -1,0 +1,98 @@
+"""``nodeprov attach``: a ``nodeprov run --agent-grace`` SIGKILLed mid-turn is taken over from
+another shell; Ctrl-C detaches it and leaves it going; another ``nodeprov attach`` sees it
+to its end. The real Claude Code CLI, a scripted model, a local node."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from nodeprov.runs import event_from_json
+from nodeprov.store import Store
+from nodeprov.testing import ScriptedModel, Text, ToolUse
+from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
+
+from .agents import TURN_TIMEOUT, require_claude_cli, until_tool_runs
+from .test_cli_signals import environment, real_model
+from .test_kept_agents import _waiting_tool
+
+pytestmark = pytest.mark.anyio
+
+
+def _nodeprov(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "nodeprov", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=environment(tmp_path),
+    )
+
+
+async def _until_said(process: subprocess.Popen[str], kind: str) -> list[dict[str, object]]:
+    """The ``--json`` events ``process`` prints, up to the first of ``kind``."""
+    assert process.stdout is not None
+    seen: list[dict[str, object]] = []
+    with anyio.fail_after(TURN_TIMEOUT):
+        while not seen or seen[-1]["type"] != kind:
+            line = await anyio.to_thread.run_sync(process.stdout.readline)
+            assert line, f"it ended before {kind}: {process.communicate()}"
+            seen.append(json.loads(line))
+    return seen
+
+
+async def test_a_sigkilled_run_is_attached_detached_and_attached_again(
+    scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    require_claude_cli()
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
+    where = ["-s", f"root={tmp_path / 'nodes'}"]
+    first = _nodeprov(
+        tmp_path, "run", "--json", "--agent-grace", "60", *real_model(scripted_model), *where, "task"
+    )
+    started = await _until_said(first, "run.started")
+    run_id = str(started[0]["run_id"])
+    await until_tool_runs(marker)
+    async with await Store.open(f"sqlite:///{tmp_path}/store.db") as store:
+
+        async def kept() -> bool:
+            record = await store.run(run_id)
+            return record is not None and record.agent_keeper is not None
+
+        assert await wait_until(kept, 30)
+        first.kill()  # SIGKILL: nothing of `nodeprov run` cleans up
+        first.communicate(timeout=30)
+
+        attached = _nodeprov(tmp_path, "attach", "--json", run_id)
+        await _until_said(attached, "agent.reattached")
+        attached.send_signal(signal.SIGINT)  # Ctrl-C: detach, leave the run going
+        _, said = attached.communicate(timeout=60)
+        assert attached.returncode == 0, said
+        assert "detached" in said
+        assert host_processes_matching(marker), "the detached agent was stopped"
+
+        again = _nodeprov(tmp_path, "attach", "--json", run_id)
+        await _until_said(again, "agent.reattached")
+        (Path("/tmp") / f"nodeprov-flag-{marker}").touch()
+        out, said = again.communicate(timeout=TURN_TIMEOUT)
+        assert again.returncode == 0, said
+        assert json.loads(out.splitlines()[-1])["type"] == "run.finished"
+        events = [event_from_json(json.loads(e.body)) for e in await store.events(run_id)]
+    kinds = [event.kind for event in events]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert kinds.count("agent.reattached") == 2
+    assert kinds.count("run.finished") == 1
+    messages = [type(e.message).__name__ for e in events if e.kind == "agent.message"]  # type: ignore[attr-defined]
+    assert messages.count("ToolUse") == messages.count("ToolResult") == messages.count("Result") == 1, (
+        messages
+    )
+    assert len(scripted_model.agent_requests) == 2
+    assert host_processes_matching(marker) == []
