@@ -112,6 +112,14 @@ def _where(provider: str, tmp_path: Path, request: pytest.FixtureRequest) -> dic
     return local(tmp_path) if provider == "local" else on_docker(request.getfixturevalue("base_image"))
 
 
+def _codex_waiting(responses: ScriptedResponses, marker: str) -> dict[str, Any]:
+    """``Orchestrator.start`` arguments of a Codex run whose command waits for its flag."""
+    require_codex_cli()
+    command = ["sh", "-c", _waiting_tool(marker).removeprefix("sh -c '").removesuffix("'")]
+    responses.extend([ExecCommand(command), ResponsesText("all done")])
+    return {"agent": "codex", "options": codex_run_options(responses)}
+
+
 def _kinds(events: list[RunEvent]) -> list[str]:
     return [type(event.message).__name__ for event in events if isinstance(event, AgentMessage)]
 
@@ -138,11 +146,8 @@ async def test_a_codex_turn_goes_on_across_a_dropped_channel(
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
-    require_codex_cli()
     marker = unique_marker()
-    command = ["sh", "-c", _waiting_tool(marker).removeprefix("sh -c '").removesuffix("'")]
-    scripted_responses.extend([ExecCommand(command), ResponsesText("all done")])
-    start = {"agent": "codex", "options": codex_run_options(scripted_responses)}
+    start = _codex_waiting(scripted_responses, marker)
     events = await _goes_on_across_a_drop(store, _where(provider, tmp_path, request), marker, start)
     messages = _kinds(events)
     # (Whether Codex reports this command's completion varies, kept or not, seen without a
@@ -280,11 +285,8 @@ async def test_a_killed_control_plane_s_kept_run_is_taken_over_and_completes(
 async def test_a_killed_control_plane_s_kept_codex_run_is_taken_over_and_completes(
     store: Store, scripted_responses: ScriptedResponses, tmp_path: Path
 ) -> None:
-    require_codex_cli()
     marker = unique_marker()
-    command = ["sh", "-c", _waiting_tool(marker).removeprefix("sh -c '").removesuffix("'")]
-    scripted_responses.extend([ExecCommand(command), ResponsesText("all done")])
-    start = {"agent": "codex", "options": codex_run_options(scripted_responses)}
+    start = _codex_waiting(scripted_responses, marker)
     messages = _kinds(await _taken_over(store, local(tmp_path), marker, start))
     # The command's start was an event before the kill: once, not again from the journal.
     # (Whether Codex reports this command's completion varies, kept or not, seen without a

@@ -533,6 +533,8 @@ class _Journal(ByteReceiveStream):
         process = self._process
         while not self._done:
             channel, generation = process._channel, process._generation
+            if process._detached:
+                raise anyio.EndOfStream  # this handle let go of the process (detach, close)
             if channel is None:
                 await process._recover(generation, "no channel")
                 continue
@@ -552,7 +554,8 @@ class _Journal(ByteReceiveStream):
                 ):
                     if self._which == 1 and process._returncode is not None:
                         break
-                    await process._recover(generation, "its output ended early")
+                    if not process._detached:
+                        await process._recover(generation, "its output ended early")
                     continue
             data = chunk if self._which == 1 else self._take(chunk)
             if data:

@@ -33,6 +33,9 @@ in order. Each step is an object with one key:
 - ``{"close_stdout": true}``: close stdout but keep running (later output is lost).
 - ``{"spawn": ["sh", "-c", "..."]}``: start a background child, like a Bash tool, with its
   standard streams on /dev/null.
+- ``{"ask": "subtype"}``: send the SDK a control request of that subtype (``can_use_tool``
+  for Bash, say) and wait for its answer, then say ``answered: SUBTYPE`` (the answer's
+  subtype: success or error) as an assistant message.
 - ``{"wait_for": "path"}``: wait until the file exists (relative to the working directory),
   like a tool call that waits for a spawned child's sign of life; an interrupt ends the
   turn meanwhile.
@@ -73,7 +76,7 @@ __all__ = ["fake_agent_command"]
 
 MODEL = "fake-model"
 STEPS = {"text", "sleep", "stall", "retry", "error_result", "exit", "garbage", "stderr", "ignore_term"}
-STEPS |= {"close_stdout", "spawn", "wait_for", "write_file", "stream", "deaf"}
+STEPS |= {"close_stdout", "spawn", "wait_for", "write_file", "stream", "deaf", "ask"}
 _USAGE = {
     "input_tokens": 10,
     "output_tokens": 5,
@@ -120,6 +123,7 @@ class _Agent:
         self.queued: list[dict[str, Any]] = []  # user messages that came during a turn
         self.eof = False
         self.deaf = False
+        self.answers: dict[str, str] = {}  # answers to its own control requests, by id
         self.turns = 0
         self.mirror = "--session-mirror" in argv
         config = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.expanduser("~/.claude")
@@ -202,6 +206,9 @@ class _Agent:
                 self.queued.append(message)
             elif message.get("type") == "control_request":
                 self.control(message, in_turn)
+            elif message.get("type") == "control_response":
+                response = message.get("response") or {}
+                self.answers[str(response.get("request_id"))] = str(response.get("subtype"))
 
     def control(self, message: dict[str, Any], in_turn: bool) -> None:
         if self.deaf:
@@ -334,6 +341,13 @@ class _Agent:
                 elif kind == "wait_for":
                     while not os.path.exists(value):
                         self.wait(0.02)
+                elif kind == "ask":
+                    asked = f"req_ask_{len(self.answers)}_{_uid()[:8]}"
+                    request = {"subtype": value, "tool_name": "Bash", "input": {"command": "true"}}
+                    self.emit({"type": "control_request", "request_id": asked, "request": request})
+                    while asked not in self.answers:
+                        self.wait(0.02)
+                    self.assistant(f"answered: {self.answers[asked]}")
                 elif kind == "stream":
                     count, size, interval = value
                     padding = "x" * int(size)
