@@ -336,3 +336,48 @@ async def test_a_detached_run_is_adopted_by_another_control_plane(
         messages
     )
     assert len(scripted_model.agent_requests) == 2
+
+
+async def test_a_run_pauses_after_a_re_attach(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    """Interrupt and pause go through the re-attached channel."""
+    require_claude_cli()
+    where, marker = local(tmp_path), unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("unreachable")])
+    async with Orchestrator(store, agent_grace=60, take_over=False) as plane:
+        dropped = await plane.start("work long", options=run_options(scripted_model), **where)
+        await until_tool_runs(marker)
+        await _kill_attaches(await _node_of(dropped, where))
+        await _until(dropped, (AgentDetached, AgentReattached))
+        snapshot = await dropped.pause("human", "after a re-attach")
+        assert await dropped.wait() == "paused"
+    assert snapshot.agent_session_id
+    assert host_processes_matching(marker) == []
+
+
+async def test_a_run_pauses_after_a_take_over(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    """A run detached by one control plane and adopted by another pauses there."""
+    require_claude_cli()
+    where, marker = local(tmp_path), unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("unreachable")])
+    async with Orchestrator(store, agent_grace=60, take_over=False) as plane:
+        detached = await plane.start("work long", options=run_options(scripted_model), **where)
+        await until_tool_runs(marker)
+
+        async def kept() -> bool:
+            record = await store.run(detached.id)
+            return record is not None and record.agent_keeper is not None
+
+        assert await wait_until(kept, 30)
+        await plane.detach(detached.id)
+    async with Orchestrator(store, agent_grace=60, take_over=False) as other:
+        adopted = await other.adopt(detached.id)
+        await _until(adopted, (AgentReattached,))
+        await adopted.pause("human", "after a take-over")
+        assert await adopted.wait() == "paused"
+    assert host_processes_matching(marker) == []
+    kinds = [e.kind for e in [event_from_json(json.loads(r.body)) for r in await store.events(detached.id)]]
+    assert kinds.count("run.paused") == kinds.count("run.finished") == 1
