@@ -46,12 +46,15 @@ STATE_TIMEOUT = 30.0  # a run reaching a state it has no bound of its own for
 
 
 @asynccontextmanager
-async def replicas(tmp_path: Path, store: str, count: int = 2) -> AsyncIterator[list[Served]]:
-    """``count`` replicas on ``store``, each with its own log (``replica-a.log``...)."""
+async def replicas(tmp_path: Path, store: str, count: int = 2, **config: Any) -> AsyncIterator[list[Served]]:
+    """``count`` replicas on ``store`` with ``config`` over :data:`CONFIG`, each with its own
+    log (``replica-a.log``...)."""
     async with AsyncExitStack() as stack:
         yield [
             await stack.enter_async_context(
-                serving(tmp_path, store=store, config=CONFIG, name=f"replica-{chr(ord('a') + index)}")
+                serving(
+                    tmp_path, store=store, config=CONFIG | config, name=f"replica-{chr(ord('a') + index)}"
+                )
             )
             for index in range(count)
         ]
@@ -293,6 +296,41 @@ async def test_a_replica_killed_mid_run_is_reconciled_by_a_survivor_and_followed
         last = (await history(postgres_url, run_id))[-1]["seq"]
         with anyio.fail_after(STATE_TIMEOUT):
             assert [event async for event in via_b.events(run_id, after=last)] == []
+
+
+async def test_a_replica_killed_mid_turn_has_its_kept_agent_taken_over_by_a_survivor(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """With ``agent_grace``, the survivor takes the dead replica's run over instead of failing
+    it: the agent streams on, and every message reaches the run's events and the clients
+    following through either replica once, in order, to the run's successful end."""
+    count = 300
+    steps: list[dict[str, Any]] = [{"stream": [count, 64, 0.01]}]
+    async with replicas(tmp_path, postgres_url, agent_grace=60) as (a, b), Client(b.url) as via_b:
+        async with Client(a.url) as via_a:
+            run_id = (await via_a.start(**fake_run(tmp_path, steps)))["id"]
+        followed = Followed()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(follow, [a.url, b.url], run_id, followed))
+            with anyio.fail_after(STATE_TIMEOUT):
+                await followed.wait_for(50)  # the run streams through A
+            a.process.kill()
+            killed = time.monotonic()
+            with anyio.fail_after(RECONCILE_BOUND + STATE_TIMEOUT):
+                done = await via_b.wait(run_id)
+            took = time.monotonic() - killed
+            tg.cancel_scope.deadline = anyio.current_time() + STATE_TIMEOUT
+        print(f"SIGKILL to the run's end through B: {took:.2f} s")
+        assert (done["state"], done["outcome"]) == ("finished", "ok"), done
+        stored = await history(postgres_url, run_id)
+        assert [event["type"] for event in stored].count("agent.reattached") == 1
+        assert_every_event_once_in_order(followed.events, stored)
+        streamed = [
+            str(event["message"]["text"])
+            for event in followed.events
+            if event["type"] == "agent.message" and event["message"].get("kind") == "text"
+        ]
+        assert len(streamed) == count == len(set(streamed))  # each streamed message once
 
 
 async def _noting_the_end(ended: list[str], name: str, task: Callable[[], Awaitable[None]]) -> None:

@@ -46,6 +46,14 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
     node_ttl: Annotated[
         float | None, typer.Option(help="Default lifetime of a node, in hours (default 24).")
     ] = None,
+    agent_grace: Annotated[
+        float | None,
+        typer.Option(
+            help="Keep runs' agents on their nodes: they outlive a dropped connection and a dead "
+            "replica for this many seconds, and any replica takes such a run over (default: not kept).",
+            min=2,
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (see the README's "The service"): nodes, runs, events as
     server-sent events. Stops gracefully on SIGTERM or Ctrl-C: each replica pauses the runs
@@ -66,6 +74,7 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
             "port": port,
             "providers": tuple(provider) if provider else None,
             "node_ttl": node_ttl * 3600 if node_ttl is not None else None,
+            "agent_grace": agent_grace,
         }
         try:
             base = json.loads(os.environ.get(CONFIG_VARIABLE) or "{}")

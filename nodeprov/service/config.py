@@ -53,6 +53,13 @@ class ServiceConfig(Settings):
         "(told so in a last event named 'cutoff'; it reconnects with Last-Event-ID).",
     )
     lease_ttl: float = Field(default=30.0, gt=0, description="The replica's lease in the store, in seconds.")
+    agent_grace: float | None = Field(
+        default=None,
+        ge=2,
+        description="Keep each run's agent on its node: it outlives a dropped connection and a dead "
+        "replica for this many seconds with none attached, and any replica's reconcile takes such a "
+        "run over. None: agents are not kept (a dead replica's runs fail, resumable).",
+    )
     poll_interval: float = Field(
         default=0.5, gt=0, description="How often runs driven by another replica are polled for events."
     )
