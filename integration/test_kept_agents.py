@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 from nodeprov import NodeHandle, get_provider
+from nodeprov.node.keeper import kept_state
 from nodeprov.runs import (
     AgentDetached,
     AgentMessage,
@@ -222,7 +223,7 @@ anyio.run(main)
 
 
 async def _taken_over(
-    store: Store, where: dict[str, Any], marker: str, start: dict[str, Any]
+    store: Store, where: dict[str, Any], marker: str, start: dict[str, Any], *, ends_first: bool = False
 ) -> list[RunEvent]:
     """Start a run whose tool waits for its flag in a control plane of its own, SIGKILL that
     while the tool runs, take the run over here (reconcile), raise the flag: the run's events,
@@ -245,6 +246,20 @@ async def _taken_over(
         plane.kill()  # SIGKILL: the control plane gets no chance to clean up
         await plane.wait()
         await plane.aclose()
+    if ends_first:  # the agent finishes its turn with no control plane attached
+        (Path("/tmp") / f"nodeprov-flag-{marker}").touch()
+        record = await store.run(run_id)
+        assert record is not None
+        assert record.node_id is not None
+        assert record.agent_keeper is not None
+        node = await get_provider(where["provider"], **where["provider_settings"]).attach(record.node_id)
+        keeper = record.agent_keeper
+
+        async def turn_over() -> bool:  # its result is in its output (Claude's CLI waits on for input)
+            code, _, _ = await run(node, "grep", "-q", '"type":"result"', f"{keeper}/out")
+            return code == 0 or await kept_state(node, keeper) == "exited"
+
+        assert await wait_until(turn_over, TURN_TIMEOUT)
     async with Orchestrator(store, agent_grace=60) as second:
 
         async def adopted() -> bool:
@@ -280,6 +295,33 @@ async def test_a_killed_control_plane_s_kept_run_is_taken_over_and_completes(
     )
     assert messages.count("AgentText") == 1, messages
     assert len(scripted_model.agent_requests) == 2  # no "continue", no tool call asked twice
+
+
+async def test_a_run_whose_agent_ended_while_its_control_plane_was_dead_completes(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    """The agent finishes its turn after its control plane died and before another takes the
+    run over: the take-over reads the turn's end from its output, and the run ends ok."""
+    require_claude_cli()
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
+    start = {"options": run_options(scripted_model)}
+    messages = _kinds(await _taken_over(store, local(tmp_path), marker, start, ends_first=True))
+    assert messages.count("ToolUse") == messages.count("ToolResult") == messages.count("Result") == 1, (
+        messages
+    )
+    assert messages.count("AgentText") == 1, messages
+
+
+async def test_a_codex_run_whose_agent_ended_while_its_control_plane_was_dead_completes(
+    store: Store, scripted_responses: ScriptedResponses, tmp_path: Path
+) -> None:
+    """Codex's turn process exits at the turn's end: the take-over reads the turn's end from the
+    output its keeper kept."""
+    marker = unique_marker()
+    start = _codex_waiting(scripted_responses, marker)
+    messages = _kinds(await _taken_over(store, local(tmp_path), marker, start, ends_first=True))
+    assert messages.count("ToolUse") == messages.count("Result") == messages.count("AgentText") == 1, messages
 
 
 async def test_a_killed_control_plane_s_kept_codex_run_is_taken_over_and_completes(

@@ -51,13 +51,16 @@ def follower(driver: Driver, nodes: Nodes, node_id: str, keeper: str, *, skip: i
     agent (``keeper``), whose first ``skip`` messages of the turn the run has; ``since`` is
     when the run was last heard of (epoch seconds), for the gap its event says.
 
-    The steps raise :class:`~nodeprov.errors.NodeGoneError` when the agent is gone."""
+    The steps raise :class:`~nodeprov.errors.NodeGoneError` when the agent is gone (its
+    keeper too); one that ended while no control plane was attached has its turn's end read
+    from its output."""
 
     async def follow(drive: Drive, plan: Plan) -> Result | None:
         run = drive.run
         provider = await nodes.provider(plan.provider, plan.provider_settings)
         node = drive.node = await provider.attach(node_id)
-        if await kept_state(node, keeper) != "running":
+        # An agent that ended meanwhile left its output: the turn's end is read from there.
+        if await kept_state(node, keeper) == "gone":
             raise NodeGoneError(f"the agent of run {run.id} is gone from node {node_id}")
         drive.events.emit(AgentReattached, gap=round(max(0.0, time.time() - since), 3), attempts=1)
         return await driver.run_agent(drive, plan, node, follow=(keeper, skip))
