@@ -6,8 +6,6 @@ reaches the run's events once, in order, and the model sees each request once.""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -37,15 +35,11 @@ from .agents import (
     codex_run_options,
     local,
     on_docker,
-    on_ssh,
     require_claude_cli,
     require_codex_cli,
     run_options,
     until_tool_runs,
 )
-from .kubernetes import Cluster
-from .pods import pod_settings
-from .sshd import Sshd
 
 pytestmark = pytest.mark.anyio
 
@@ -155,55 +149,6 @@ async def test_a_codex_turn_goes_on_across_a_dropped_channel(
     # keeper too: ToolResult is not counted.)
     assert messages.count("ToolUse") == messages.count("Result") == 1, messages
     assert len(scripted_responses.agent_requests) == 2
-
-
-async def test_a_claude_turn_goes_on_when_its_ssh_connection_is_cut(
-    store: Store, scripted_model: ScriptedModel, sshd: Sshd
-) -> None:
-    """The sshd processes of the control plane's connections are killed (the listener stays):
-    every channel of the connection drops; the provider connects again and the run
-    re-attaches."""
-    require_claude_cli()
-    marker = unique_marker()
-    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
-
-    async def cut(node: NodeHandle) -> None:
-        for pid in sshd.daemons():
-            if sshd.process is not None and pid != sshd.process.pid:
-                os.kill(pid, signal.SIGKILL)
-
-    start = {"options": run_options(scripted_model)}
-    events = await _goes_on_across_a_drop(store, on_ssh(sshd), marker, start, cut)
-    assert _kinds(events).count("Result") == 1
-    assert len(scripted_model.agent_requests) == 2
-
-
-async def test_a_claude_turn_goes_on_across_an_api_server_restart(
-    store: Store, scripted_model: ScriptedModel, kubernetes_cluster: Cluster, base_image: str
-) -> None:
-    """The Kubernetes API server is stopped mid-turn (every pod exec's websocket goes with it)
-    and started again 2 s later: the run re-attaches through the new one."""
-    require_claude_cli()
-    marker = unique_marker()
-    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
-
-    async def restart(node: NodeHandle) -> None:
-        await anyio.to_thread.run_sync(kubernetes_cluster.stop_apiserver)
-        await anyio.sleep(2)
-        await anyio.to_thread.run_sync(kubernetes_cluster.start_apiserver)
-
-    where = {
-        "provider": "kubernetes",
-        "provider_settings": pod_settings(kubernetes_cluster, base_image, tools_host_path=True),
-    }
-    try:
-        events = await _goes_on_across_a_drop(
-            store, where, marker, {"options": run_options(scripted_model)}, restart
-        )
-    finally:
-        await anyio.to_thread.run_sync(kubernetes_cluster.start_apiserver)
-    assert _kinds(events).count("Result") == 1
-    assert len(scripted_model.agent_requests) == 2
 
 
 _CONTROL_PLANE = """
