@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -136,4 +137,21 @@ def test_a_provider_uses_another_only_through_its_exports(provider: str) -> None
         for name in _imports(path)
         if name.startswith("nodeprov_") and name.split(".")[0] != own and "." in name
     ]
+    assert found == []
+
+
+def test_tests_on_the_cluster_run_in_the_process_that_has_it() -> None:
+    """scripts/test.sh runs two pytest processes, and a session that asks for the Kubernetes
+    cluster starts one: a test file using it must be one the script gives the second process
+    (by the patterns of its ``case``), or two clusters' kubelets kill each other's pods."""
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    patterns = next(line for line in script.splitlines() if "second+=" in line).split(")")[0].split("|")
+    second = [pattern.strip() for pattern in patterns]
+    found = [
+        path.name
+        for path in sorted((ROOT / "integration").glob("test_*.py"))
+        if "kubernetes_cluster" in path.read_text()
+        and not any(fnmatch(f"integration/{path.name}", pattern) for pattern in second)
+    ]
+    assert second
     assert found == []
