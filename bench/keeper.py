@@ -22,6 +22,7 @@ import anyio
 from nodeprov import NodeHandle, get_provider
 from nodeprov.node.keeper import Detached, KeepOptions, Reattached, keep
 from nodeprov.spawn import SpawnedProcess, SpawnOptions
+from nodeprov.testing.conformance.keeper import DROP_ATTACH
 
 _IMAGE = "nodeprov-test-without-ps:latest"
 # Prints its start's clock (ns) then one line per 10 ms with the clock: latency = receipt - stamp.
@@ -133,9 +134,7 @@ async def reattach_time(node: NodeHandle) -> float:
     ) as kept:
         await kept.stdin.send(b"before\n")
         await kept.stdout.receive()
-        killer = SpawnOptions(
-            "/bin/sh", ["-c", 'while read -r p s; do kill -9 "$p"; done <"$1/attach"', "drop", kept.keeper]
-        )
+        killer = SpawnOptions("/bin/sh", ["-c", DROP_ATTACH, "drop", kept.keeper])
         async with await node.spawn(killer) as drop:
             await drop.stdin.aclose()
             await drop.wait()

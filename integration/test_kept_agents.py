@@ -43,8 +43,12 @@ from .agents import (
 
 pytestmark = pytest.mark.anyio
 
-# Kills the processes of every attach to a keeper on the node: each kept agent's channel drops.
-_DROP = 'for f in "$HOME"/.nodeprov/keep/*/attach; do while read -r p s; do kill -9 "$p"; done <"$f"; done; :'
+# Kills the process group of every attach to a keeper on the node (see DROP_ATTACH): each
+# kept agent's channel drops.
+_DROP = (
+    'for f in "$HOME"/.nodeprov/keep/*/attach; do'
+    ' read -r p s <"$f" && { kill -9 -"$p" || kill -9 "$p"; } 2>/dev/null; done; :'
+)
 
 
 async def _node_of(run_: Run, where: dict[str, Any]) -> NodeHandle:

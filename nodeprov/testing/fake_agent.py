@@ -95,9 +95,11 @@ def fake_agent_command(directory: str | os.PathLike[str]) -> str:
     from shlex import quote  # not needed by the agent itself, which should start fast
 
     path = os.path.join(directory, "fake-agent")
-    with open(path, "w") as wrapper:
+    partial = f"{path}.{os.getpid()}.partial"
+    with open(partial, "w") as wrapper:
         wrapper.write(f'#!/bin/sh\nexec {quote(sys.executable)} -I -S {quote(__file__)} "$@"\n')
-    os.chmod(path, 0o700)
+    os.chmod(partial, 0o700)
+    os.replace(partial, path)  # never opened for writing while an agent runs it (ETXTBSY)
     return path
 
 

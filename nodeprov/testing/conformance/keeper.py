@@ -26,10 +26,15 @@ _ECHO = 'i=0; while [ "$i" -lt "$1" ]; do echo "n $i"; i=$((i+1)); sleep 0.005; 
 )
 
 
+DROP_ATTACH = 'read -r pid start <"$1/attach" && { kill -9 -"$pid" || kill -9 "$pid"; } 2>/dev/null; exit 0'
+"""POSIX sh, ``$1`` a keeper: SIGKILL its current attach's process group (the attach leads it,
+its followers and writer are in it), as when the far end of a connection dies."""
+
+
 async def drop_attach(node: NodeHandle, process: KeptProcess) -> None:
-    """Kill, on the node, the processes of the process's current attach: its channel drops
-    as when the far end of a connection dies."""
-    script = 'while read -r pid start; do kill -9 "$pid" 2>/dev/null; done <"$1/attach"; exit 0'
+    """Kill, on the node, the process's current attach (see :data:`DROP_ATTACH`): its channel
+    drops as when the far end of a connection dies."""
+    script = DROP_ATTACH
     code, _, err = await run(node, "/bin/sh", "-c", script, "drop", process.keeper)
     assert code == 0, err
 
