@@ -16,11 +16,11 @@ import pytest
 from nodeprov.runs import event_from_json
 from nodeprov.store import Store
 from nodeprov.testing import ScriptedModel, Text, ToolUse
-from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
+from nodeprov.testing.conformance import host_processes_matching, unique_marker
 
 from .agents import TURN_TIMEOUT, require_claude_cli, until_tool_runs
 from .test_cli_signals import environment, real_model
-from .test_kept_agents import _waiting_tool
+from .test_kept_agents import _waiting_tool, until_kept
 
 pytestmark = pytest.mark.anyio
 
@@ -62,12 +62,7 @@ async def test_a_sigkilled_run_is_attached_detached_and_attached_again(
     run_id = str(started[0]["run_id"])
     await until_tool_runs(marker)
     async with await Store.open(f"sqlite:///{tmp_path}/store.db") as store:
-
-        async def kept() -> bool:
-            record = await store.run(run_id)
-            return record is not None and record.agent_keeper is not None
-
-        assert await wait_until(kept, 30)
+        await until_kept(store, run_id)
         first.kill()  # SIGKILL: nothing of `nodeprov run` cleans up
         first.communicate(timeout=30)
 

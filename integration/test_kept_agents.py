@@ -111,6 +111,16 @@ def _where(provider: str, tmp_path: Path, request: pytest.FixtureRequest) -> dic
     return local(tmp_path) if provider == "local" else on_docker(request.getfixturevalue("base_image"))
 
 
+async def until_kept(store: Store, run_id: str) -> None:
+    """Wait until ``run_id`` has stored where its agent is kept (a take-over needs it)."""
+
+    async def kept() -> bool:
+        record = await store.run(run_id)
+        return record is not None and record.agent_keeper is not None
+
+    assert await wait_until(kept, 30), "the run never stored where its agent is kept"
+
+
 def _codex_waiting(responses: ScriptedResponses, marker: str) -> dict[str, Any]:
     """``Orchestrator.start`` arguments of a Codex run whose command waits for its flag."""
     require_codex_cli()
@@ -186,11 +196,7 @@ async def _taken_over(
             run_id = (await plane.stdout.receive()).decode().strip()
         await until_tool_runs(marker)
 
-        async def kept() -> bool:
-            record = await store.run(run_id)
-            return record is not None and record.agent_keeper is not None
-
-        assert await wait_until(kept, 30)
+        await until_kept(store, run_id)
     finally:
         plane.kill()  # SIGKILL: the control plane gets no chance to clean up
         await plane.wait()
@@ -306,11 +312,7 @@ async def test_a_detached_run_is_adopted_by_another_control_plane(
         run_ = await first.start("work long", options=run_options(scripted_model), **where)
         await until_tool_runs(marker)
 
-        async def kept() -> bool:
-            record = await store.run(run_.id)
-            return record is not None and record.agent_keeper is not None
-
-        assert await wait_until(kept, 30)
+        await until_kept(store, run_.id)
         await first.detach(run_.id)
         assert await run_.wait() == "detached"
     assert host_processes_matching(marker), "the detached agent was stopped"
@@ -358,11 +360,7 @@ async def test_a_run_pauses_after_a_take_over(
         detached = await plane.start("work long", options=run_options(scripted_model), **where)
         await until_tool_runs(marker)
 
-        async def kept() -> bool:
-            record = await store.run(detached.id)
-            return record is not None and record.agent_keeper is not None
-
-        assert await wait_until(kept, 30)
+        await until_kept(store, detached.id)
         await plane.detach(detached.id)
     async with Orchestrator(store, agent_grace=60, take_over=False) as other:
         adopted = await other.adopt(detached.id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -61,3 +61,15 @@ async def test_a_control_request_sent_while_detached_is_answered_after_the_re_at
     assert _texts(rest) == ["answered: error", "after"]  # the SDK has no can_use_tool: an error answer
     assert [type(m).__name__ for m in rest][-1] == "Result"
     assert not any(type(m).__name__ == "AgentText" and m in seen for m in rest)
+
+
+def test_a_grace_a_keeper_cannot_keep_is_refused_where_it_is_given() -> None:
+    from nodeprov.errors import ConfigError
+    from nodeprov.runs import Orchestrator
+    from nodeprov.store import Store
+
+    for grace in (1.9, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match="grace"):
+            KeepOptions(grace=grace)
+        with pytest.raises(ConfigError, match="grace"):
+            Orchestrator(cast(Store, None), agent_grace=grace)

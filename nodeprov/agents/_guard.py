@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable
 from ..errors import ConfigError
 from ..exec.shell import START_TIME_FUNCTION
 from ..node import NodeHandle
-from ..node.keeper import KeepOptions, keep
+from ..node.keeper import KeepOptions, KeptProcess, keep
 from ..spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
 
-__all__ = ["GUARD_NAME", "EndInput", "guard_stdin", "start_agent"]
+__all__ = ["GUARD_NAME", "EndInput", "guard_stdin", "leave_running", "start_agent"]
 
 EndInput = Callable[[], Awaitable[None]]
 """Ends the agent's stdin while its channel stays open (see :func:`start_agent`)."""
@@ -196,3 +196,10 @@ async def start_agent(
         await process.stdin.send(f"{marker}\n".encode())
 
     return process, end_input
+
+
+async def leave_running(process: SpawnedProcess | None) -> None:
+    """Close the channel of a kept agent's ``process`` and leave it running (for
+    :meth:`AgentSession.detach`); a process that is not kept is left to be stopped."""
+    if isinstance(process, KeptProcess):
+        await process.detach()

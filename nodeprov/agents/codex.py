@@ -86,7 +86,7 @@ from . import (
     ToolUse,
 )
 from ._files import archive_file, read_lines, write_images, write_jsonl
-from ._guard import start_agent
+from ._guard import leave_running, start_agent
 from .structured import check_structured
 
 __all__ = ["CodexAgent", "CodexOptions", "CodexSession", "ModelProvider"]
@@ -320,7 +320,7 @@ class CodexSession(AgentSession):
             keep_with=self._keep,
             node=node,
         )
-        self.keeper = getattr(process, "keeper", None)
+        self.keeper = process.keeper if isinstance(process, KeptProcess) else None
         self._interrupted = False
         async with process:
             await process.stdin.send(f"{text}\n".encode())
@@ -432,9 +432,7 @@ class CodexSession(AgentSession):
             await process.terminate()
 
     async def detach(self) -> None:
-        process = self._process
-        if isinstance(process, KeptProcess):
-            await process.detach()
+        await leave_running(self._process)
         await self.aclose()
 
     async def aclose(self) -> None:

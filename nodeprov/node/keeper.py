@@ -68,8 +68,6 @@ _FRAME = 65536  # payload bytes a stdin frame carries at most: awk copies a long
 _CHANNEL_POLICY = StopPolicy(eof_grace=0.0, term_grace=0.0, kill_grace=2.0)
 _POLL = 0.5  # seconds between looks at the node while waiting for an exit nobody reads
 _REPORT_LIMIT = 4096
-
-
 _START_WAIT = 10  # seconds an attach waits for the keeper it started to start the process
 
 
@@ -103,6 +101,9 @@ class KeepOptions:
     dropped channel is tried again, with backoff, before the streams fail with
     :class:`~nodeprov.errors.NodeGoneError`. ``may_reattach``: asked before each attempt (a
     control plane that lost the run says no). ``watch``: told of each drop and re-attach.
+
+    Raises (at construction) :class:`~nodeprov.errors.ConfigError` for a grace under 2 s, or
+    one that is not finite.
     """
 
     grace: float = 180.0
@@ -111,6 +112,10 @@ class KeepOptions:
     reattach_within: float = 60.0
     may_reattach: Callable[[], Awaitable[bool]] | None = None
     watch: ChannelWatch | None = None
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.grace < math.inf or not 0 <= self.term_grace < math.inf:
+            raise ConfigError(f"a keeper's grace must be 2 s or more, not {self.grace:g}")
 
     @property
     def renew_every(self) -> int:
@@ -148,15 +153,12 @@ async def keep(node: NodeHandle, options: SpawnOptions, settings: KeepOptions | 
     session of its own; the node's destroy ends it with the node.
 
     Raises:
-        ConfigError: ``grace`` is under 2 seconds, or not finite.
         CommandNotFoundError: there is no ``options.command`` on the node.
         SpawnError: the node lacks what the keeper needs (which tool is said), or the
             keeper could not start.
         NodeGoneError: the node is gone.
     """
     settings = settings or KeepOptions()
-    if not 2 <= settings.grace < math.inf or not 0 <= settings.term_grace < math.inf:
-        raise ConfigError(f"a keeper's grace must be 2 s or more, not {settings.grace:g}")
     directory = posixpath.join(keeper_root(node), secrets.token_hex(12))
     kept = ["=" + options.env[name] if name in options.env else "" for name in ("PWD", "SHLVL")]
     args = [
@@ -190,8 +192,14 @@ async def kept_state(node: NodeHandle, keeper: str) -> str:
     Raises:
         NodeGoneError, SpawnError, ProviderError: as :meth:`NodeHandle.spawn`.
     """
-    said = (await _run(node, SpawnOptions("/bin/sh", ["-c", STATUS, "nodeprov-status", keeper]))).split()
-    return {b"exit": "exited", b"running": "running"}.get(said[0] if said else b"", "gone")
+    said = await _status(node, keeper)
+    return {"exit": "exited", "running": "running"}.get(said[0] if said else "", "gone")
+
+
+async def _status(node: NodeHandle, keeper: str) -> list[str]:
+    """The keeper's status line, in words: ``exit STATUS WHY``, ``running`` or ``gone``."""
+    said = await _run(node, SpawnOptions("/bin/sh", ["-c", STATUS, "nodeprov-status", keeper]))
+    return said.decode(errors="replace").split()
 
 
 async def reattach(
@@ -399,8 +407,7 @@ class KeptProcess(SpawnedProcess):
 
     async def _look(self) -> None:
         """How the process stands, asked of the node: for a wait while nobody reads stdout."""
-        said = await _run(self.node, SpawnOptions("/bin/sh", ["-c", STATUS, "nodeprov-status", self.keeper]))
-        words = said.decode(errors="replace").split()
+        words = await _status(self.node, self.keeper)
         if words[:1] == ["exit"] and len(words) == 3:
             self._exited(words[1], words[2])
         elif words[:1] == ["gone"] and self._returncode is None:

@@ -122,6 +122,8 @@ class Driver:
         self._teardown = teardown
         self._keep_for = keep_for
         self._spawn = spawn  # starts a task of the orchestrator's
+        if agent_grace is not None:
+            KeepOptions(grace=agent_grace)  # a grace a keeper cannot keep: ConfigError now, not per run
         self._agent_grace = agent_grace
 
     def begin(self, run_id: str, plan: Plan, first_seq: int) -> Drive:

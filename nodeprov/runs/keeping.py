@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Callable
 from datetime import datetime
 
 from ..agents import Result
-from ..errors import ConfigError, NodeGoneError, NodeprovError, RunStateError
+from ..errors import NodeGoneError, NodeprovError, RunStateError
 from ..node.keeper import kept_state
 from ..store import RunRecord, Store
 from .driver import Drive, Driver, Steps
@@ -31,19 +30,9 @@ from .lease import Lease, owner_check
 from .nodes import Nodes
 from .state import RunState
 
-__all__ = ["Takeover", "check_grace", "follower"]
+__all__ = ["Takeover", "follower"]
 
 logger = logging.getLogger("nodeprov.runs")
-
-
-def check_grace(agent_grace: float | None) -> None:
-    """Refuse an ``agent_grace`` a keeper cannot keep.
-
-    Raises:
-        ConfigError: it is under 2 seconds, or not finite.
-    """
-    if agent_grace is not None and not 2 <= agent_grace < math.inf:
-        raise ConfigError(f"agent_grace must be 2 s or more, got {agent_grace!r}")
 
 
 def follower(driver: Driver, nodes: Nodes, node_id: str, keeper: str, *, skip: int, since: float) -> Steps:

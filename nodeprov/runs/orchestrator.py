@@ -60,7 +60,7 @@ from ..store import Store
 from .driver import Drive, Driver, Steps, Teardown
 from .events import RunEvent
 from .journal import Journal, RunEvents
-from .keeping import Takeover, check_grace
+from .keeping import Takeover
 from .launch import Launcher, Plan
 from .lease import Lease, owner_check
 from .nodes import Nodes
@@ -96,7 +96,6 @@ class Orchestrator:
     ) -> None:
         if not keep_for > 0:
             raise ConfigError(f"keep_for must be positive, got {keep_for!r}")
-        check_grace(agent_grace)
         self.agent_grace = agent_grace
         """Seconds a run's agent runs on, kept, with no control plane attached; reconcile takes
         such runs over with ``take_over`` (None: not kept, stopped when its channel closes)."""

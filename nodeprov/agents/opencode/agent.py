@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ...node import NodeHandle
-from ...node.keeper import KeepOptions, KeptProcess
+from ...node.keeper import KeepOptions
 from ...offline import demo_chat
 from ...prompts import (
     ANTHROPIC_IMAGE_LIMITS,
@@ -30,7 +30,7 @@ from ...prompts import (
 from ...spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from .. import Agent, AgentOptions, AgentSession, Capabilities, Message, ModelInfo, Result, SessionArchive
 from .._files import read_lines, write_images
-from .._guard import start_agent
+from .._guard import leave_running, start_agent
 from .events import Converter, parse
 from .state import home_of, load_state, save_state, state_key, workspace_env
 
@@ -426,9 +426,7 @@ class OpenCodeSession(AgentSession):
                 await process.stdin.aclose()
 
     async def detach(self) -> None:
-        process = self._process
-        if isinstance(process, KeptProcess):
-            await process.detach()
+        await leave_running(self._process)
         await self.aclose()
 
     async def aclose(self) -> None:
