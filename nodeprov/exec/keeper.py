@@ -133,6 +133,8 @@ ATTACH = (
     SIGNAL_GROUP_FUNCTION
     + """\
 dir=$1 n=0
+# The attach's own complaints (its files gone under a release) are not the process's stderr.
+exec 4>&2 2>/dev/null
 while [ ! -s "$dir/pid" ]; do
   if [ -s "$dir/failed" ]; then
     printf '\\036nodeprov-keep failed %s\\n' "$(cat "$dir/failed")"; rm -rf -- "$dir"; exit 0
@@ -147,18 +149,18 @@ last=$(LC_ALL=C awk '($1 == "D" || $1 == "E") && $2 + 0 > m { m = $2 + 0 } END {
 printf '\\n' >>"$dir/in.log"
 touch "$dir/lease"
 exec 3<&0
-NP_KEEP_DIR=$dir LC_ALL=C awk -W interactive "$NP_WRITE" <&3 >>"$dir/in.log" 2>/dev/null &
+NP_KEEP_DIR=$dir LC_ALL=C awk -W interactive "$NP_WRITE" <&3 >>"$dir/in.log" 4>&- &
 writer=$!
 exec 3<&-
 unset NP_WRITE
 note() { printf '%s %s\\n' "$1" "$(__np_start_of "$1")" >>"$dir/attach"; }
 note "$writer"
 (
-  tail --pid="$pid" -s 0.005 -c +$(($3 + 1)) -f "$dir/err" >&2 2>/dev/null &
+  tail --pid="$pid" -s 0.005 -c +$(($3 + 1)) -f "$dir/err" >&4 4>&- &
   errors=$!
   # The report first on stdout; the follower of stdout at once after it.
   printf '\\036nodeprov-keep attached %s %s %s\\n' "$pid" "$start" "$last"
-  tail --pid="$pid" -s 0.002 -c +$(($2 + 1)) -f "$dir/out" 2>/dev/null &
+  tail --pid="$pid" -s 0.002 -c +$(($2 + 1)) -f "$dir/out" 4>&- &
   note $!
   note "$errors"
   wait
@@ -173,7 +175,7 @@ note $!
 (
   alive() { [ -n "$(__np_start_of "$1")" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
   while alive "$writer" && [ -d "$dir" ]; do touch "$dir/lease" 2>/dev/null; sleep "$4" || sleep 1; done
-) </dev/null >/dev/null 2>&1 &
+) </dev/null >/dev/null 4>&- &
 renewer=$!
 note $!
 wait "$writer"

@@ -425,26 +425,30 @@ class CodespacesProvider(NodeProvider[CodespacesSettings]):
         with suppress(NodeGoneError):
             return await self._adopt(config, await self.find(config.node_id), deadline)
         before = {str(c["name"]) for c in mine}
-        launched: list[str] = []
+        answered: list[str] = []  # the codespace the create made; "" when GitHub refused it
         async with Rollback(timeout=_DELETE_TIMEOUT + _CREATE_SETTLE + 30) as rollback:
             # First: a codespace of this node that was not there before this provision is
             # its own (a create GitHub accepted before it was cut off): it goes.
-            rollback.push(functools.partial(self._delete_new, config.node_id, before, launched))
-            name = await self._launch(display, config.node_id)
-            launched.append(name)
+            rollback.push(functools.partial(self._delete_new, config.node_id, before, answered))
+            try:
+                name = await self._launch(display, config.node_id)
+            except (ConfigError, NodeGoneError):
+                answered.append("")  # a 4xx or a refusal before any request: nothing was made
+                raise
+            answered.append(name)
             await self._until_available(name, deadline)
             ssh = await (await self.ssh_to(name)).create(config)
             return CodespaceNode(
                 provider=self, node_id=config.node_id, codespace=name, state="Available", ssh=ssh
             )
 
-    async def _delete_new(self, node_id: str, before: Collection[str], launched: list[str]) -> None:
+    async def _delete_new(self, node_id: str, before: Collection[str], answered: list[str]) -> None:
         """Delete the codespaces of ``node_id`` that were not there before a provision. If its
-        create was cut off before gh said what it made, GitHub may still make it (the request
+        create had no answer (cut off in flight, a 5xx), GitHub may still make it (the request
         was on its way): look again for a while."""
         await self.delete(node_id, sparing=before)
         settled = time.monotonic() + _CREATE_SETTLE
-        while not launched and time.monotonic() < settled:
+        while not answered and time.monotonic() < settled:
             await anyio.sleep(1.0)
             await self.delete(node_id, sparing=before)
 
