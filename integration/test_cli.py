@@ -199,7 +199,8 @@ def test_pause_from_another_process_keeping_the_node(tmp_path: Path) -> None:
 
 def test_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
     marker = unique_marker()
-    process = start_run(tmp_path, marker)  # its hanging agent makes the pause take seconds
+    # Its hanging agent makes the pause take seconds; not kept, it stops with the control plane.
+    process = start_run(tmp_path, marker, "--agent-grace", "0")
     assert process.stderr is not None
     process.send_signal(signal.SIGINT)
     while "pausing" not in process.stderr.readline():

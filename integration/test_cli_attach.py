@@ -1,4 +1,4 @@
-"""``nodeprov attach``: a ``nodeprov run --agent-grace`` SIGKILLed mid-turn is taken over from
+"""``nodeprov attach``: a ``nodeprov run`` (its agent kept, the default) SIGKILLed mid-turn is taken over from
 another shell; Ctrl-C detaches it and leaves it going; another ``nodeprov attach`` sees it
 to its end. The real Claude Code CLI, a scripted model, a local node."""
 
@@ -55,9 +55,8 @@ async def test_a_sigkilled_run_is_attached_detached_and_attached_again(
     marker = unique_marker()
     scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
     where = ["-s", f"root={tmp_path / 'nodes'}"]
-    first = _nodeprov(
-        tmp_path, "run", "--json", "--agent-grace", "60", *real_model(scripted_model), *where, "task"
-    )
+    # Its agent kept for `nodeprov run`'s default grace.
+    first = _nodeprov(tmp_path, "run", "--json", *real_model(scripted_model), *where, "task")
     started = await _until_said(first, "run.started")
     run_id = str(started[0]["run_id"])
     await until_tool_runs(marker)

@@ -169,7 +169,7 @@ async def test_sigkill_leaves_no_codex_running(
         image = request.getfixturevalue("base_image")
         placement = ["--provider", "docker", "--ship-cli", "-s", f"image={image}"]
         placement += ["-s", "network_mode=host", "-s", "pull=never"]
-    process, marker = start_long_command(gpt5, tmp_path, placement)
+    process, marker = start_long_command(gpt5, tmp_path, [*placement, "--agent-grace", "0"])  # not kept
     assert codex_processes(gpt5)
     process.kill()
     process.communicate(timeout=30)

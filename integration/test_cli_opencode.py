@@ -135,7 +135,8 @@ async def test_sigkill_leaves_no_opencode_running(
     marker = unique_marker()
     scripted_chat.extend([BashCommand(f"sleep {marker}")])
     argv = ["run", "--json", "--model", scripted_chat.opencode_model, "--permission", "full"]
-    argv += ["-o", provider_option(scripted_chat), "-e", "NODEPROV_SCRIPTED_KEY=x", *placement, "task"]
+    argv += ["-o", provider_option(scripted_chat), "-e", "NODEPROV_SCRIPTED_KEY=x", *placement]
+    argv += ["--agent-grace", "0", "task"]  # not kept
     process = await anyio.open_process(
         [sys.executable, "-m", "nodeprov", *argv],
         stdout=subprocess.DEVNULL,

@@ -125,7 +125,7 @@ def test_sigterm_and_sighup_pause_the_run(
 async def test_sigkill_leaves_no_agent_running(
     where: list[str], scripted_model: ScriptedModel, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    process, marker = start(tmp_path, scripted_model, where)
+    process, marker = start(tmp_path, scripted_model, [*where, "--agent-grace", "0"])  # not kept
     process.kill()
     process.communicate(timeout=30)
     killed = time.monotonic()
@@ -141,6 +141,26 @@ async def test_sigkill_leaves_no_agent_running(
     if "docker" in where:  # the container itself waits for gc once the lease expires; not here
         client: Any = request.getfixturevalue("docker_client")
         _remove_run_containers(client, tmp_path)
+
+
+async def test_a_sigkilled_runs_kept_agent_is_stopped_once_its_grace_is_out(
+    scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    """Kept (the default), the agent outlives a SIGKILLed ``nodeprov run`` for its grace with
+    nobody attached (`nodeprov attach` could take it over), then its keeper stops it and what
+    it started."""
+    grace = 8  # renewed every 2 s: at least 6 s of it are left at the SIGKILL
+    where = ["-s", f"root={tmp_path / 'nodes'}", "--agent-grace", str(grace)]
+    process, marker = start(tmp_path, scripted_model, where)
+    process.kill()
+    process.communicate(timeout=30)
+    assert host_processes_matching(marker), "the kept agent's tool was stopped with its control plane"
+    assert agent_processes(scripted_model)
+
+    async def stopped() -> bool:
+        return not agent_processes(scripted_model) and not host_processes_matching(marker)
+
+    assert await wait_until(stopped, grace + STOP_BOUND), "the kept agent outlived its grace"
 
 
 def _remove_run_containers(client: docker.DockerClient, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from nodeprov.testing import ScriptedModel
 from nodeprov.testing.conformance import host_processes_matching, wait_until
 
 from .agents import require_claude_cli
-from .test_cli_signals import STOP_BOUND, agent_processes, start
+from .test_cli_signals import STOP_BOUND, _remove_run_containers, agent_processes, start
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +46,7 @@ async def test_sigkill_on_a_node_without_ps_leaves_no_agent_and_no_tool(
         "--ship-cli",
         *[a for k, v in settings.items() for a in ("-s", f"{k}={v}")],
     ]
-    process, marker = start(tmp_path, scripted_model, where)
+    process, marker = start(tmp_path, scripted_model, [*where, "--agent-grace", "0"])  # not kept
     process.kill()
     process.communicate(timeout=30)
 
@@ -54,3 +54,4 @@ async def test_sigkill_on_a_node_without_ps_leaves_no_agent_and_no_tool(
         return not agent_processes(scripted_model) and not host_processes_matching(marker)
 
     assert await wait_until(stopped, STOP_BOUND), host_processes_matching(marker)
+    _remove_run_containers(docker_client, tmp_path)  # its lease is dead, but no reconcile runs here

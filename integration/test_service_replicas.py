@@ -243,7 +243,7 @@ async def test_a_replica_killed_mid_run_is_reconciled_by_a_survivor_and_followed
 ) -> None:
     marker = unique_marker()  # a tool's child on A's node, which reconcile must end
     steps: list[dict[str, Any]] = [{"spawn": ["sleep", marker]}, {"stream": [1000, 64, 0.01]}]
-    async with replicas(tmp_path, postgres_url) as (a, b), Client(b.url) as via_b:
+    async with replicas(tmp_path, postgres_url, agent_grace=None) as (a, b), Client(b.url) as via_b:
         async with Client(a.url) as via_a:
             run_id = (await via_a.start(**fake_run(tmp_path, steps)))["id"]
         through_b: list[dict[str, Any]] = []

@@ -64,7 +64,7 @@ async def drive_run(request: RunRequest, start: Start) -> str:
                 async with anyio.create_task_group() as tg:
                     started: list[Run] = []
                     running = anyio.Event()
-                    tg.start_soon(_pause_on_signals, signals, started, running, request.keep_node, tg)
+                    tg.start_soon(_pause_on_signals, signals, started, running, request, tg)
                     active = await start(orchestrator, options)
                     started.append(active)
                     running.set()
@@ -96,7 +96,7 @@ async def _pause_on_signals(
     signals: AsyncIterator[int],
     started: list[Run],
     running: anyio.Event,
-    keep_node: bool,
+    request: RunRequest,
     tg: anyio.abc.TaskGroup,
 ) -> None:
     """Ctrl-C pauses (kind human); SIGTERM and SIGHUP, sent by `timeout`, systemd, a closed
@@ -110,11 +110,11 @@ async def _pause_on_signals(
         reason = "interrupted from the terminal" if human else f"nodeprov received {name}"
 
         tg.start_soon(
-            _pause_when_started, started, running, "human" if human else "system", reason, keep_node
+            _pause_when_started, started, running, "human" if human else "system", reason, request.keep_node
         )
         break
     async for signum in signals:
-        _abort(started[0] if started else None, signum)
+        _abort(started[0] if started else None, signum, request.agent_grace)
 
 
 async def _pause_when_started(
@@ -129,12 +129,20 @@ async def _pause(active: Run, kind: PauseKind, reason: str, keep_node: bool) -> 
         await active.pause(kind, reason, keep_node=keep_node)
 
 
-def _abort(active: Run | None, signum: int) -> NoReturn:
-    """Leave now, skipping the orchestrator's orderly shutdown (which may wait on the agent):
-    the agent stops by itself once its control plane is gone, and reconcile or `nodeprov gc`
-    settles the run and its node once this process's lease has expired."""
+def _abort(active: Run | None, signum: int, agent_grace: float | None) -> NoReturn:
+    """Leave now, skipping the orchestrator's orderly shutdown (which may wait on the agent),
+    as a SIGKILL would: a kept agent runs on for its grace (`nodeprov attach` takes it over),
+    one not kept stops once its control plane is gone; reconcile or `nodeprov gc` settles the
+    run and its node once this process's lease has expired."""
     which = f"run {active.id}" if active is not None else "the run being started"
-    err.print(f"aborted: {which} is left to reconcile (`nodeprov gc`)", soft_wrap=True)
+    if active is not None and agent_grace:
+        err.print(
+            f"aborted: {which}'s agent runs on, kept, for {agent_grace:g} s with nobody attached: "
+            f"`nodeprov attach {active.id}` takes it over",
+            soft_wrap=True,
+        )
+    else:
+        err.print(f"aborted: {which} is left to reconcile (`nodeprov gc`)", soft_wrap=True)
     with suppress(OSError):
         sys.stdout.flush()
         sys.stderr.flush()

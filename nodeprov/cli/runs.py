@@ -65,12 +65,15 @@ IdleTimeoutOption = Annotated[
     float | None,
     typer.Option(help="End the run as failed when the agent makes no progress for this many seconds."),
 ]
+# A few minutes: a closed laptop or a SIGKILLed shell loses no turn, and an agent nobody comes
+# back for is not left running (and billing) for long.
+AGENT_GRACE = 180.0
 AgentGraceOption = Annotated[
     float,
     typer.Option(
         help="Keep the agent on its node: it outlives a dropped connection, and this command, for "
-        "this many seconds with no control plane attached (`nodeprov attach RUN` takes it over). "
-        "0: not kept (stopped when its connection drops).",
+        "this many seconds with no control plane attached (`nodeprov attach RUN` takes it over), "
+        "then it is stopped. 0: not kept (stopped as soon as its connection drops).",
         min=0,
     ),
 ]
@@ -179,7 +182,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     ] = False,
     timeout: TimeoutOption = None,
     idle_timeout: IdleTimeoutOption = None,
-    agent_grace: AgentGraceOption = 0,
+    agent_grace: AgentGraceOption = AGENT_GRACE,
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -264,7 +267,7 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
     keep_node: Annotated[bool, typer.Option(help="When paused again, keep the node.")] = False,
     timeout: TimeoutOption = None,
     idle_timeout: IdleTimeoutOption = None,
-    agent_grace: AgentGraceOption = 0,
+    agent_grace: AgentGraceOption = AGENT_GRACE,
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:

@@ -50,8 +50,9 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
         float | None,
         typer.Option(
             help="Keep runs' agents on their nodes: they outlive a dropped connection and a dead "
-            "replica for this many seconds, and any replica takes such a run over (default: not kept).",
-            min=2,
+            "replica for this many seconds, and any replica takes such a run over (default 180). "
+            "0: not kept.",
+            min=0,
         ),
     ] = None,
 ) -> None:
@@ -80,5 +81,8 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
             base = json.loads(os.environ.get(CONFIG_VARIABLE) or "{}")
         except ValueError as error:
             raise ConfigError(f"{CONFIG_VARIABLE} is not JSON: {error}") from None
-        config = ServiceConfig.model_validate(base | {k: v for k, v in given.items() if v is not None})
+        given = {k: v for k, v in given.items() if v is not None}
+        if given.get("agent_grace") == 0:
+            given["agent_grace"] = None  # not kept
+        config = ServiceConfig.model_validate(base | given)
         run_service(config, workers=workers)

@@ -54,7 +54,7 @@ class ServiceConfig(Settings):
     )
     lease_ttl: float = Field(default=30.0, gt=0, description="The replica's lease in the store, in seconds.")
     agent_grace: float | None = Field(
-        default=None,
+        default=180.0,
         ge=2,
         description="Keep each run's agent on its node: it outlives a dropped connection and a dead "
         "replica for this many seconds with none attached, and any replica's reconcile takes such a "
