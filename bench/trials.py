@@ -32,6 +32,7 @@ import json
 import os
 import random
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
@@ -129,6 +130,11 @@ class _Lines:
         return next(((at, e) for at, e in self.events if e["type"] == kind), None)
 
 
+async def _collect(stream: anyio.abc.ByteReceiveStream, into: bytearray) -> None:
+    async for chunk in stream:
+        into.extend(chunk)
+
+
 async def _until(condition: Callable[[], Awaitable[bool]], limit: float) -> None:
     with anyio.fail_after(limit):
         while not await condition():  # noqa: ASYNC110 - a state outside this process
@@ -147,7 +153,8 @@ async def run_trial(
     provider: Provider, trial: Trial, store: Store, store_url: str, tool_seconds: int
 ) -> None:
     marker = f"{secrets.randbelow(10**9):09d}"  # the tool's sleep: findable among processes
-    tool = f"sleep {tool_seconds}.{marker}; echo tool finished"
+    # In a shell of its own: Claude Code refuses a bare long `sleep` as a tool.
+    tool = f"sh -c 'sleep {tool_seconds}.{marker}; echo tool finished'"
     env = _environment(store_url)
     started = time.monotonic()
     with ScriptedModel([ToolUse("Bash", {"command": tool}), Text("all done")]) as model:
@@ -158,12 +165,18 @@ async def run_trial(
         lines = _Lines()
         async with await anyio.open_process(first, env=env, start_new_session=True) as process:
             assert process.stdout is not None
+            assert process.stderr is not None
+            said = bytearray()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(lines.read, process.stdout)
+                tg.start_soon(_collect, process.stderr, said)
 
                 async def tool_started() -> bool:
                     if process.returncode is not None:
-                        raise RuntimeError(f"nodeprov run exited {process.returncode} before the tool ran")
+                        raise RuntimeError(
+                            f"nodeprov run exited {process.returncode} before the tool ran: "
+                            + said.decode(errors="replace")[-800:]
+                        )
                     return await _tool_running(marker)
 
                 await _until(tool_started, 180)
@@ -200,15 +213,10 @@ async def _take_over(provider: Provider, trial: Trial, store: Store, env: dict[s
         assert process.stdout is not None
         assert process.stderr is not None
         said = bytearray()
-
-        async def errors(stream: anyio.abc.ByteReceiveStream) -> None:
-            async for chunk in stream:
-                said.extend(chunk)
-
         with anyio.move_on_after(_TURN_LIMIT):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(lines.read, process.stdout)
-                tg.start_soon(errors, process.stderr)
+                tg.start_soon(_collect, process.stderr, said)
                 code = await process.wait()
         if process.returncode is None:
             process.kill()
@@ -381,7 +389,8 @@ async def main(arguments: argparse.Namespace) -> int:
                             providers[trial.provider], trial, store, store_url, arguments.tool_seconds
                         )
                     except Exception as error:  # a trial that broke is a failed trial, reported
-                        trial.failures.append(f"{type(error).__name__}: {error}")
+                        leaves = error.exceptions if isinstance(error, ExceptionGroup) else [error]
+                        trial.failures += [f"{type(leaf).__name__}: {leaf}" for leaf in leaves]
                     print(
                         f"{trial.provider} #{trial.index}: {'ok' if not trial.failures else trial.failures}",
                         flush=True,
@@ -414,4 +423,5 @@ if __name__ == "__main__":
     parser.add_argument("--parallel", type=int, default=8)
     parser.add_argument("--tool-seconds", type=int, default=60)
     parser.add_argument("--json", help="write every trial's figures and failures here")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop the cluster and sshd on the way out
     sys.exit(anyio.run(main, parser.parse_args()))

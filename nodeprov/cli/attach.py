@@ -57,18 +57,22 @@ def attach(
 async def _attach(run_id: str, pause: bool, agent_grace: float, store: str | None, json_output: bool) -> str:
     """Follow ``run_id``, taking it over once its control plane is known dead while its agent
     runs on, kept; its outcome as far as this command saw it."""
+    from ..agents.registry import agent_class
     from ..runs import Orchestrator, RunState  # the orchestrator is loaded by commands that drive
     from ..runs.lease import owner_check
     from .events import show_event
 
     async with await Store.open(store) as opened:
-        if await opened.run(run_id) is None:
+        if (first := await opened.run(run_id)) is None:
             _no_run(run_id)
+        if first.agent_keeper:  # it may be taken over: its agent's code loaded now, not then
+            await anyio.to_thread.run_sync(agent_class, first.agent)
         plane = Orchestrator(
             opened,
             agent_grace=agent_grace,
             take_over=False,
             reconcile_interval=0,
+            poll_interval=0.1,  # a dead owner's run is taken over within this of its lease's expiry
             provider_settings=secret_settings_from_env(None),
         )
         run: Run | None = None
