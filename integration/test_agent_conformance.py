@@ -201,7 +201,8 @@ async def test_agent_only_conformance(
 ) -> None:
     cli = agent_class(harness.agent).local_cli()
     assert cli is not None
-    provider = get_provider("local", root=tmp_path / "nodes")
+    # Short stop graces: how a node stops the agent is not what these check (the others do).
+    provider = get_provider("local", root=tmp_path / "nodes", eof_grace=1, term_grace=1)
     async with provider, await provider.provision(NodeConfig(tools={harness.agent: cli})) as node:
         await check(harness, node, tmp_path)
 

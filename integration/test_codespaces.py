@@ -103,7 +103,15 @@ async def test_a_codespace_stuck_starting_is_a_clear_error_and_deleted(codespace
     assert codespaces.github.seen("DELETE", "/user/codespaces/.*")
 
 
+@pytest.fixture
+def short_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A create with no answer (cut off, a 5xx) is looked for again for 6 s, not 20: the fake
+    GitHub makes a codespace within 3 s of such a request, if at all."""
+    monkeypatch.setattr("nodeprov_codespaces.provider._CREATE_SETTLE", 6.0)
+
+
 @pytest.mark.parametrize(("status", "error"), [(422, ConfigError), (403, ConfigError), (503, ProvisionError)])
+@pytest.mark.usefixtures("short_settle")
 async def test_a_refused_create_is_a_clear_error_and_leaves_nothing(
     codespaces: Codespaces, status: int, error: type[Exception]
 ) -> None:
@@ -218,6 +226,7 @@ async def test_a_failed_codespace_of_the_node_is_never_adopted(codespaces: Codes
     assert [c.name for c in codespaces.github.live() if c.state == "Failed"] == [failed]
 
 
+@pytest.mark.usefixtures("short_settle")
 async def test_a_create_cut_off_in_flight_is_found_and_deleted(codespaces: Codespaces) -> None:
     """The provision is cancelled while its create request is on its way (GitHub makes the
     codespace a moment later, and gh never says its name): the rollback looks again, finds

@@ -26,6 +26,7 @@ from nodeprov.runs import (
     RunEvent,
     event_from_json,
 )
+from nodeprov.runs.lease import owner_check
 from nodeprov.store import Store
 from nodeprov.testing import ExecCommand, ResponsesText, ScriptedModel, ScriptedResponses, Text, ToolUse
 from nodeprov.testing.conformance import host_processes_matching, run, unique_marker, wait_until
@@ -215,6 +216,15 @@ async def _taken_over(
             return code == 0 or await kept_state(node, keeper) == "exited"
 
         assert await wait_until(turn_over, TURN_TIMEOUT)
+    async with Orchestrator(store, take_over=False) as bystander:  # as `nodeprov run` is
+
+        async def owner_dead() -> bool:
+            record = await store.run(run_id)
+            return record is not None and (await owner_check(store))(record.owner) is False
+
+        assert await wait_until(owner_dead, 60)
+        ended = (await bystander.reconcile()).ended
+        assert run_id not in ended, "a control plane that takes no run over ended a kept agent's run"
     async with Orchestrator(store, agent_grace=60) as second:
 
         async def adopted() -> bool:

@@ -3,13 +3,15 @@ destroying the nodes no run will use."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import NodeprovError
+from ..errors import NodeGoneError, NodeprovError
 from ..node import GarbageReport, NodeProvider
+from ..node.keeper import kept_state
 from ..store import NodeRecord, NodeRecordState, RunRecord, Store, now
 from .events import RunFinished
 from .journal import event_record
@@ -19,6 +21,8 @@ from .run import snapshot_of
 from .state import LIVE_STATES, RESUMABLE_STATES, RunState
 
 __all__ = ["ReconcileReport", "Reconciler"]
+
+logger = logging.getLogger(__name__)
 
 _N = NodeRecordState
 
@@ -72,6 +76,8 @@ class Reconciler:
             if kept and self._adopt is not None and await self._adopt(record):
                 report.adopted.append(record.id)
                 continue
+            if kept and self._adopt is None and await self._agent_lives(record):
+                continue  # a control plane that takes runs over may still come for it
             reason = f"control plane {record.owner} died during the run"
             nodes = await self._store.nodes(states=(_N.INTENT, _N.LIVE, _N.DESTROYING), run_id=record.id)
             await self._destroy(record, nodes, report, reason)
@@ -104,6 +110,24 @@ class Reconciler:
             tuple(s for s in RunState if s not in (RunState.STARTING, RunState.RUNNING))
         )
         return report
+
+    async def _agent_lives(self, record: RunRecord) -> bool:
+        """Whether the kept agent of ``record`` runs on (or ended its turn, unread) on its
+        node: within its keeper's grace, ``nodeprov attach`` or a control plane that takes
+        runs over may still finish the turn, so one that takes none over leaves it be. Once
+        the keeper has given up (no control plane came for its grace) the agent is gone, and
+        the run ends as any other. Cannot tell (the provider failed): left be until the next
+        reconcile."""
+        assert record.node_id is not None
+        assert record.agent_keeper is not None
+        try:
+            node = await (await self._nodes.provider_for(record)).attach(record.node_id)
+            return await kept_state(node, record.agent_keeper) != "gone"
+        except NodeGoneError:
+            return False
+        except NodeprovError as error:
+            logger.warning("run %s: cannot tell whether its kept agent lives: %s", record.id, error)
+            return True
 
     async def _destroy(
         self, record: RunRecord, nodes: list[NodeRecord], report: ReconcileReport, why: str
