@@ -444,10 +444,8 @@ class Orchestrator:
         A lease this store does not know is another store's: whether it lives cannot be told
         here, so its runs are left alone. An orphaned run's nodes (being made or live) are
         destroyed, and the run ends: ``failed`` with a resumable snapshot (kind ``system``)
-        when its agent's session is known, ``finished`` when it was finishing. An orphaned
-        run whose agent is kept is taken over instead (``agent_grace`` and ``take_over``);
-        a control plane that takes none over leaves it be while its agent lives, for one
-        that does (``nodeprov attach``, a service replica) within the keeper's grace.
+        when its agent's session is known, ``finished`` when it was finishing. One whose
+        agent is kept is taken over (``take_over``), or else left be while its agent lives.
 
         Nodes are destroyed too when their run is not live and will not use them: a destroy
         that failed; a node kept for a paused run whose keep time is up, whose resume token
