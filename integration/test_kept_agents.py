@@ -341,16 +341,24 @@ async def test_a_detached_run_is_adopted_by_another_control_plane(
     assert len(scripted_model.agent_requests) == 2
 
 
+async def _tool_running(
+    plane: Orchestrator, scripted_model: ScriptedModel, where: dict[str, Any], marker: str
+) -> Run:
+    """A run on ``plane`` whose tool waits for its flag, once the tool runs."""
+    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("unreachable")])
+    run_ = await plane.start("work long", options=run_options(scripted_model), **where)
+    await until_tool_runs(marker)
+    return run_
+
+
 async def test_a_run_pauses_after_a_re_attach(
     store: Store, scripted_model: ScriptedModel, tmp_path: Path
 ) -> None:
     """Interrupt and pause go through the re-attached channel."""
     require_claude_cli()
     where, marker = local(tmp_path), unique_marker()
-    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("unreachable")])
     async with Orchestrator(store, agent_grace=60, take_over=False) as plane:
-        dropped = await plane.start("work long", options=run_options(scripted_model), **where)
-        await until_tool_runs(marker)
+        dropped = await _tool_running(plane, scripted_model, where, marker)
         await _kill_attaches(await _node_of(dropped, where))
         await _until(dropped, (AgentDetached, AgentReattached))
         snapshot = await dropped.pause("human", "after a re-attach")
@@ -365,11 +373,8 @@ async def test_a_run_pauses_after_a_take_over(
     """A run detached by one control plane and adopted by another pauses there."""
     require_claude_cli()
     where, marker = local(tmp_path), unique_marker()
-    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("unreachable")])
     async with Orchestrator(store, agent_grace=60, take_over=False) as plane:
-        detached = await plane.start("work long", options=run_options(scripted_model), **where)
-        await until_tool_runs(marker)
-
+        detached = await _tool_running(plane, scripted_model, where, marker)
         await until_kept(store, detached.id)
         await plane.detach(detached.id)
     async with Orchestrator(store, agent_grace=60, take_over=False) as other:

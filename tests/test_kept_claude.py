@@ -73,3 +73,15 @@ def test_a_grace_a_keeper_cannot_keep_is_refused_where_it_is_given() -> None:
             KeepOptions(grace=grace)
         with pytest.raises(ConfigError, match="grace"):
             Orchestrator(cast(Store, None), agent_grace=grace)
+
+
+def test_the_service_keeps_agents_by_default_and_zero_keeps_none() -> None:
+    from pydantic import ValidationError
+
+    from nodeprov.service import ServiceConfig
+
+    assert ServiceConfig().agent_grace == 180
+    assert ServiceConfig(agent_grace=0).agent_grace is None
+    assert ServiceConfig.model_validate({"agent_grace": None}).agent_grace is None
+    with pytest.raises(ValidationError):
+        ServiceConfig(agent_grace=1)

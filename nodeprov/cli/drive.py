@@ -41,7 +41,7 @@ class RunRequest:
     json_output: bool
     deadline: float | None
     idle_timeout: float | None
-    agent_grace: float | None = None
+    agent_grace: float = 0.0  # seconds the agent is kept for; 0: not kept
 
 
 Start = Callable[[Orchestrator, dict[str, Any]], Awaitable[Run]]
@@ -56,7 +56,7 @@ async def drive_run(request: RunRequest, start: Start) -> str:
         async with (
             await Store.open(request.store) as store,
             Orchestrator(
-                store, provider_settings=secrets, agent_grace=request.agent_grace, take_over=False
+                store, provider_settings=secrets, agent_grace=request.agent_grace or None, take_over=False
             ) as orchestrator,
         ):
             await _reconcile(orchestrator)
@@ -129,7 +129,7 @@ async def _pause(active: Run, kind: PauseKind, reason: str, keep_node: bool) -> 
         await active.pause(kind, reason, keep_node=keep_node)
 
 
-def _abort(active: Run | None, signum: int, agent_grace: float | None) -> NoReturn:
+def _abort(active: Run | None, signum: int, agent_grace: float) -> NoReturn:
     """Leave now, skipping the orchestrator's orderly shutdown (which may wait on the agent),
     as a SIGKILL would: a kept agent runs on for its grace (`nodeprov attach` takes it over),
     one not kept stops once its control plane is gone; reconcile or `nodeprov gc` settles the

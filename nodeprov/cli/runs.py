@@ -213,16 +213,16 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
         full_prompt = _prompt(prompt, image)
         get_agent(chosen, options).prepare_prompt(full_prompt)  # refused: before a run is recorded
         request = RunRequest(
-            prompt,
-            model,
-            chosen,
-            options,
-            keep_node,
-            store,
-            json_output,
-            timeout,
-            idle_timeout,
-            agent_grace or None,
+            prompt=prompt,
+            model=model,
+            agent=chosen,
+            options=options,
+            keep_node=keep_node,
+            store=store,
+            json_output=json_output,
+            deadline=timeout,
+            idle_timeout=idle_timeout,
+            agent_grace=agent_grace,
         )
 
         async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:
@@ -282,16 +282,16 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
         options = _agent_options(model, env, permission, option)
         full_message = _prompt(message, image)
         request = RunRequest(
-            message,
-            model,
-            record.agent,
-            options,
-            keep_node,
-            store,
-            json_output,
-            timeout,
-            idle_timeout,
-            agent_grace or None,
+            prompt=message,
+            model=model,
+            agent=record.agent,
+            options=options,
+            keep_node=keep_node,
+            store=store,
+            json_output=json_output,
+            deadline=timeout,
+            idle_timeout=idle_timeout,
+            agent_grace=agent_grace,
         )
 
         async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:

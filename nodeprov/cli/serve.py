@@ -81,8 +81,5 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
             base = json.loads(os.environ.get(CONFIG_VARIABLE) or "{}")
         except ValueError as error:
             raise ConfigError(f"{CONFIG_VARIABLE} is not JSON: {error}") from None
-        given = {k: v for k, v in given.items() if v is not None}
-        if given.get("agent_grace") == 0:
-            given["agent_grace"] = None  # not kept
-        config = ServiceConfig.model_validate(base | given)
+        config = ServiceConfig.model_validate(base | {k: v for k, v in given.items() if v is not None})
         run_service(config, workers=workers)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..settings import Settings
 
@@ -58,7 +59,7 @@ class ServiceConfig(Settings):
         ge=2,
         description="Keep each run's agent on its node: it outlives a dropped connection and a dead "
         "replica for this many seconds with none attached, and any replica's reconcile takes such a "
-        "run over. None: agents are not kept (a dead replica's runs fail, resumable).",
+        "run over. 0 or None: agents are not kept (a dead replica's runs fail, resumable).",
     )
     poll_interval: float = Field(
         default=0.5, gt=0, description="How often runs driven by another replica are polled for events."
@@ -69,6 +70,11 @@ class ServiceConfig(Settings):
     idempotency_ttl: float = Field(
         default=86400.0, gt=0, description="How long an Idempotency-Key is remembered, in seconds."
     )
+
+    @field_validator("agent_grace", mode="before")
+    @classmethod
+    def _zero_is_not_kept(cls, value: Any) -> Any:
+        return None if value == 0 else value
 
     @property
     def loopback(self) -> bool:

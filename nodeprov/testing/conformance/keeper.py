@@ -34,8 +34,7 @@ its followers and writer are in it), as when the far end of a connection dies.""
 async def drop_attach(node: NodeHandle, process: KeptProcess) -> None:
     """Kill, on the node, the process's current attach (see :data:`DROP_ATTACH`): its channel
     drops as when the far end of a connection dies."""
-    script = DROP_ATTACH
-    code, _, err = await run(node, "/bin/sh", "-c", script, "drop", process.keeper)
+    code, _, err = await run(node, "/bin/sh", "-c", DROP_ATTACH, "drop", process.keeper)
     assert code == 0, err
 
 
