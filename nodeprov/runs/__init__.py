@@ -42,6 +42,7 @@ from .events import (
     event_from_json,
 )
 from .orchestrator import Orchestrator
+from .pools import Pool, Pools, PoolStatus
 from .reconcile import ReconcileReport
 from .run import PauseKind, Run
 from .state import TRANSITIONS, RunState
@@ -55,6 +56,9 @@ __all__ = [
     "NodeReleased",
     "Orchestrator",
     "PauseKind",
+    "Pool",
+    "PoolStatus",
+    "Pools",
     "ReconcileReport",
     "Run",
     "RunEvent",

@@ -13,11 +13,12 @@ from typing import Any
 import anyio
 
 from ..agents import Agent, AgentSession, Result
-from ..errors import ConfigError, DeadlineError, NodeGoneError, NodeprovError, RunStateError, StoreError
-from ..node import LABEL_EXPIRES_AT, NodeHandle, NodeProvider
+from ..errors import DeadlineError, NodeprovError, RunStateError, StoreError
+from ..node import LABEL_EXPIRES_AT, NodeHandle
 from ..node.keeper import Detached, KeepOptions, Reattached
 from ..prompts import prompt_images, prompt_text
 from ..store import NodeRecordState, SnapshotRecord, Store
+from .acquire import NodeSource
 from .archive import Archive
 from .events import (
     AgentDetached,
@@ -33,6 +34,7 @@ from .journal import Journal, RunEvents
 from .launch import Plan
 from .lease import Lease
 from .nodes import Nodes
+from .pools import Pools
 from .progress import Progress, progress_bounded, result_error
 from .run import Pause, Run, snapshot_of
 from .state import TRANSITIONS, RunState
@@ -114,8 +116,10 @@ class Driver:
         keep_for: float,
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
         agent_grace: float | None = None,
+        pools: Pools,
     ) -> None:
         self._store = store
+        self._source = NodeSource(store, lease, nodes, pools, teardown=teardown, archive=self._archive)
         self._lease = lease
         self._journal = journal
         self._nodes = nodes
@@ -264,9 +268,11 @@ class Driver:
         """Get a node (provisioned, or the kept one) and run the agent's turn."""
         run = drive.run
         provider = await self._nodes.provider(plan.provider, plan.provider_settings)
-        reused, restored = await self._node_for(drive, plan, provider)
+        reused, restored, pool = await self._source.get(drive, plan, provider)
         assert drive.node is not None
-        drive.events.emit(NodeReady, node_id=drive.node.node_id, reused=reused, transcript_restored=restored)
+        drive.events.emit(
+            NodeReady, node_id=drive.node.node_id, reused=reused, transcript_restored=restored, pool=pool
+        )
         if await self._move(drive, RunState.RUNNING):
             return await self.run_agent(drive, plan, drive.node)
         if run.state is not RunState.PAUSING:
@@ -314,64 +320,6 @@ class Driver:
                     return
                 await self._store.set_node_state(node.node_id, _N.DESTROYED)
             drive.events.emit(NodeReleased, node_id=node.node_id, kept=keep, suspended=suspended)
-
-    async def _node_for(self, drive: Drive, plan: Plan, provider: NodeProvider[Any]) -> tuple[bool, bool]:
-        """Get the run's node into ``drive.node``: the kept one, or a new one (with the
-        transcript restored onto it when resuming). Returns (reused, restored).
-
-        Provisioning is not shielded: a pause or shutdown interrupts it, and the provider
-        removes whatever it had made (its contract), so the intent is settled as failed.
-        """
-        run_id = drive.run.id
-        snapshot = plan.resume
-        kept = snapshot.node_id if snapshot is not None and snapshot.node_kept else None
-        # Taken from the kept state in one compare-and-set: a reconcile destroying it wins or loses whole.
-        if kept and await self._store.move_node(kept, (_N.KEPT,), _N.LIVE):
-            try:
-                node = await provider.attach(kept)
-                await node.wake()  # a suspended kept node: started again, ready to spawn
-            except NodeGoneError as error:
-                logger.info(
-                    "kept node %s of run %s is gone (%s): provisioning a new one", kept, run_id, error
-                )
-                await self._store.set_node_state(kept, _N.DESTROYED)
-            else:
-                drive.node = node
-                await self._record_node(run_id, node)
-                return True, False
-        elif kept:
-            logger.info("node %s of run %s is no longer kept: provisioning a new one", kept, run_id)
-        await self._nodes.drop_kept(run_id)
-        tools = dict(plan.node_config.tools)
-        if plan.agent.options.ship_cli:
-            cli = plan.agent.local_cli()
-            if cli is None:
-                raise ConfigError(f"ship_cli: the {plan.agent.name} agent's CLI is not found on this machine")
-            tools[plan.agent.cli_name] = cli
-        config = plan.node_config.model_copy(
-            update={"session_id": run_id, "owner": self._lease.owner, "tools": tools}
-        )
-        await self._store.node_intent(config.node_id, plan.provider, run_id)
-        try:
-            node = await provider.provision(config)
-        except BaseException:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
-                await self._store.set_node_state(config.node_id, _N.FAILED)
-            raise
-        drive.node = node
-        await self._record_node(run_id, node)
-        if snapshot is not None and snapshot.agent_session_id and snapshot.project_key:
-            return False, await plan.agent.import_state(
-                node,
-                snapshot.agent_session_id,
-                plan.agent.state_key(node, plan.workspace),
-                self._archive(snapshot.project_key),
-            )
-        return False, False
-
-    async def _record_node(self, run_id: str, node: NodeHandle) -> None:
-        await self._store.set_node_state(node.node_id, _N.LIVE)
-        await self._store.update_run(run_id, node_id=node.node_id)
 
     def _archive(self, run_key: str) -> Archive:
         return Archive(self._journal, self._store.transcripts, run_key, self._spawn)

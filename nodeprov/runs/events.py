@@ -75,6 +75,8 @@ class NodeReady(RunEvent):
     node_id: str
     reused: bool
     transcript_restored: bool
+    pool: str | None = None
+    """The warm pool the node was claimed from (:mod:`nodeprov.runs.pools`)."""
 
 
 @dataclass(frozen=True)

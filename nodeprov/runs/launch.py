@@ -18,6 +18,7 @@ from ..prompts import Block, ImageBlock, Prompt, TextBlock, prompt_blocks, promp
 from ..store import RunRecord, SnapshotRecord, Store, dumps, new_id, now
 from .lease import Lease
 from .nodes import Nodes
+from .pools import Pools
 from .state import RESUMABLE_STATES, RunState
 
 __all__ = ["Launcher", "Plan"]
@@ -38,22 +39,28 @@ class Plan:
     deadline: float | None = None
     idle_timeout: float | None = None
     keep_node: bool = False
+    pool: str | None = None
+    """The warm pool to claim the first node from (:mod:`nodeprov.runs.pools`)."""
+    pool_wait: bool = False
+    """Wait for a node of an empty pool, rather than provision one cold."""
 
 
 class Launcher:
     """Checks and records what :meth:`Orchestrator.start` and :meth:`Orchestrator.resume`
     are asked, and plans the drive; runs are owned by ``lease``."""
 
-    def __init__(self, store: Store, lease: Lease, nodes: Nodes) -> None:
+    def __init__(self, store: Store, lease: Lease, nodes: Nodes, pools: Pools) -> None:
         self._store = store
         self._lease = lease
         self._nodes = nodes
+        self._pools = pools
 
     async def plan_start(
         self,
         prompt: Prompt,
         *,
-        provider: str,
+        provider: str | None,
+        pool: str | None,
         provider_settings: Mapping[str, Any] | None,
         agent: str | None,
         options: AgentOptions | Mapping[str, Any] | None,
@@ -75,12 +82,21 @@ class Launcher:
         if run_id is not None and await self._store.run(run_id) is not None:
             raise RunStateError(f"run {run_id} exists already")
         settings = dict(provider_settings or {})
+        if (provider is None) == (pool is None):
+            raise ConfigError("start a run with a provider or a pool, not both")
+        if pool is not None:
+            if node_config is not None:
+                raise ConfigError(f"a run from pool {pool!r} is made from the pool's node template")
+            provider, settings, node_config = await self._pools.template(pool, settings)
+        assert provider is not None
         # Fail now, not in the background; store what another environment needs to find the node.
         checked = (await self._nodes.provider(provider, settings)).resolved_settings()
         model = options.model if isinstance(options, AgentOptions) else (options or {}).get("model")
         chosen = await _agent_of(lambda: get_agent(route_model(model, agent), options))
         blocks = chosen.prepare_prompt(prompt)
         _check_limits(deadline, idle_timeout)
+        if pool is not None and chosen.options.ship_cli:
+            _check_shipped(pool, chosen, node_config)
         session = await self._store.active_session(workspace, chosen.name)
         run_id = run_id or new_id("run")
         plan = Plan(
@@ -93,6 +109,7 @@ class Launcher:
             None,
             deadline,
             idle_timeout,
+            pool=pool,
         )
         record = RunRecord(
             id=run_id,
@@ -317,3 +334,20 @@ def _resumed_agent(record: RunRecord, options: AgentOptions | Mapping[str, Any] 
         options.model_dump(exclude_unset=True) if isinstance(options, AgentOptions) else dict(options or {})
     )
     return get_agent(record.agent, {**json.loads(record.agent_options), **(given or {})})
+
+
+def _check_shipped(pool: str, agent: Agent[Any], template: NodeConfig | None) -> None:
+    """A pool's nodes are made before the run: they carry this machine's agent CLI only if
+    the pool's template does.
+
+    Raises:
+        ConfigError: the template does not carry it.
+    """
+    cli = agent.local_cli()
+    tools = template.tools if template is not None else {}
+    if cli is None or tools.get(agent.cli_name) != cli:
+        raise ConfigError(
+            f"ship_cli: pool {pool!r}'s nodes do not carry this machine's {agent.cli_name} CLI "
+            f"({cli or 'not found'}): make the pool with tools {{{agent.cli_name!r}: {cli!r}}}, "
+            "or run without ship_cli"
+        )

@@ -48,7 +48,11 @@ class Nodes:
 
     def settings_for(self, record: RunRecord) -> dict[str, Any]:
         """A run's provider settings as stored, with this control plane's laid over."""
-        return {**json.loads(record.node_settings), **self._provider_settings.get(record.node_provider, {})}
+        return self.laid_over(record.node_provider, record.node_settings)
+
+    def laid_over(self, provider: str, stored: str) -> dict[str, Any]:
+        """Provider settings as stored (JSON), with this control plane's for ``provider`` laid over."""
+        return {**json.loads(stored), **self._provider_settings.get(provider, {})}
 
     async def drop_kept(self, run_id: str) -> None:
         """Destroy the nodes kept by earlier pauses of ``run_id`` (its resume does not use

@@ -29,6 +29,30 @@ makes immediate for any other control plane.
 still use them: reconcile destroys one whose time is up, whose run was resumed
 elsewhere or ended, or whose workspace switched agents.
 
+**Reconcile** (:meth:`Orchestrator.reconcile`). A run is orphaned when its owner is known
+to be gone: a lease of this store that expired or was released, or (for owners without a
+lease) a process known to be dead. A lease this store does not know is another store's:
+whether it lives cannot be told here, so its runs are left alone. An orphaned run's nodes
+(being made or live) are destroyed, and the run ends: ``failed`` with a resumable snapshot
+(kind ``system``) when its agent's session is known, ``finished`` when it was finishing. One
+whose agent is kept is taken over (``take_over``), or else left be while its agent lives.
+Nodes are destroyed too when their run is not live and will not use them: a destroy that
+failed; a node kept for a paused run whose keep time is up, whose resume token was used (the
+run resumed elsewhere, or ended), or whose workspace switched agents. Each node is taken for
+destruction in one compare-and-set on its state, so a pause keeping it or a resume taking
+it, landing meanwhile, wins or loses whole. Pause requests nobody will serve are cleared. A
+destroy that fails is reported and the rest goes on.
+
+**Garbage** (:meth:`Orchestrator.collect_garbage`) reaps a provider's abandoned nodes,
+judging owners by the store: a lease of this store that expired or was released is gone;
+one it does not know is another store's, and its nodes are reaped only past their lifetime.
+Nodes the store holds (being made, live, kept for a paused run, or a warm pool's) are reaped
+only past their lifetime: reconcile settles the others (``nodeprov gc`` runs it first). A
+pool node whose provisioner died before it was ready is nobody's, and reaped as such.
+
+**Warm pools** (``orchestrator.pools``, ``start(..., pool=...)``, ``keep_pools``): see
+:mod:`nodeprov.runs.pools`.
+
 **Kept agents** (``agent_grace``): each run's agent outlives a dropped channel and a dead
 control plane (see :mod:`nodeprov.runs.keeping`; events ``agent.detached``, ``agent.reattached``).
 
@@ -44,7 +68,7 @@ import dataclasses
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Mapping
 from contextlib import suppress
 from types import TracebackType
 from typing import Any, Self
@@ -65,6 +89,8 @@ from .launch import Launcher, Plan
 from .lease import Lease, owner_check
 from .nodes import Nodes
 from .pauses import PauseRequests
+from .pool_keeping import PoolKeeper
+from .pools import Pools
 from .reconcile import Reconciler, ReconcileReport
 from .run import PauseKind, Run
 
@@ -93,6 +119,7 @@ class Orchestrator:
         provider_settings: Mapping[str, Mapping[str, Any]] | None = None,
         agent_grace: float | None = None,
         take_over: bool = True,
+        keep_pools: bool | Collection[str] = False,
     ) -> None:
         if not keep_for > 0:
             raise ConfigError(f"keep_for must be positive, got {keep_for!r}")
@@ -117,6 +144,13 @@ class Orchestrator:
         self._journal = Journal(store)
         self._nodes = Nodes(store, self.provider_settings)
         self._teardown = Teardown(shutdown_timeout)
+        only = None if isinstance(keep_pools, bool) else frozenset(keep_pools)
+        keeper = PoolKeeper(
+            store, self._lease, self._nodes, only=only, interval=poll_interval, spawn=self._spawn
+        )
+        self._keeper = keeper if keep_pools else None
+        self.pools = Pools(store, self._nodes, self._keeper, poll_interval=poll_interval)
+        """The store's warm pools; with ``keep_pools`` (all, or those named) held and refilled here."""
         self._driver = Driver(
             store,
             self._lease,
@@ -126,8 +160,9 @@ class Orchestrator:
             keep_for=keep_for,
             spawn=self._spawn,
             agent_grace=agent_grace,
+            pools=self.pools,
         )
-        self._launcher = Launcher(store, self._lease, self._nodes)
+        self._launcher = Launcher(store, self._lease, self._nodes, self.pools)
         self._pauses = PauseRequests(store, self._lease, live=self._runs.get, spawn=self._spawn)
         self._takeover = Takeover(
             store,
@@ -157,6 +192,8 @@ class Orchestrator:
         self._tg.start_soon(self._journal.write_forever)
         if self.reconcile_interval > 0:
             self._tg.start_soon(_every, self.reconcile_interval, self.reconcile, "reconcile")
+        if self._keeper is not None:
+            self._tg.start_soon(self._keeper.keep_forever)
         return self
 
     async def __aexit__(
@@ -212,7 +249,9 @@ class Orchestrator:
         self,
         prompt: Prompt,
         *,
-        provider: str,
+        provider: str | None = None,
+        pool: str | None = None,
+        pool_wait: bool = False,
         provider_settings: Mapping[str, Any] | None = None,
         agent: str | None = None,
         options: AgentOptions | Mapping[str, Any] | None = None,
@@ -223,7 +262,10 @@ class Orchestrator:
         run_id: str | None = None,
         keep_node: bool = False,
     ) -> Run:
-        """Start a run of ``prompt`` on a new node of ``provider``; returns at once.
+        """Start a run of ``prompt`` on a new node of ``provider``, or one claimed from the warm
+        ``pool`` (:mod:`nodeprov.runs.pools`; its provider, settings with ``provider_settings``
+        laid over, and node template; when it has none ready, a node made cold from them, or
+        with ``pool_wait`` one waited for); returns at once.
 
         ``prompt`` is text, or text and image blocks (:mod:`nodeprov.prompts`), checked
         against the agent's model before anything is provisioned (see
@@ -248,13 +290,15 @@ class Orchestrator:
         Raises:
             ProviderNotFoundError, ConfigError: the provider, the agent, or their settings
                 or options are wrong, or the agent refuses the prompt's images (a model
-                that cannot see them; too many, too large, or of a type its API refuses).
-            RunStateError: a run ``run_id`` exists already.
+                that cannot see them; too many, too large, or of a type its API refuses);
+                neither or both of ``provider`` and ``pool`` are given; no such pool.
+            RunStateError: a run ``run_id`` exists already, or the pool is being removed.
             StoreError: the store failed.
         """
         record, plan = await self._launcher.plan_start(
             prompt,
             provider=provider,
+            pool=pool,
             provider_settings=provider_settings,
             agent=agent,
             options=options,
@@ -267,7 +311,9 @@ class Orchestrator:
         self._launching.add(record.id)
         try:
             await self.store.create_run(record, prompt_images(plan.prompt))
-            return await self._launch(record.id, dataclasses.replace(plan, keep_node=keep_node))
+            return await self._launch(
+                record.id, dataclasses.replace(plan, keep_node=keep_node, pool_wait=pool_wait)
+            )
         finally:
             self._launching.discard(record.id)
 
@@ -376,8 +422,7 @@ class Orchestrator:
         ``follow``, new ones as they are written, until the run's drive ends with nobody
         driving it (checked every ``poll_interval``), or its control plane is known to be
         gone (its lease expired or was released: nobody will write more; a reconcile ends the
-        run). A server forwarding server-sent events passes the client's ``Last-Event-ID``
-        as ``after``. A run driven here is no exception: its events come once stored.
+        run). A server passes a client's ``Last-Event-ID`` as ``after``. Events come once stored.
 
         Raises:
             RunStateError: there is no such run.
@@ -437,23 +482,7 @@ class Orchestrator:
 
     async def reconcile(self) -> ReconcileReport:
         """Clean up after control planes that died, on any host sharing this store, and
-        release the nodes no run will use.
-
-        A run is orphaned when its owner is known to be gone: a lease of this store that
-        expired or was released, or (for owners without a lease) a process known to be dead.
-        A lease this store does not know is another store's: whether it lives cannot be told
-        here, so its runs are left alone. An orphaned run's nodes (being made or live) are
-        destroyed, and the run ends: ``failed`` with a resumable snapshot (kind ``system``)
-        when its agent's session is known, ``finished`` when it was finishing. One whose
-        agent is kept is taken over (``take_over``), or else left be while its agent lives.
-
-        Nodes are destroyed too when their run is not live and will not use them: a destroy
-        that failed; a node kept for a paused run whose keep time is up, whose resume token
-        was used (the run resumed elsewhere, or ended), or whose workspace switched agents.
-        Each node is taken for destruction in one compare-and-set on its state, so a pause
-        keeping it or a resume taking it, landing meanwhile, wins or loses whole. Pause
-        requests nobody will serve are cleared. A destroy that fails is reported and the rest
-        goes on.
+        release the nodes no run will use: see the module's documentation, **Reconcile**.
 
         Raises:
             StoreError: the store failed.
@@ -463,12 +492,8 @@ class Orchestrator:
     async def collect_garbage(
         self, provider: NodeProvider[Any], *, dry_run: bool = False, settle: float = 0.0
     ) -> GarbageReport:
-        """Reap ``provider``'s abandoned nodes, judging owners by the store: a lease of this
-        store that expired or was released is gone; one it does not know is another store's,
-        and its nodes are reaped only past their lifetime. Nodes the store holds (being
-        made, live, or kept for a paused run) are reaped only past their lifetime:
-        :meth:`reconcile` settles the others (``nodeprov gc`` runs it first).
-        See :meth:`NodeProvider.collect_garbage` for ``settle``.
+        """Reap ``provider``'s abandoned nodes: see the module's documentation, **Garbage**;
+        :meth:`NodeProvider.collect_garbage` for ``settle``.
 
         Raises:
             ProviderError: the platform could not be asked.

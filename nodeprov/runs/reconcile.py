@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import NodeGoneError, NodeprovError
 from ..node import GarbageReport, NodeProvider
 from ..node.keeper import kept_state
-from ..store import NodeRecord, NodeRecordState, RunRecord, Store, now
+from ..store import POOL_HELD, NodeRecord, NodeRecordState, PoolNodeState, RunRecord, Store, now
 from .events import RunFinished
 from .journal import event_record
 from .lease import Lease, owner_check
@@ -200,13 +200,14 @@ class Reconciler:
             ProviderError: the platform could not be asked.
             StoreError: the store failed.
         """
+        alive = await owner_check(self._store)
         held = {
             node.id for node in await self._store.nodes(states=(_N.INTENT, _N.LIVE, _N.KEPT, _N.DESTROYING))
         }
-        report = await provider.collect_garbage(
-            dry_run=dry_run, alive=await owner_check(self._store), spare=held, settle=settle
-        )
+        held |= await self._store.pools.held_ids(unless_dead=alive)  # a dead provisioner's intents are not
+        report = await provider.collect_garbage(dry_run=dry_run, alive=alive, spare=held, settle=settle)
         if not dry_run:
             for info in report.reaped:
                 await self._store.set_node_state(info.node_id, _N.DESTROYED)
+                await self._store.pools.move(info.node_id, POOL_HELD, PoolNodeState.DESTROYED)
         return report

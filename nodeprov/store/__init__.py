@@ -35,6 +35,8 @@ from ._schema import migrate
 from .entries import EntryBatch, EntryKey, EntryStore, KeyedEntry, entry_key, keyed
 from .idempotency import IdempotencyRecord, IdempotencyStore
 from .images import ImageStore
+from .pools import HELD as POOL_HELD
+from .pools import PoolNodeRecord, PoolNodeState, PoolRecord, PoolStore
 from .records import (
     EventRecord,
     LeaseRecord,
@@ -47,6 +49,7 @@ from .records import (
 from .tokens import SCOPES, TokenEntry, TokenRecord, TokenStore, add_to_tokens_file, read_tokens_file
 
 __all__ = [
+    "POOL_HELD",
     "SCOPES",
     "EntryBatch",
     "EntryKey",
@@ -59,6 +62,10 @@ __all__ = [
     "LeaseRecord",
     "NodeRecord",
     "NodeRecordState",
+    "PoolNodeRecord",
+    "PoolNodeState",
+    "PoolRecord",
+    "PoolStore",
     "RunRecord",
     "SessionRecord",
     "SnapshotRecord",
@@ -136,6 +143,11 @@ class _Parts:
     def images(self) -> ImageStore:
         """Prompts' images, by hash."""
         return ImageStore(self.db)
+
+    @cached_property
+    def pools(self) -> PoolStore:
+        """Warm pools and their nodes."""
+        return PoolStore(self.db)
 
     @cached_property
     def tokens(self) -> TokenStore:

@@ -171,6 +171,35 @@ MIGRATIONS: list[list[str]] = [
         # a control plane taking the run over re-attaches there.
         "ALTER TABLE runs ADD COLUMN agent_keeper TEXT",
     ],
+    [
+        # Warm pools (nodeprov.store.pools): a named node template kept at a size by one
+        # holder at a time; its nodes until a run claims one (then a run's node in nodes).
+        """CREATE TABLE pools (
+            name TEXT PRIMARY KEY,
+            provider TEXT NOT NULL,
+            provider_settings TEXT NOT NULL,
+            secret_fields TEXT NOT NULL,
+            node_config TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            max_age DOUBLE PRECISION NOT NULL,
+            refill_concurrency INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            holder TEXT,
+            error TEXT,
+            retry_at_ms BIGINT,
+            failures INTEGER NOT NULL,
+            created_at TEXT NOT NULL)""",
+        """CREATE TABLE pool_nodes (
+            id TEXT PRIMARY KEY,
+            pool TEXT NOT NULL REFERENCES pools(name),
+            state TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            ready_ms BIGINT,
+            run_id TEXT,
+            updated_at TEXT NOT NULL)""",
+        "CREATE INDEX pool_nodes_pool ON pool_nodes(pool, state)",
+        "CREATE INDEX pool_nodes_run ON pool_nodes(run_id)",
+    ],
 ]
 
 

@@ -1,0 +1,119 @@
+"""Where a run's node comes from: the node kept for its resume, one claimed from its plan's
+warm pool, or a new one provisioned (with the agent's session state restored onto it when
+resuming)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import ConfigError, NodeGoneError
+from ..node import NodeHandle, NodeProvider
+from ..store import NodeRecordState, Store
+from .archive import Archive
+from .launch import Plan
+from .lease import Lease
+from .nodes import Nodes
+from .pools import Pools
+
+if TYPE_CHECKING:
+    from .driver import Drive, Teardown
+
+__all__ = ["NodeSource"]
+
+logger = logging.getLogger("nodeprov.runs")
+
+_N = NodeRecordState
+
+
+class NodeSource:
+    """Gets runs' nodes for the driver; the nodes it makes are owned by ``lease``'s control
+    plane, and ``archive`` gives the archive of a run's session state by its key."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease: Lease,
+        nodes: Nodes,
+        pools: Pools,
+        *,
+        teardown: Teardown,
+        archive: Callable[[str], Archive],
+    ) -> None:
+        self._store = store
+        self._lease = lease
+        self._nodes = nodes
+        self._pools = pools
+        self._teardown = teardown
+        self._archive = archive
+
+    async def get(
+        self, drive: Drive, plan: Plan, provider: NodeProvider[Any]
+    ) -> tuple[bool, bool, str | None]:
+        """Get the run's node into ``drive.node``: the kept one, one claimed from the plan's
+        pool, or a new one (with the transcript restored onto it when resuming). Returns
+        (reused, restored, the pool claimed from).
+
+        Provisioning is not shielded: a pause or shutdown interrupts it, and the provider
+        removes whatever it had made (its contract), so the intent is settled as failed.
+        """
+        run_id = drive.run.id
+        snapshot = plan.resume
+        kept = snapshot.node_id if snapshot is not None and snapshot.node_kept else None
+        # Taken from the kept state in one compare-and-set: a reconcile destroying it wins or loses whole.
+        if kept and await self._store.move_node(kept, (_N.KEPT,), _N.LIVE):
+            try:
+                node = await provider.attach(kept)
+                await node.wake()  # a suspended kept node: started again, ready to spawn
+            except NodeGoneError as error:
+                logger.info(
+                    "kept node %s of run %s is gone (%s): provisioning a new one", kept, run_id, error
+                )
+                await self._store.set_node_state(kept, _N.DESTROYED)
+            else:
+                drive.node = node
+                await self._record(run_id, node)
+                return True, False, None
+        elif kept:
+            logger.info("node %s of run %s is no longer kept: provisioning a new one", kept, run_id)
+        await self._nodes.drop_kept(run_id)
+        if plan.pool is not None:
+            drive.node = await self._pools.claim(plan.pool, run_id, provider, wait=plan.pool_wait)
+            if drive.node is not None:  # recorded live for the run by the claim
+                await self._store.update_run(run_id, node_id=drive.node.node_id)
+                return False, False, plan.pool
+            logger.info("pool %s has no node ready: run %s provisions one cold", plan.pool, run_id)
+        tools = dict(plan.node_config.tools)
+        if plan.agent.options.ship_cli:
+            cli = plan.agent.local_cli()
+            if cli is None:
+                raise ConfigError(f"ship_cli: the {plan.agent.name} agent's CLI is not found on this machine")
+            tools[plan.agent.cli_name] = cli
+        config = plan.node_config.model_copy(
+            update={"session_id": run_id, "owner": self._lease.owner, "tools": tools}
+        )
+        await self._store.node_intent(config.node_id, plan.provider, run_id)
+        try:
+            node = await provider.provision(config)
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
+                await self._store.set_node_state(config.node_id, _N.FAILED)
+            raise
+        drive.node = node
+        await self._record(run_id, node)
+        if snapshot is not None and snapshot.agent_session_id and snapshot.project_key:
+            restored = await plan.agent.import_state(
+                node,
+                snapshot.agent_session_id,
+                plan.agent.state_key(node, plan.workspace),
+                self._archive(snapshot.project_key),
+            )
+            return False, restored, None
+        return False, False, None
+
+    async def _record(self, run_id: str, node: NodeHandle) -> None:
+        await self._store.set_node_state(node.node_id, _N.LIVE)
+        await self._store.update_run(run_id, node_id=node.node_id)

@@ -1,0 +1,210 @@
+"""Keeping warm pools filled: :class:`PoolKeeper`, run by a control plane with ``keep_pools``
+(see :mod:`nodeprov.runs.pools`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Coroutine
+from contextlib import suppress
+from functools import partial
+from typing import Any
+
+import anyio
+
+from ..errors import NodeGoneError, NodeprovError, first_line
+from ..node import NodeConfig, NodeProvider
+from ..store import PoolNodeRecord, PoolNodeState, PoolRecord, Store
+from .lease import Lease, owner_check
+from .nodes import Nodes
+from .pools import node_from_template
+
+__all__ = ["PoolKeeper"]
+
+logger = logging.getLogger("nodeprov.pools")
+
+_P = PoolNodeState
+_MAX_BACKOFF = 300.0
+_LIST_EVERY = 10  # rounds between asking the platform which nodes still exist
+
+
+class PoolKeeper:
+    """Holds and tends the pools (``only`` those named, or all), one round every
+    ``interval`` seconds or as soon as :meth:`wake` is called (a claim here, a new pool).
+    Provisions and destroys run as tasks of ``spawn``, so a slow platform never holds a round
+    up; a round's failure is logged and the next goes on."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease: Lease,
+        nodes: Nodes,
+        *,
+        only: Collection[str] | None,
+        interval: float,
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
+    ) -> None:
+        self._store = store
+        self._lease = lease
+        self._nodes = nodes
+        self._only = only
+        self._interval = interval
+        self._spawn = spawn
+        self._woken = anyio.Event()
+        self._busy: set[str] = set()  # pool nodes a task here provisions or destroys
+        self._rounds = 0
+
+    def wake(self) -> None:
+        """Tend the pools now: one was claimed from, made, or is being removed."""
+        self._woken.set()
+
+    async def keep_forever(self) -> None:
+        while True:
+            with anyio.move_on_after(self._interval):
+                await self._woken.wait()
+            self._woken = anyio.Event()
+            try:
+                await self.keep_round()
+            except Exception:
+                logger.exception("keeping the pools failed; trying again in %g s", self._interval)
+
+    async def keep_round(self) -> None:
+        """Take over the wanted pools nobody living holds, and tend those held here.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        self._rounds += 1
+        alive = await owner_check(self._store)
+        for record in await self._store.pools.all():
+            if (self._only is None or record.name in self._only) and await self._hold(record, alive):
+                await self._tend(record, alive)
+
+    async def finish_removal(self, name: str) -> None:
+        """Destroy a pool being removed here, if nobody living holds it (or this control plane does).
+
+        Raises:
+            StoreError: the store failed.
+        """
+        alive = await owner_check(self._store)
+        record = await self._store.pools.get(name)
+        if record is not None and await self._hold(record, alive):
+            await self._tend(record, alive)
+
+    async def _hold(self, record: PoolRecord, alive: Callable[[str], bool | None]) -> bool:
+        me = self._lease.owner
+        if record.holder == me:
+            return True
+        if record.holder is not None and alive(record.holder) is not False:
+            return False
+        if not await self._store.pools.take(record.name, me, expect=record.holder):
+            return False
+        logger.info("pool %s: kept here now (was %s)", record.name, record.holder or "nobody's")
+        return True
+
+    async def _tend(self, record: PoolRecord, alive: Callable[[str], bool | None]) -> None:
+        name = record.name
+        try:
+            provider = await self._nodes.provider(
+                record.provider, self._nodes.laid_over(record.provider, record.provider_settings)
+            )
+        except NodeprovError as error:
+            await self._store.pools.note_failure(name, first_line(error), _MAX_BACKOFF)
+            return
+        nodes = await self._store.pools.nodes(name)
+        for node in nodes:
+            if node.id in self._busy:
+                continue
+            if node.state is _P.DESTROYING or (node.state is _P.INTENT and alive(node.owner) is False):
+                self._destroy_soon(provider, node, "left by a control plane that died")
+        if record.state != "active":
+            for node in nodes:
+                if node.state is _P.READY:
+                    self._destroy_soon(provider, node, "its pool is removed")
+            if not nodes:
+                await self._store.pools.delete_if_empty(name)
+                logger.info("pool %s: removed", name)
+            return
+        for node in await self._store.pools.expired(name, record.max_age):
+            self._destroy_soon(provider, node, f"older than the pool's max_age ({record.max_age:g} s)")
+        if self._rounds % _LIST_EVERY == 1:
+            await self._forget_gone(provider, record)
+        await self._refill(provider, record)
+
+    async def _forget_gone(self, provider: NodeProvider[Any], record: PoolRecord) -> None:
+        """Record destroyed the ready nodes the platform no longer has (deleted behind the pool's back)."""
+        try:
+            listed = {info.node_id for info in await provider.list_nodes()}
+        except NodeprovError as error:
+            logger.warning("pool %s: cannot list the %s nodes: %s", record.name, provider.name, error)
+            return
+        for node in await self._store.pools.nodes(record.name, (_P.READY,)):
+            if node.id not in listed and await self._store.pools.move(node.id, (_P.READY,), _P.DESTROYED):
+                logger.warning(
+                    "pool %s: node %s is gone from %s; replacing it", record.name, node.id, provider.name
+                )
+
+    async def _refill(self, provider: NodeProvider[Any], record: PoolRecord) -> None:
+        backing_off = record.error is not None and record.retry_at_ms is not None
+        if backing_off and (record.retry_at_ms or 0) > await self._store.clock_ms():
+            return
+        held = await self._store.pools.nodes(record.name, (_P.INTENT, _P.READY))
+        starting = sum(1 for n in held if n.state is _P.INTENT and n.id in self._busy)
+        for _ in range(min(record.size - len(held), record.refill_concurrency - starting)):
+            config = node_from_template(record.node_config, self._lease.owner)
+            if not await self._store.pools.add_intent(record.name, config.node_id, self._lease.owner):
+                return  # full, or no longer held here
+            self._busy.add(config.node_id)
+            self._spawn(partial(self._provision, provider, record, config))
+
+    async def _provision(self, provider: NodeProvider[Any], record: PoolRecord, config: NodeConfig) -> None:
+        node_id = config.node_id
+        try:
+            try:
+                node = await provider.provision(config)
+            except BaseException as error:
+                with anyio.CancelScope(shield=True):
+                    await self._store.pools.move(node_id, (_P.INTENT,), _P.FAILED)
+                    if isinstance(error, NodeprovError):
+                        backoff = min(_MAX_BACKOFF, 2.0**record.failures)
+                        await self._store.pools.note_failure(record.name, first_line(error), backoff)
+                        logger.warning(
+                            "pool %s: provisioning failed, trying again in %g s: %s",
+                            record.name,
+                            backoff,
+                            error,
+                        )
+                if isinstance(error, NodeprovError):
+                    return
+                raise
+            with anyio.CancelScope(shield=True):
+                if await self._store.pools.made_ready(node_id):
+                    await self._store.pools.note_success(record.name)
+                    logger.info("pool %s: node %s ready", record.name, node_id)
+                    return
+                with suppress(NodeprovError):  # the pool is being removed: the node is not wanted
+                    await node.destroy()
+                await self._store.pools.move(node_id, (_P.INTENT,), _P.DESTROYED)
+        finally:
+            self._busy.discard(node_id)
+
+    def _destroy_soon(self, provider: NodeProvider[Any], node: PoolNodeRecord, why: str) -> None:
+        self._busy.add(node.id)
+        self._spawn(partial(self._destroy, provider, node, why))
+
+    async def _destroy(self, provider: NodeProvider[Any], node: PoolNodeRecord, why: str) -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                if node.state is not _P.DESTROYING and not await self._store.pools.move(
+                    node.id, (node.state,), _P.DESTROYING
+                ):
+                    return  # claimed meanwhile
+                try:
+                    with suppress(NodeGoneError):
+                        await (await provider.attach(node.id)).destroy()
+                except NodeprovError as error:
+                    logger.warning("pool %s: could not destroy node %s: %s", node.pool, node.id, error)
+                    return  # left destroying: tried again next round
+                await self._store.pools.move(node.id, (_P.DESTROYING,), _P.DESTROYED)
+                logger.info("pool %s: destroyed node %s: %s", node.pool, node.id, why)
+        finally:
+            self._busy.discard(node.id)
