@@ -223,9 +223,7 @@ async def test_nodes_past_their_age_are_destroyed_and_replaced(store: Store, tmp
         )
         await ready(orchestrator, "warm", 2)
         old = await pool_nodes(store, "warm")
-        await until(
-            lambda: _destroyed_all(store, old), "the first nodes destroyed once past their age"
-        )
+        await until(lambda: _destroyed_all(store, old), "the first nodes destroyed once past their age")
         assert not old & await platform_nodes(tmp_path)
         await ready(orchestrator, "warm", 2)
 
@@ -255,9 +253,7 @@ async def test_a_failing_provider_is_backed_off_and_says_why(store: Store, tmp_p
         await orchestrator.pools.create(
             fake_pool(tmp_path, size=2, refill_concurrency=1, settings={"provision_error": "quota exceeded"})
         )
-        status: PoolStatus = await until(
-            lambda: _with_error(orchestrator), "the pool's error shown"
-        )
+        status: PoolStatus = await until(lambda: _with_error(orchestrator), "the pool's error shown")
         assert "quota exceeded" in (status.error or "")
         assert status.retry_in is not None
         assert 0 < status.retry_in <= 1
