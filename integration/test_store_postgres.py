@@ -37,6 +37,8 @@ TABLES = [
     "images",
     "api_tokens",
     "idempotency_keys",
+    "pool_nodes",
+    "pools",
 ]
 
 
