@@ -13,6 +13,7 @@ import sys
 import anyio
 
 from nodeprov.node import NodeHandle
+from nodeprov.registry import get_provider
 from nodeprov.runs import Orchestrator
 from nodeprov.store import NodeRecordState, RunRecord, Store, new_id, now
 
