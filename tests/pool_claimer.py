@@ -54,7 +54,7 @@ async def main(url: str, pool: str, attempts: int, seed: int) -> None:
         Orchestrator(store, keep_pools=True, poll_interval=0.02) as plane,
     ):
         status = await plane.pools.get(pool)
-        provider = await plane._nodes.provider(status.pool.provider, status.pool.provider_settings)
+        provider = get_provider(status.pool.provider, **status.pool.provider_settings)
         for _ in range(attempts):
             await anyio.sleep(chance.random() * 0.004)
             run_id = new_id("run")
