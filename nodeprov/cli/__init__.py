@@ -12,13 +12,13 @@ import os
 import sys
 from contextlib import suppress
 
-from . import agents, attach, nodes, runs, serve, tokens
+from . import agents, attach, nodes, pools, runs, serve, tokens
 from .app import app
 
 __all__ = ["app", "main"]
 
 # Importing the command modules registers their commands on the app.
-del agents, attach, nodes, runs, serve, tokens
+del agents, attach, nodes, pools, runs, serve, tokens
 
 
 def main() -> None:

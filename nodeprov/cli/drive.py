@@ -42,6 +42,7 @@ class RunRequest:
     deadline: float | None
     idle_timeout: float | None
     agent_grace: float = 0.0  # seconds the agent is kept for; 0: not kept
+    pool: str | None = None  # the warm pool the run claims from, kept filled while it runs
 
 
 Start = Callable[[Orchestrator, dict[str, Any]], Awaitable[Run]]
@@ -56,7 +57,11 @@ async def drive_run(request: RunRequest, start: Start) -> str:
         async with (
             await Store.open(request.store) as store,
             Orchestrator(
-                store, provider_settings=secrets, agent_grace=request.agent_grace or None, take_over=False
+                store,
+                provider_settings=secrets,
+                agent_grace=request.agent_grace or None,
+                take_over=False,
+                keep_pools=[request.pool] if request.pool else False,
             ) as orchestrator,
         ):
             await _reconcile(orchestrator)

@@ -56,6 +56,8 @@ def show_event(event: RunEvent, json_output: bool) -> None:
         how = (
             "reused"
             if event.reused
+            else f"claimed from pool {escape(event.pool)}"
+            if event.pool
             else "provisioned" + (", session state restored" if event.transcript_restored else "")
         )
         out.print(f"[dim]node {event.node_id} {how}[/]", soft_wrap=True)

@@ -11,7 +11,8 @@ import anyio
 import typer
 
 from ..errors import ConfigError, RunStateError
-from ..fleet import make_provider, settings_from_env
+from ..fleet import make_provider, secret_settings_from_env, settings_from_env
+from ..registry import provider_class
 from ..store import RunRecord, SnapshotRecord, Store
 from .app import (
     SCRIPTED,
@@ -156,8 +157,19 @@ def _agent_options(
 def run(  # noqa: PLR0917 - one parameter per command-line option
     prompt: Annotated[str, typer.Argument(help="The task for the agent.")],
     image: ImageOption = None,
-    provider: Annotated[str, typer.Option("--provider", "-p", help="Provider name.")] = "local",
+    provider: Annotated[
+        str | None, typer.Option("--provider", "-p", help="Provider name [default: local].")
+    ] = None,
     setting: SettingOption = None,
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            help="Claim the node from this warm pool (`nodeprov pool`): its provider, settings, template."
+        ),
+    ] = None,
+    pool_wait: Annotated[
+        bool, typer.Option(help="When the pool has no node ready, wait for one rather than make one cold.")
+    ] = False,
     model: Annotated[
         str, typer.Option(help="'scripted' for the built-in offline model, else a real model's name.")
     ] = SCRIPTED,
@@ -193,8 +205,18 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     Exits 0 when the agent succeeds, 1 on an error, 3 when the run was paused.
     """
     with errors():
-        settings = settings_from_env(provider, parse_settings(setting))
-        on_this_host = make_provider(provider, settings).on_this_host  # a bad setting: before a run
+        if pool is not None:
+            if provider is not None or setting:
+                raise ConfigError(
+                    "--pool takes the pool's provider and settings: give no --provider or --setting"
+                )
+            provider = anyio.run(_pool_provider, store, pool)
+            settings = secret_settings_from_env(provider).get(provider, {})  # the secrets pools never store
+            on_this_host = provider_class(provider).on_this_host
+        else:
+            provider = provider or "local"
+            settings = settings_from_env(provider, parse_settings(setting))
+            on_this_host = make_provider(provider, settings).on_this_host  # a bad setting: before a run
         if permission is None:
             if on_this_host and model != SCRIPTED:
                 raise ConfigError(
@@ -223,12 +245,15 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
             deadline=timeout,
             idle_timeout=idle_timeout,
             agent_grace=agent_grace,
+            pool=pool,
         )
 
         async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:
             return await orchestrator.start(
                 full_prompt,
-                provider=provider,
+                provider=None if pool else provider,
+                pool=pool,
+                pool_wait=pool_wait,
                 provider_settings=settings,
                 agent=chosen,
                 options=options,
@@ -307,6 +332,14 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
 
         outcome = anyio.run(drive_run, request, start)
     _exit_for(outcome)
+
+
+async def _pool_provider(store: str | None, name: str) -> str:
+    async with await Store.open(store) as opened:
+        record = await opened.pools.get(name)
+    if record is None:
+        raise ConfigError(f"no pool {name!r} (see `nodeprov pool ls`)")
+    return record.provider
 
 
 async def _load_run(store: str | None, run_id: str) -> RunRecord:
