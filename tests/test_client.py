@@ -9,6 +9,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from nodeprov.client import ApiError, Client
@@ -67,3 +68,22 @@ async def test_nodes_through_the_client(tmp_path: Path) -> None:
             await client.node(node["node_id"])
         assert {p["name"] for p in await client.providers()} >= {"local"}
         assert {a["name"] for a in await client.agents()} >= {"claude", "codex"}
+
+
+async def test_pools_through_the_client(tmp_path: Path) -> None:
+    async with serving(tmp_path, config={"poll_interval": 0.05}) as served, Client(served.url) as client:
+        made = await client.create_pool("warm", provider="local", size=1)
+        assert made["size"] == 1
+        with anyio.fail_after(60):
+            while (await client.pool("warm"))["ready"] < 1:
+                pass  # the service fills it; each call is a round trip
+        body = fake_run(tmp_path, [{"text": "hello"}])
+        del body["provider"]
+        run = await client.start(body.pop("prompt"), pool="warm", **body)
+        nodes = [e async for e in client.events(run["id"]) if e.kind == "node.ready"]
+        assert getattr(nodes[0], "pool", None) == "warm"
+        assert [p["name"] for p in await client.pools()] == ["warm"]
+        assert await client.remove_pool("warm")
+        with pytest.raises(ApiError) as missing:
+            await client.pool("warm")
+        assert (missing.value.status, missing.value.code) == (404, "pool_not_found")

@@ -76,15 +76,17 @@ class Client:
         self,
         prompt: str | list[dict[str, Any]],
         *,
-        provider: str,
+        provider: str | None = None,
+        pool: str | None = None,
         idempotency_key: str | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
-        """Start a run (the fields of ``POST /v1/runs``: settings, agent, model, permission,
-        options, env, output_schema, workspace, keep_node, timeout, idle_timeout, node);
-        returns the run. With ``idempotency_key``, a retry gets the same run."""
+        """Start a run on a node of ``provider``, or one claimed from the warm ``pool`` (the
+        fields of ``POST /v1/runs``: settings, agent, model, permission, options, env,
+        output_schema, workspace, keep_node, timeout, idle_timeout, node, pool_wait); returns
+        the run. With ``idempotency_key``, a retry gets the same run."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        body = {"prompt": prompt, "provider": provider, **fields}
+        body = {"prompt": prompt, **_provider(provider), **({"pool": pool} if pool else {}), **fields}
         result: dict[str, Any] = await self._call("POST", "/v1/runs", json=body, headers=headers)
         return result
 
@@ -269,6 +271,30 @@ class Client:
                 _check(response)
             async for chunk in response.aiter_bytes():
                 yield chunk
+
+    # -- warm pools ------------------------------------------------------------------
+
+    async def create_pool(self, name: str, *, provider: str, **fields: Any) -> dict[str, Any]:
+        """Make a warm pool (the fields of ``POST /v1/pools``: settings, size, max_age,
+        refill_concurrency, node); the service fills it. Returns the pool."""
+        body = {"name": name, "provider": provider, **fields}
+        result: dict[str, Any] = await self._call("POST", "/v1/pools", json=body)
+        return result
+
+    async def pools(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._call("GET", "/v1/pools")
+        return result
+
+    async def pool(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call("GET", f"/v1/pools/{name}")
+        return result
+
+    async def remove_pool(self, name: str, *, wait: float = 30) -> bool:
+        """Remove a pool; whether its nodes are gone within ``wait`` seconds (if not, its
+        keeper goes on destroying them)."""
+        response = await self._http.delete(f"/v1/pools/{name}", params={"wait": wait})
+        _check(response)
+        return response.status_code == 204
 
     # -- the rest --------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from .auth import forbid
 from .config import ServiceConfig
 from .nodes import FILE_ROUTE
 from .nodes import router as nodes_router
+from .pools import router as pools_router
 from .problems import HANDLERS, problem_response
 from .runs import Caller
 from .runs import router as runs_router
@@ -106,6 +107,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app.include_router(meta)
     app.include_router(nodes_router)
     app.include_router(runs_router)
+    app.include_router(pools_router)
     app.add_middleware(_BodyLimit, max_body=config.max_body, max_file=config.max_file)
     app.add_middleware(_Counted)
     return app

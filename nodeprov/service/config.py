@@ -64,6 +64,11 @@ class ServiceConfig(Settings):
     poll_interval: float = Field(
         default=0.5, gt=0, description="How often runs driven by another replica are polled for events."
     )
+    keep_pools: bool = Field(
+        default=True,
+        description="Keep the store's warm pools filled (one replica holds each pool at a time; "
+        "another takes it over when that one dies).",
+    )
     shutdown_timeout: float = Field(
         default=30.0, gt=0, description="Seconds a stopping replica has to pause its runs."
     )

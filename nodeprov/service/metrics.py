@@ -51,6 +51,12 @@ class Metrics:
             ["method", "route", "status"],
             registry=self.registry,
         )
+        self.pool_nodes = Gauge(
+            "nodeprov_pool_nodes",
+            "Warm pools' nodes, by pool and state (ready, starting).",
+            ["pool", "state"],
+            registry=self.registry,
+        )
         self.nodes_made = Counter(
             "nodeprov_api_nodes",
             "Nodes provisioned and destroyed through the API, by provider.",
@@ -71,4 +77,9 @@ class Metrics:
         self.nodes.clear()
         for provider, count in (await store.node_counts()).items():
             self.nodes.labels(provider).set(count)
+        self.pool_nodes.clear()
+        counts = await store.pools.counts()
+        for pool in await store.pools.all():
+            self.pool_nodes.labels(pool.name, "ready").set(counts.get(pool.name, {}).get("ready", 0))
+            self.pool_nodes.labels(pool.name, "starting").set(counts.get(pool.name, {}).get("intent", 0))
         return generate_latest(self.registry)

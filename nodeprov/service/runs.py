@@ -82,16 +82,17 @@ def _options(body: RunIn | ResumeIn, model: str | None) -> dict[str, Any]:
 
 @router.post("/runs", status_code=201, responses={409: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 async def start_run(request: Request, body: RunIn, who: Caller, key: IdempotencyKey = None) -> JSONResponse:
-    """Start a run on a new node; returns at once (follow its events)."""
+    """Start a run on a new node, or one claimed from a warm pool; returns at once (follow its events)."""
     forbid(who, "runs")
     service = service_of(request)
-    service.check_provider(body.provider)
-    provider = await service.fleet.provider(body.provider, body.settings)
+    name, stored = await _provider_of(service, body)
+    service.check_provider(name)
+    provider = await service.fleet.provider(name, stored | body.settings)
     options = _options(body, body.model)
     if body.permission is None:
         if provider.on_this_host and body.model != SCRIPTED:
             raise ConfigError(
-                f"a real model on the {body.provider} provider runs unsandboxed on the service's host: "
+                f"a real model on the {name} provider runs unsandboxed on the service's host: "
                 "choose a permission (read-only, edit or full)"
             )
         options["permission"] = "full"
@@ -113,20 +114,26 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
             return JSONResponse(run_body(existing), 200, headers={"Idempotent-Replayed": "true"})
         run_id = claim.resource_id
     prompt = prompt_of(body.prompt)
-    settings = await anyio.to_thread.run_sync(settings_from_env, body.provider, body.settings)
+    if body.pool is None:
+        settings = await anyio.to_thread.run_sync(settings_from_env, name, body.settings)
+    else:  # the pool's settings, and the secrets they never store
+        secrets = await anyio.to_thread.run_sync(secret_settings_from_env, name)
+        settings = secrets.get(name, {}) | body.settings
     agent = route_model(None if body.model == SCRIPTED else body.model, body.agent)
 
     async def start(on_model: dict[str, Any]) -> Run:
         return await service.orchestrator.start(
             prompt,
             provider=body.provider,
+            pool=body.pool,
+            pool_wait=body.pool_wait,
             provider_settings=settings,
             agent=agent,
             options=on_model,
             workspace=body.workspace,
-            node_config=body.node.config(
-                owner=service.orchestrator.owner, default_ttl=service.config.node_ttl
-            ),
+            node_config=None
+            if body.pool
+            else body.node.config(owner=service.orchestrator.owner, default_ttl=service.config.node_ttl),
             deadline=body.timeout,
             idle_timeout=body.idle_timeout,
             run_id=run_id,
@@ -143,6 +150,21 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
     if key is not None:
         await service.store.idempotency.complete(who.id, key, json.dumps({"run_id": run.id}))
     return JSONResponse(run_body(await _load(service, run.id)), 201)
+
+
+async def _provider_of(service: Service, body: RunIn) -> tuple[str, dict[str, Any]]:
+    """The provider of a run to start, and the settings stored for it (a pool's)."""
+    if (body.provider is None) == (body.pool is None):
+        raise ConfigError("a run names a provider or a pool, not both")
+    if body.pool is None:
+        assert body.provider is not None
+        return body.provider, {}
+    if body.node.model_fields_set:
+        raise ConfigError("a run from a pool gets a node of the pool's template: give no `node`")
+    record = await service.store.pools.get(body.pool)
+    if record is None:
+        raise ServiceError(404, "pool_not_found", f"no pool {body.pool!r}")
+    return record.provider, json.loads(record.provider_settings)
 
 
 @router.get("/runs")

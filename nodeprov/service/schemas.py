@@ -22,6 +22,7 @@ __all__ = [
     "NodeBody",
     "NodeIn",
     "PauseIn",
+    "PoolIn",
     "ResumeIn",
     "RunIn",
     "TextIn",
@@ -167,7 +168,13 @@ class RunIn(_Body):
     """A run to start: the options of ``nodeprov run``."""
 
     prompt: PromptIn
-    provider: str = Field(description="The provider of the run's node.")
+    provider: str | None = Field(default=None, description="The provider of the run's node (or `pool`).")
+    pool: str | None = Field(
+        default=None,
+        description="The warm pool to claim the run's node from (GET /v1/pools): its provider, settings "
+        "and node template; when it has no node ready, one is made from them (or waited for: `pool_wait`).",
+    )
+    pool_wait: bool = Field(default=False, description="Wait for a node of an empty pool, not make one.")
     settings: dict[str, Any] = Field(
         default_factory=dict,
         description="Provider settings, over the service environment's. Secret ones are never stored.",
@@ -201,6 +208,23 @@ class RunIn(_Body):
     idle_timeout: float | None = Field(
         default=None, gt=0, description="End the run as failed after this many seconds without progress."
     )
+    node: NodeIn = Field(default_factory=NodeIn)
+
+
+class PoolIn(_Body):
+    """A warm pool to make: a node template and how many of its nodes to keep ready."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9-]{0,39}$", description="Lowercase letters, digits and '-', at most 40."
+    )
+    provider: str = Field(description="The provider of the pool's nodes.")
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Provider settings, over the service environment's. Secret ones are never stored.",
+    )
+    size: int = Field(default=2, ge=0, le=1000, description="Ready nodes to keep.")
+    max_age: float = Field(default=3600.0, gt=0, description="Seconds a ready node waits at most.")
+    refill_concurrency: int = Field(default=2, ge=1, le=64, description="Nodes made at once.")
     node: NodeIn = Field(default_factory=NodeIn)
 
 

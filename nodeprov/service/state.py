@@ -117,6 +117,7 @@ class Service:
                 poll_interval=config.poll_interval,
                 shutdown_timeout=config.shutdown_timeout,
                 agent_grace=config.agent_grace,
+                keep_pools=config.keep_pools,
                 # What runs never store, for a dead replica's runs that this one reconciles.
                 provider_settings=await anyio.to_thread.run_sync(secret_settings_from_env, None),
             )

@@ -1,0 +1,105 @@
+"""``/v1/pools``: warm pools, made, listed, read and removed. A run claims a node from one
+with ``POST /v1/runs`` and ``"pool": NAME``. The service keeps pools filled (``keep_pools``):
+one replica holds each pool at a time, another takes it over when that one dies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from ..errors import ConfigError
+from ..fleet import settings_from_env
+from ..runs import Pool, PoolStatus
+from .auth import forbid
+from .problems import ServiceError
+from .runs import Caller
+from .schemas import ErrorBody, PoolIn
+from .state import service_of
+
+__all__ = ["pool_body", "router"]
+
+router = APIRouter(prefix="/v1", responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}})
+
+
+def pool_body(status: PoolStatus) -> dict[str, Any]:
+    """A pool as the API shows it: its template (stored settings, never a secret) and state."""
+    pool = status.pool
+    config = pool.node_config
+    return {
+        "name": pool.name,
+        "provider": pool.provider,
+        "settings": pool.provider_settings,
+        "size": pool.size,
+        "max_age": pool.max_age,
+        "refill_concurrency": pool.refill_concurrency,
+        "node": {
+            "ttl_seconds": config.ttl.total_seconds() if config and config.ttl else None,
+            "labels": dict(config.labels) if config else {},
+            "env_names": sorted(config.env) if config else [],
+        },
+        "state": status.state,
+        "ready": status.ready,
+        "starting": status.starting,
+        "holder": status.holder,
+        "held": status.held,
+        "error": status.error,
+        "retry_in": status.retry_in,
+    }
+
+
+@router.post("/pools", status_code=201, responses={409: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+async def create_pool(request: Request, body: PoolIn, who: Caller) -> JSONResponse:
+    """Make a warm pool; the service fills it in the background (follow ``ready``)."""
+    forbid(who, "nodes")
+    service = service_of(request)
+    service.check_provider(body.provider)
+    if await service.store.pools.get(body.name) is not None:
+        raise ServiceError(409, "pool_exists", f"pool {body.name!r} exists already")
+    settings = await anyio.to_thread.run_sync(settings_from_env, body.provider, body.settings)
+    pool = Pool(
+        name=body.name,
+        provider=body.provider,
+        provider_settings=settings,
+        node_config=body.node.config(owner="pool", default_ttl=service.config.node_ttl),
+        size=body.size,
+        max_age=body.max_age,
+        refill_concurrency=body.refill_concurrency,
+    )
+    return JSONResponse(pool_body(await service.orchestrator.pools.create(pool)), 201)
+
+
+@router.get("/pools")
+async def list_pools(request: Request, who: Caller) -> list[dict[str, Any]]:
+    """The warm pools, by name."""
+    forbid(who, "read")
+    return [pool_body(status) for status in await service_of(request).orchestrator.pools.list()]
+
+
+@router.get("/pools/{name}", responses={404: {"model": ErrorBody}})
+async def get_pool(request: Request, name: str, who: Caller) -> dict[str, Any]:
+    """A warm pool: ready and starting nodes, who keeps it, and why a refill failed."""
+    forbid(who, "read")
+    try:
+        return pool_body(await service_of(request).orchestrator.pools.get(name))
+    except ConfigError:
+        raise ServiceError(404, "pool_not_found", f"no pool {name!r}") from None
+
+
+@router.delete("/pools/{name}", status_code=204, responses={202: {"model": None}, 404: {"model": ErrorBody}})
+async def remove_pool(
+    request: Request,
+    name: str,
+    who: Caller,
+    wait: float = Query(default=30.0, ge=0, le=300, description="Seconds to wait for its nodes to go."),
+) -> Response:
+    """Remove a pool: no run claims from it any more, and its nodes are destroyed. 204 once
+    they are; 202 while its keeper still destroys them."""
+    forbid(who, "nodes")
+    try:
+        gone = await service_of(request).orchestrator.pools.remove(name, wait=wait)
+    except ConfigError:
+        raise ServiceError(404, "pool_not_found", f"no pool {name!r}") from None
+    return Response(status_code=204 if gone else 202)
