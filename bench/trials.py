@@ -287,7 +287,7 @@ def _compare_to_reference(trials: list[Trial]) -> None:
 
 
 @contextmanager
-def _infrastructure(names: list[str]) -> Iterator[dict[str, Provider]]:
+def infrastructure(names: list[str]) -> Iterator[dict[str, Provider]]:
     image = subprocess.run(
         [str(_REPO / "integration" / "images" / "build-base.sh")], capture_output=True, text=True, check=True
     ).stdout.split()[-1]
@@ -370,7 +370,7 @@ def _summary(trials: list[Trial], names: list[str]) -> None:
 
 
 async def main(arguments: argparse.Namespace) -> int:
-    with _infrastructure(arguments.providers) as providers:
+    with infrastructure(arguments.providers) as providers:
         async with _schema() as store_url, await Store.open(store_url) as store:
             trials: list[Trial] = []
             for name in arguments.providers:

@@ -18,7 +18,7 @@ from nodeprov.runs import Orchestrator
 from nodeprov.store import NodeRecordState, RunRecord, Store, new_id, now
 
 
-async def _run_record(store: Store, run_id: str) -> None:
+async def run_record(store: Store, run_id: str) -> None:
     session = await store.active_session("races", "claude")
     stamp = now()
     await store.create_run(
@@ -58,7 +58,7 @@ async def main(url: str, pool: str, attempts: int, seed: int) -> None:
         for _ in range(attempts):
             await anyio.sleep(chance.random() * 0.004)
             run_id = new_id("run")
-            await _run_record(store, run_id)
+            await run_record(store, run_id)
             node: NodeHandle | None = await plane.pools.claim(pool, run_id, provider, wait=False)
             if node is None:
                 empty += 1
