@@ -236,12 +236,15 @@ class Pools:
         while True:
             node_id = await self._store.pools.claim(name, run_id, provider.name)
             if self._keeper is not None:
-                self._keeper.wake()
+                self._keeper.wake(claimed=node_id is not None)
             if node_id is None:
                 if not wait:
                     return None
                 await anyio.sleep(self._poll)
                 continue
+            made_here = self._keeper.hand_over(node_id) if self._keeper is not None else None
+            if made_here is not None:
+                return made_here  # the handle it was made with: no round trip to the platform
             try:
                 return await provider.attach(node_id)
             except NodeGoneError:
