@@ -55,7 +55,7 @@ def _create(api: Any, image: str) -> str:
     return container
 
 
-def _exec_socket(api: Any, container: str, argv: list[str], *, stdin: bool) -> socket.socket:
+def exec_socket(api: Any, container: str, argv: list[str], *, stdin: bool) -> socket.socket:
     exec_id = api.exec_create(container, argv, stdin=stdin, stdout=True, stderr=True)["Id"]
     hijacked = api.exec_start(exec_id, socket=True)
     raw: socket.socket = getattr(hijacked, "_sock", hijacked)
@@ -90,7 +90,7 @@ def _send(raw: socket.socket, total: int) -> None:
 def _stream_dockerpy(api: Any, container: str, argv: list[str], send: int, expect: int) -> float:
     """One exec of ``argv``: ``send`` bytes in (from a writer thread), ``expect`` bytes out."""
     start = time.perf_counter()
-    raw = _exec_socket(api, container, argv, stdin=bool(send))
+    raw = exec_socket(api, container, argv, stdin=bool(send))
     writer = threading.Thread(target=_send, args=(raw, send))
     if send:
         writer.start()
@@ -105,7 +105,7 @@ def _stream_dockerpy(api: Any, container: str, argv: list[str], send: int, expec
 async def _stream_asyncio(api: Any, container: str, argv: list[str], send: int, expect: int) -> float:
     """:func:`_stream_dockerpy` on the event loop: the same exec socket, non-blocking."""
     start = time.perf_counter()
-    raw = await anyio.to_thread.run_sync(functools.partial(_exec_socket, api, container, argv, stdin=True))
+    raw = await anyio.to_thread.run_sync(functools.partial(exec_socket, api, container, argv, stdin=True))
     raw.setblocking(False)
     loop = asyncio.get_running_loop()
 
@@ -134,7 +134,7 @@ async def _stream_asyncio(api: Any, container: str, argv: list[str], send: int, 
 def _first_byte_dockerpy(api: Any, image: str) -> float:
     start = time.perf_counter()
     container = _create(api, image)
-    raw = _exec_socket(api, container, ["cat"], stdin=True)
+    raw = exec_socket(api, container, ["cat"], stdin=True)
     raw.sendall(b"x")
     assert _stdout_bytes(raw, until=1) == 1
     elapsed = time.perf_counter() - start
