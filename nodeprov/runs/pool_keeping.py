@@ -128,8 +128,6 @@ class PoolKeeper:
         for gone in [i for i, (pool, _) in self._made.items() if pool == name and i not in ready]:
             del self._made[gone]  # claimed elsewhere, or destroyed
         for node in nodes:
-            if node.id in self._busy:
-                continue
             if node.state is _P.DESTROYING or (node.state is _P.INTENT and alive(node.owner) is False):
                 self._destroy_soon(provider, node, "left by a control plane that died")
         if record.state != "active":
@@ -148,13 +146,15 @@ class PoolKeeper:
 
     async def _forget_gone(self, provider: NodeProvider[Any], record: PoolRecord) -> None:
         """Record destroyed the ready nodes the platform no longer has (deleted behind the pool's back)."""
+        ready = await self._store.pools.nodes(record.name, (_P.READY,))  # before the list: each is in it
         try:
             listed = {info.node_id for info in await provider.list_nodes()}
         except NodeprovError as error:
             logger.warning("pool %s: cannot list the %s nodes: %s", record.name, provider.name, error)
             return
-        for node in await self._store.pools.nodes(record.name, (_P.READY,)):
+        for node in ready:
             if node.id not in listed and await self._store.pools.move(node.id, (_P.READY,), _P.DESTROYED):
+                self._made.pop(node.id, None)
                 logger.warning(
                     "pool %s: node %s is gone from %s; replacing it", record.name, node.id, provider.name
                 )
@@ -205,6 +205,8 @@ class PoolKeeper:
             self._busy.discard(node_id)
 
     def _destroy_soon(self, provider: NodeProvider[Any], node: PoolNodeRecord, why: str) -> None:
+        if node.id in self._busy:
+            return  # a task here provisions or destroys it already
         self._busy.add(node.id)
         self._made.pop(node.id, None)
         self._spawn(partial(self._destroy, provider, node, why))

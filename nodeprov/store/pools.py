@@ -295,11 +295,6 @@ class PoolStore:
             )
         return node_id
 
-    async def claimed_by(self, run_id: str) -> str | None:
-        """The pool whose node ``run_id`` claimed, if any."""
-        row = await self._db.fetchone("SELECT pool FROM pool_nodes WHERE run_id = ?", (run_id,))
-        return None if row is None else str(row[0])
-
     async def expired(self, name: str, max_age: float) -> list[PoolNodeRecord]:
         """The pool's ready nodes older than ``max_age`` seconds (the database's clock)."""
         rows = await self._db.fetchall(
