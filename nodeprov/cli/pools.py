@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
@@ -187,7 +187,7 @@ def keep(
 def _show(statuses: list[PoolStatus], json_output: bool) -> None:
     if json_output:
         for status in statuses:
-            emit(_json(status))
+            emit(status.as_json())
         return
     if not statuses:
         out.print("no pools", soft_wrap=True)
@@ -215,20 +215,3 @@ def _keeper(status: PoolStatus) -> str:
     if status.holder is None:
         return "nobody yet"
     return status.holder + ("" if status.held else " (gone)" if status.held is False else " (unknown)")
-
-
-def _json(status: PoolStatus) -> dict[str, Any]:
-    return {
-        "name": status.pool.name,
-        "provider": status.pool.provider,
-        "size": status.pool.size,
-        "max_age": status.pool.max_age,
-        "refill_concurrency": status.pool.refill_concurrency,
-        "state": status.state,
-        "ready": status.ready,
-        "starting": status.starting,
-        "holder": status.holder,
-        "held": status.held,
-        "error": status.error,
-        "retry_in": status.retry_in,
-    }

@@ -109,6 +109,23 @@ class PoolStatus:
     error: str | None
     retry_in: float | None
 
+    def as_json(self) -> dict[str, Any]:
+        """The pool's figures and state as JSON values (not its settings or template)."""
+        return {
+            "name": self.pool.name,
+            "provider": self.pool.provider,
+            "size": self.pool.size,
+            "max_age": self.pool.max_age,
+            "refill_concurrency": self.pool.refill_concurrency,
+            "state": self.state,
+            "ready": self.ready,
+            "starting": self.starting,
+            "holder": self.holder,
+            "held": self.held,
+            "error": self.error,
+            "retry_in": self.retry_in,
+        }
+
 
 def template_json(config: NodeConfig) -> str:
     """A node template as stored: without what is each node's own."""

@@ -26,27 +26,14 @@ router = APIRouter(prefix="/v1", responses={401: {"model": ErrorBody}, 403: {"mo
 
 def pool_body(status: PoolStatus) -> dict[str, Any]:
     """A pool as the API shows it: its template (stored settings, never a secret) and state."""
-    pool = status.pool
-    config = pool.node_config
-    return {
-        "name": pool.name,
-        "provider": pool.provider,
-        "settings": pool.provider_settings,
-        "size": pool.size,
-        "max_age": pool.max_age,
-        "refill_concurrency": pool.refill_concurrency,
+    config = status.pool.node_config
+    return status.as_json() | {
+        "settings": status.pool.provider_settings,
         "node": {
             "ttl_seconds": config.ttl.total_seconds() if config and config.ttl else None,
             "labels": dict(config.labels) if config else {},
             "env_names": sorted(config.env) if config else [],
         },
-        "state": status.state,
-        "ready": status.ready,
-        "starting": status.starting,
-        "holder": status.holder,
-        "held": status.held,
-        "error": status.error,
-        "retry_in": status.retry_in,
     }
 
 
