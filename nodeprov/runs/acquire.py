@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -19,14 +19,18 @@ from .lease import Lease
 from .nodes import Nodes
 from .pools import Pools
 
-if TYPE_CHECKING:
-    from .driver import Drive, Teardown
-
 __all__ = ["NodeSource"]
 
 logger = logging.getLogger("nodeprov.runs")
 
 _N = NodeRecordState
+
+
+class NodeHolder(Protocol):
+    """What a node is got for (a run's drive): it holds the node from the moment it exists, so
+    that a failure after (restoring the session state) still releases it."""
+
+    node: NodeHandle | None
 
 
 class NodeSource:
@@ -40,18 +44,18 @@ class NodeSource:
         nodes: Nodes,
         pools: Pools,
         *,
-        teardown: Teardown,
+        time_left: Callable[[], float],
         archive: Callable[[str], Archive],
     ) -> None:
         self._store = store
         self._lease = lease
         self._nodes = nodes
         self._pools = pools
-        self._teardown = teardown
+        self._time_left = time_left  # the teardown's bound, for settling a failed provision
         self._archive = archive
 
     async def get(
-        self, drive: Drive, plan: Plan, provider: NodeProvider[Any]
+        self, drive: NodeHolder, run_id: str, plan: Plan, provider: NodeProvider[Any]
     ) -> tuple[bool, bool, str | None]:
         """Get the run's node into ``drive.node``: the kept one, one claimed from the plan's
         pool, or a new one (with the transcript restored onto it when resuming). Returns
@@ -60,7 +64,6 @@ class NodeSource:
         Provisioning is not shielded: a pause or shutdown interrupts it, and the provider
         removes whatever it had made (its contract), so the intent is settled as failed.
         """
-        run_id = drive.run.id
         snapshot = plan.resume
         kept = snapshot.node_id if snapshot is not None and snapshot.node_kept else None
         # Taken from the kept state in one compare-and-set: a reconcile destroying it wins or loses whole.
@@ -99,7 +102,7 @@ class NodeSource:
         try:
             node = await provider.provision(config)
         except BaseException:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._time_left()):
                 await self._store.set_node_state(config.node_id, _N.FAILED)
             raise
         drive.node = node

@@ -119,7 +119,9 @@ class Driver:
         pools: Pools,
     ) -> None:
         self._store = store
-        self._source = NodeSource(store, lease, nodes, pools, teardown=teardown, archive=self._archive)
+        self._source = NodeSource(
+            store, lease, nodes, pools, time_left=teardown.time_left, archive=self._archive
+        )
         self._lease = lease
         self._journal = journal
         self._nodes = nodes
@@ -268,7 +270,7 @@ class Driver:
         """Get a node (provisioned, or the kept one) and run the agent's turn."""
         run = drive.run
         provider = await self._nodes.provider(plan.provider, plan.provider_settings)
-        reused, restored, pool = await self._source.get(drive, plan, provider)
+        reused, restored, pool = await self._source.get(drive, run.id, plan, provider)
         assert drive.node is not None
         drive.events.emit(
             NodeReady, node_id=drive.node.node_id, reused=reused, transcript_restored=restored, pool=pool

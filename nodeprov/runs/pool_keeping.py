@@ -16,7 +16,6 @@ from ..node import NodeConfig, NodeHandle, NodeProvider
 from ..store import PoolNodeRecord, PoolNodeState, PoolRecord, Store
 from .lease import Lease, owner_check
 from .nodes import Nodes
-from .pools import node_from_template
 
 __all__ = ["PoolKeeper"]
 
@@ -228,3 +227,8 @@ class PoolKeeper:
                 logger.info("pool %s: destroyed node %s: %s", node.pool, node.id, why)
         finally:
             self._busy.discard(node.id)
+
+
+def node_from_template(stored: str, owner: str) -> NodeConfig:
+    """A new node's config from a stored template: a node id and provision key of its own."""
+    return NodeConfig.model_validate_json(stored).model_copy(update={"owner": owner})

@@ -132,11 +132,6 @@ def template_json(config: NodeConfig) -> str:
     return config.model_dump_json(exclude=_PER_NODE)
 
 
-def node_from_template(stored: str, owner: str) -> NodeConfig:
-    """A new node's config from a stored template: a node id and provision key of its own."""
-    return NodeConfig.model_validate_json(stored).model_copy(update={"owner": owner})
-
-
 class Pools:
     """The pools of a store, as a control plane sees them (``orchestrator.pools``).
 
