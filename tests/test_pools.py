@@ -325,3 +325,26 @@ async def test_a_pool_and_its_runs_are_checked_before_anything_is_stored(
         with pytest.raises(ConfigError, match="ship_cli"):
             await orchestrator.start("hi", pool="warm", options={**agent(), "ship_cli": True})
         assert await store.runs() == []
+
+
+async def test_gc_spares_a_pools_nodes_but_reaps_what_a_dead_provisioner_was_making(
+    store: Store, tmp_path: Path
+) -> None:
+    provider = get_provider("fake", root=str(tmp_path / "nodes"))
+    async with Orchestrator(store, keep_pools=True, poll_interval=0.02, holder="keeper") as keeper:
+        await keeper.pools.create(fake_pool(tmp_path, size=1))
+        await ready(keeper, "warm", 1)
+        dead = keeper.owner
+    # The keeper is gone (its lease released), as if it died between recording a node and
+    # finishing it: the node exists, its record says being made.
+    config = NodeConfig(owner=dead)
+    await store.db.execute("UPDATE pools SET size = 2")  # room for it, for this test alone
+    assert await store.pools.add_intent("warm", config.node_id, dead)
+    await provider.provision(config)
+    spared = await pool_nodes(store, "warm")
+    assert len(spared) == 1
+    async with Orchestrator(store) as reaper:
+        report = await reaper.collect_garbage(provider)
+    assert [info.node_id for info in report.reaped] == [config.node_id]
+    assert await platform_nodes(tmp_path) == spared  # the pool's ready node: spared
+    assert config.node_id in await pool_nodes(store, "warm", PoolNodeState.DESTROYED)
