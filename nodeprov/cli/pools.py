@@ -214,4 +214,5 @@ def _show(statuses: list[PoolStatus], json_output: bool) -> None:
 def _keeper(status: PoolStatus) -> str:
     if status.holder is None:
         return "nobody yet"
-    return status.holder + ("" if status.held else " (gone)" if status.held is False else " (unknown)")
+    who = status.holder_name or status.holder
+    return who + ("" if status.held else " (gone)" if status.held is False else " (unknown)")

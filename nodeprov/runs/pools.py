@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..errors import ConfigError, NodeGoneError, RunStateError
 from ..node import NodeConfig, NodeHandle, NodeProvider
 from ..store import NodeRecordState, PoolRecord, Store, dumps, now
-from .lease import owner_check
+from .lease import LEASE_PREFIX, owner_check
 from .nodes import Nodes
 
 if TYPE_CHECKING:
@@ -96,8 +96,9 @@ class Pool(BaseModel):
 @dataclass(frozen=True)
 class PoolStatus:
     """A pool as the store holds it: its template, ``ready`` and ``starting`` nodes,
-    ``holder`` (``lease:ID``, None before any control plane kept it) and whether it lives
-    (``held``: None when this store cannot tell), ``state`` (``active`` or ``removing``), and
+    ``holder`` (``lease:ID``, None before any control plane kept it), who that is
+    (``holder_name``: the lease's holder, host and pid) and whether it lives (``held``: None
+    when this store cannot tell), ``state`` (``active`` or ``removing``), and
     ``error`` (the last refill's failure, None once one succeeded) with ``retry_in`` seconds."""
 
     pool: Pool
@@ -105,6 +106,7 @@ class PoolStatus:
     ready: int
     starting: int
     holder: str | None
+    holder_name: str | None
     held: bool | None
     error: str | None
     retry_in: float | None
@@ -121,6 +123,7 @@ class PoolStatus:
             "ready": self.ready,
             "starting": self.starting,
             "holder": self.holder,
+            "holder_name": self.holder_name,
             "held": self.held,
             "error": self.error,
             "retry_in": self.retry_in,
@@ -190,7 +193,11 @@ class Pools:
         counts = await self._store.pools.counts()
         alive = await owner_check(self._store)
         clock = await self._store.clock_ms()
-        return [status_of(record, counts.get(record.name, {}), alive, clock) for record in records]
+        names = {}
+        for holder in {record.holder for record in records if record.holder}:
+            lease = await self._store.lease(holder.removeprefix(LEASE_PREFIX))
+            names[holder] = lease.holder if lease is not None else None
+        return [_status_of(record, counts.get(record.name, {}), alive, clock, names) for record in records]
 
     async def remove(self, name: str, *, wait: float = 60.0) -> bool:
         """Remove the pool: no claim takes its nodes any more, and they are destroyed (by
@@ -264,8 +271,12 @@ class Pools:
                 await self._store.set_node_state(node_id, NodeRecordState.DESTROYED)
 
 
-def status_of(
-    record: PoolRecord, counts: Mapping[str, int], alive: Callable[[str], bool | None], clock: int
+def _status_of(
+    record: PoolRecord,
+    counts: Mapping[str, int],
+    alive: Callable[[str], bool | None],
+    clock: int,
+    names: Mapping[str, str | None],
 ) -> PoolStatus:
     pool = Pool(
         name=record.name,
@@ -283,6 +294,7 @@ def status_of(
         ready=counts.get("ready", 0),
         starting=counts.get("intent", 0),
         holder=record.holder,
+        holder_name=names.get(record.holder) if record.holder else None,
         held=None if record.holder is None else alive(record.holder),
         error=record.error,
         retry_in=retry if record.error else None,
