@@ -7,8 +7,8 @@ such a spawn and speaks one message model (:mod:`nodeprov.agents`); the orchestr
 (:mod:`nodeprov.runs`) drives runs. The library logs to the ``nodeprov`` logger and
 configures no handler.
 
-The agent registry's functions are imported on first use: importing ``nodeprov`` (or
-``nodeprov.errors``, as every provider does) loads no agent.
+Only the exceptions are imported with the package: the rest on first use, so importing
+``nodeprov`` (or ``nodeprov.errors``, as every provider does) loads no agent and no pydantic.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -35,37 +35,65 @@ from .errors import (
     StoreError,
     TokenError,
 )
-from .node import (
-    LABEL_EXPIRES_AT,
-    LABEL_NODE_ID,
-    LABEL_OWNER,
-    LABEL_SESSION_ID,
-    NodeConfig,
-    NodeHandle,
-    NodeInfo,
-    NodeProvider,
-    ProviderSettings,
-    Requirement,
-    Rollback,
-    abandoned,
-    owner_alive,
-    secret_field,
-)
-from .prompts import ImageBlock, Prompt, TextBlock
-from .registry import get_provider, provider_class, provider_names
-from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
 
 if TYPE_CHECKING:
     from .agents.registry import agent_class, agent_names, get_agent, route_model
+    from .node import (
+        LABEL_EXPIRES_AT,
+        LABEL_NODE_ID,
+        LABEL_OWNER,
+        LABEL_SESSION_ID,
+        NodeConfig,
+        NodeHandle,
+        NodeInfo,
+        NodeProvider,
+        ProviderSettings,
+        Requirement,
+        Rollback,
+        abandoned,
+        owner_alive,
+        secret_field,
+    )
+    from .prompts import ImageBlock, Prompt, TextBlock
+    from .registry import get_provider, provider_class, provider_names
+    from .spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
 
-_AGENT_REGISTRY = ("agent_class", "agent_names", "get_agent", "route_model")
+# Loaded on first use, so that a command that needs none of them (``nodeprov --help``) loads
+# neither pydantic nor the node model: each name and the module it comes from.
+_LAZY = {
+    **dict.fromkeys(("agent_class", "agent_names", "get_agent", "route_model"), ".agents.registry"),
+    **dict.fromkeys(
+        (
+            "LABEL_EXPIRES_AT",
+            "LABEL_NODE_ID",
+            "LABEL_OWNER",
+            "LABEL_SESSION_ID",
+            "NodeConfig",
+            "NodeHandle",
+            "NodeInfo",
+            "NodeProvider",
+            "ProviderSettings",
+            "Requirement",
+            "Rollback",
+            "abandoned",
+            "owner_alive",
+            "secret_field",
+        ),
+        ".node",
+    ),
+    **dict.fromkeys(("ImageBlock", "Prompt", "TextBlock"), ".prompts"),
+    **dict.fromkeys(("get_provider", "provider_class", "provider_names"), ".registry"),
+    **dict.fromkeys(("SpawnedProcess", "SpawnFn", "SpawnOptions", "StopPolicy"), ".spawn"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _AGENT_REGISTRY:
-        from .agents import registry
+    if name in _LAZY:
+        from importlib import import_module
 
-        return getattr(registry, name)
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value  # once
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import _plugins
 from ..errors import AgentNotFoundError
+from ..scripted import SCRIPTED
 from . import Agent, AgentOptions
 
 __all__ = [
@@ -34,9 +35,6 @@ __all__ = [
 ]
 
 AGENT_ENTRY_POINT_GROUP = "nodeprov.agents"
-
-SCRIPTED = "scripted"
-"""The model name of an agent's built-in offline scripted model (see :meth:`Agent.offline`)."""
 
 
 def agent_names() -> list[str]:

@@ -8,10 +8,7 @@ import anyio
 import typer
 from rich.text import Text
 
-from ..agents.registry import agent_names, describe_agent
 from ..errors import NodeprovError
-from ..fleet import make_provider
-from ..spawn import SpawnOptions
 from .app import SettingOption, app, errors, parse_settings
 from .render import emit, print_table
 
@@ -35,6 +32,8 @@ def agents(
 ) -> None:
     """List installed agents: whether each one's CLI is found here (and on a node, with
     --provider), the model names routed to it, its capabilities and models."""
+    from ..agents.registry import agent_names, describe_agent  # not needed for --help
+
     with errors():
         rows = [describe_agent(name) for name in agent_names()]
         if provider is not None:
@@ -67,6 +66,9 @@ _NOT_FOUND = Text("not found", style="red")
 
 async def _on_node(provider: str, settings: dict[str, Any], names: list[str]) -> dict[str, str]:
     """Where each named CLI is on a new node's PATH (``command -v``); the node is destroyed."""
+    from ..fleet import make_provider
+    from ..spawn import SpawnOptions
+
     made = make_provider(provider, settings)
     found: dict[str, str] = {}
     with anyio.fail_after(_CHECK_TIMEOUT):

@@ -16,11 +16,10 @@ from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 
-from ..agents.registry import SCRIPTED
 from ..errors import ConfigError, NodeprovError, leaf
+from ..scripted import SCRIPTED
 from .render import err
 
 __all__ = [
@@ -71,10 +70,18 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _invalid(error: BaseException) -> Any:
+    """``error`` if it is pydantic's ValidationError, else None. Only a command that loaded
+    pydantic can raise one; ``--help`` and the light commands never load it."""
+    pydantic = sys.modules.get("pydantic")
+    return error if pydantic is not None and isinstance(error, pydantic.ValidationError) else None
+
+
 def _one_line(error: BaseException) -> str:
-    if isinstance(error, ValidationError):
+    if (invalid := _invalid(error)) is not None:
         return "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors(include_url=False)
+            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+            for e in invalid.errors(include_url=False)
         )
     return str(error).splitlines()[0] if str(error) else type(error).__name__
 
@@ -96,7 +103,7 @@ def errors() -> Iterator[None]:
         if isinstance(error, BrokenPipeError):  # our reader left (`| head`): end as a pipe writer does
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush there
             raise typer.Exit(128 + signal.SIGPIPE) from None
-        if isinstance(error, ConfigError | ValidationError):
+        if isinstance(error, ConfigError) or _invalid(error) is not None:
             fail(_one_line(error), 2)
         if isinstance(error, NodeprovError) or _is_sdk_error(error):
             fail(_one_line(error))

@@ -10,7 +10,6 @@ import anyio
 import typer
 
 from ..errors import RunStateError
-from ..fleet import secret_settings_from_env
 from ..store import Store
 
 if TYPE_CHECKING:
@@ -58,6 +57,7 @@ async def _attach(run_id: str, pause: bool, agent_grace: float, store: str | Non
     """Follow ``run_id``, taking it over once its control plane is known dead while its agent
     runs on, kept; its outcome as far as this command saw it."""
     from ..agents.registry import agent_class
+    from ..fleet import secret_settings_from_env
     from ..runs import Orchestrator, RunState  # the orchestrator is loaded by commands that drive
     from ..runs.lease import owner_check
     from .events import show_event

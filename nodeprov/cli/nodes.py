@@ -13,7 +13,7 @@ import sys
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager, nullcontext, suppress
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import anyio.abc
@@ -24,18 +24,6 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..errors import ConfigError
-from ..fleet import Fleet, Readiness, make_provider, readiness, secret_settings_from_env
-from ..node import (
-    LABEL_EXPIRES_AT,
-    LABEL_OWNER,
-    LABEL_SESSION_ID,
-    NodeConfig,
-    NodeHandle,
-    NodeInfo,
-    NodeProvider,
-)
-from ..registry import provider_names
-from ..spawn import SpawnOptions
 from ..store import Store
 from .app import (
     JsonOption,
@@ -51,6 +39,11 @@ from .app import (
     parse_settings,
 )
 from .render import emit, err, out, print_table
+
+if TYPE_CHECKING:
+    from ..fleet import Readiness
+    from ..node import NodeHandle, NodeInfo, NodeProvider
+    from ..spawn import SpawnOptions
 
 __all__ = ["cp", "destroy", "exec_command", "gc", "list_nodes", "providers", "provision"]
 
@@ -70,6 +63,9 @@ def providers(
 ) -> None:
     """List installed providers and whether each is ready (tools, credentials, platform),
     probed with its settings from the environment (NODEPROV_<PROVIDER>_<SETTING>) and -s."""
+    from ..fleet import readiness  # these: not needed for --help
+    from ..registry import provider_names
+
     with errors():
         if provider is None and setting:
             raise ConfigError("--setting needs --provider")
@@ -126,6 +122,8 @@ def _given(provider: str | None, setting: list[str] | None) -> dict[str, Any] | 
 async def _found(node_id: str, name: str | None, given: dict[str, Any] | None) -> AsyncIterator[NodeHandle]:
     """A handle on ``node_id`` from the named provider, or whichever provider has it (see
     :meth:`Fleet.find`); the providers' connections closed on exit."""
+    from ..fleet import Fleet
+
     async with Fleet() as fleet:
         yield await fleet.find(node_id, name, given)
 
@@ -148,6 +146,9 @@ def provision(  # noqa: PLR0917 - one parameter per command-line option
     json_output: JsonOption = False,
 ) -> None:
     """Provision a node and print its id. It lives until destroyed or its lifetime ends."""
+    from ..fleet import make_provider
+    from ..node import NodeConfig
+
     with errors():
         made = make_provider(provider, parse_settings(setting) | ({"image": image} if image else {}))
         config = NodeConfig(
@@ -175,6 +176,7 @@ def list_nodes(
     provider: ProviderOption = None, setting: SettingOption = None, json_output: JsonOption = False
 ) -> None:
     """List nodes (of every installed provider, or of one)."""
+    from ..fleet import Fleet
 
     async def gather(given: dict[str, Any] | None) -> tuple[list[NodeInfo], list[str], list[str]]:
         async with Fleet() as fleet:
@@ -207,6 +209,8 @@ def _say(notes: list[str], failed: list[str]) -> None:
 
 
 def _list_table(nodes: list[NodeInfo]) -> None:
+    from ..node import LABEL_EXPIRES_AT, LABEL_OWNER, LABEL_SESSION_ID
+
     print_table(
         ["node", "provider", "state", "owner", "session", "expires"],
         [
@@ -260,6 +264,8 @@ def exec_command(  # noqa: PLR0917 - one parameter per command-line option
     cwd: Annotated[str | None, typer.Option(help="Working directory on the node.")] = None,
 ) -> None:
     """Run a command on a node, streaming stdin and stdout/stderr; exit with its status."""
+    from ..spawn import SpawnOptions
+
     with errors():
         options = SpawnOptions(command[0], command[1:], cwd=cwd, env=parse_env(env))
         code = anyio.run(_exec, node_id, provider, _given(provider, setting), options)
@@ -430,6 +436,8 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
     ends. Runs of dead control planes are reconciled first, with the secret settings of
     NODEPROV_<PROVIDER>_* (and -s, for --provider). Providers not set up here are skipped
     with a note; the exit status is 1 when a provider or a removal failed."""
+    from ..fleet import Fleet, secret_settings_from_env
+    from ..node import LABEL_OWNER
 
     async def collect(given: dict[str, Any] | None) -> tuple[list[dict[str, Any]], list[str], list[str]]:
         removed: list[dict[str, Any]] = []

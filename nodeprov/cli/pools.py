@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
-from ..fleet import secret_settings_from_env, settings_from_env
-from ..registry import provider_class
 from ..store import Store
 from .app import (
     JsonOption,
@@ -44,6 +42,7 @@ app.add_typer(pool_app)
 
 
 def _plane(store: Store, keep: bool | list[str]) -> Orchestrator:
+    from ..fleet import secret_settings_from_env
     from ..runs import Orchestrator  # not needed for --help
 
     return Orchestrator(
@@ -94,7 +93,9 @@ def create(  # noqa: PLR0917 - one parameter per command-line option
     json_output: JsonOption = False,
 ) -> None:
     """Make a warm pool and (unless --no-wait) fill it. Exits 1 when its nodes cannot be made."""
+    from ..fleet import settings_from_env
     from ..node import NodeConfig
+    from ..registry import provider_class
     from ..runs import Pool
 
     with errors():

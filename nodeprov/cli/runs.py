@@ -11,8 +11,6 @@ import anyio
 import typer
 
 from ..errors import ConfigError, RunStateError
-from ..fleet import make_provider, secret_settings_from_env, settings_from_env
-from ..registry import provider_class
 from ..store import RunRecord, SnapshotRecord, Store
 from .app import (
     SCRIPTED,
@@ -204,6 +202,9 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
 
     Exits 0 when the agent succeeds, 1 on an error, 3 when the run was paused.
     """
+    from ..fleet import make_provider, secret_settings_from_env, settings_from_env  # not for --help
+    from ..registry import provider_class
+
     with errors():
         if pool is not None:
             if provider is not None or setting:
@@ -298,6 +299,8 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
 ) -> None:
     """Resume a paused (or failed) run with a message, on its kept node or a fresh one, with
     the run's own agent. Its options (model, permission...) are the run's own unless given."""
+    from ..fleet import settings_from_env  # not needed for --help
+
     with errors():
         record = anyio.run(_load_run, store, run_id)
         settings = settings_from_env(record.node_provider, parse_settings(setting))
