@@ -15,7 +15,7 @@ import anyio
 import pytest
 from anyio.abc import TaskStatus
 
-from nodeprov.errors import ConfigError, RunStateError
+from nodeprov.errors import ConfigError, RunStateError, StoreError
 from nodeprov.node import NodeConfig
 from nodeprov.registry import get_provider
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Pool, PoolStatus
@@ -348,3 +348,24 @@ async def test_gc_spares_a_pools_nodes_but_reaps_what_a_dead_provisioner_was_mak
     assert [info.node_id for info in report.reaped] == [config.node_id]
     assert await platform_nodes(tmp_path) == spared  # the pool's ready node: spared
     assert config.node_id in await pool_nodes(store, "warm", PoolNodeState.DESTROYED)
+
+
+async def test_a_pool_task_that_fails_is_logged_and_its_node_settled(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = store.pools.made_ready
+    failed: list[str] = []
+
+    async def once_away(node_id: str) -> bool:  # the store away just as a node became ready
+        if not failed:
+            failed.append(node_id)
+            raise StoreError("the store is away")
+        return await real(node_id)
+
+    monkeypatch.setattr(store.pools, "made_ready", once_away)
+    async with Orchestrator(store, keep_pools=True, poll_interval=0.02) as orchestrator:
+        await orchestrator.pools.create(fake_pool(tmp_path, size=2))
+        await ready(orchestrator, "warm", 2)  # the orchestrator lives on, and refills
+        assert failed
+        await until(lambda: _state_of(store, failed[0], PoolNodeState.DESTROYED), "the lost node settled")
+        assert await platform_nodes(tmp_path) == await pool_nodes(store, "warm")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from contextlib import suppress
 from functools import partial
 from typing import Any
@@ -127,7 +127,9 @@ class PoolKeeper:
         for gone in [i for i, (pool, _) in self._made.items() if pool == name and i not in ready]:
             del self._made[gone]  # claimed elsewhere, or destroyed
         for node in nodes:
-            if node.state is _P.DESTROYING or (node.state is _P.INTENT and alive(node.owner) is False):
+            # An intent no task here provisions: its provisioner died, or (ours) its record failed.
+            left = node.owner == self._lease.owner or alive(node.owner) is False
+            if node.state is _P.DESTROYING or (node.state is _P.INTENT and left):
                 self._destroy_soon(provider, node, "left by a control plane that died")
         if record.state != "active":
             for node in nodes:
@@ -169,7 +171,7 @@ class PoolKeeper:
             if not await self._store.pools.add_intent(record.name, config.node_id, self._lease.owner):
                 return  # full, or no longer held here
             self._busy.add(config.node_id)
-            self._spawn(partial(self._provision, provider, record, config))
+            self._spawn(partial(_logged, partial(self._provision, provider, record, config), record.name))
 
     async def _provision(self, provider: NodeProvider[Any], record: PoolRecord, config: NodeConfig) -> None:
         node_id = config.node_id
@@ -208,7 +210,7 @@ class PoolKeeper:
             return  # a task here provisions or destroys it already
         self._busy.add(node.id)
         self._made.pop(node.id, None)
-        self._spawn(partial(self._destroy, provider, node, why))
+        self._spawn(partial(_logged, partial(self._destroy, provider, node, why), node.pool))
 
     async def _destroy(self, provider: NodeProvider[Any], node: PoolNodeRecord, why: str) -> None:
         try:
@@ -227,6 +229,14 @@ class PoolKeeper:
                 logger.info("pool %s: destroyed node %s: %s", node.pool, node.id, why)
         finally:
             self._busy.discard(node.id)
+
+
+async def _logged(work: Callable[[], Awaitable[None]], pool: str) -> None:
+    """A pool task whose failure (the store away) is logged: the next round tries again."""
+    try:
+        await work()
+    except Exception:
+        logger.exception("pool %s: a task failed; the next round tries again", pool)
 
 
 def node_from_template(stored: str, owner: str) -> NodeConfig:
