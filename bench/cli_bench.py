@@ -77,7 +77,9 @@ async def run_raw(tmp: Path, cli: str, index: list[int]) -> float:
             **model.agent_env(),
         }
         argv = [cli, "-p", PROMPT, "--output-format", "stream-json", "--verbose"]
-        await _timed([*argv, "--permission", "full"], env, workspace)
+        await _timed(
+            [*argv, "--permission-mode", "bypassPermissions"], env, workspace
+        )  # as nodeprov's "full"
     return time.perf_counter() - start
 
 
