@@ -127,6 +127,12 @@ class NodeConfig(BaseModel):
         SpawnOptions("true", env=value)  # the same rules as for a spawn
         return value
 
+    def template_json(self) -> str:
+        """This config as JSON less what is each node's own (id, owner, session, provision
+        key): what a store keeps to make more nodes like it (a run's resume on a fresh node,
+        a warm pool's refills); each made from it gets those anew."""
+        return self.model_dump_json(exclude={"node_id", "owner", "session_id", "provision_key"})
+
     @property
     def provision_mark(self) -> str:
         """The digest of :attr:`provision_key` that the node's resources carry (32 hex

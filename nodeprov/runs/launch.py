@@ -122,7 +122,7 @@ class Launcher:
             node_secret_fields=dumps(checked.secrets_set()),
             agent=chosen.name,
             agent_options=dumps(chosen.options.storable()),
-            node_config=_storable_node_config(plan.node_config),
+            node_config=plan.node_config.template_json(),
             state=RunState.STARTING,
             outcome=None,
             error=None,
@@ -310,11 +310,6 @@ def _blocks_json(blocks: tuple[Block, ...]) -> str:
     return json.dumps(
         [b.ref() if isinstance(b, ImageBlock) else {"type": "text", "text": b.text} for b in blocks]
     )
-
-
-def _storable_node_config(config: NodeConfig) -> str:
-    """What a run's every node is made from: ``config`` less what each node has of its own."""
-    return config.model_dump_json(exclude={"node_id", "owner", "session_id", "provision_key"})
 
 
 async def _agent_of(make: Callable[[], Agent[Any]]) -> Agent[Any]:

@@ -50,7 +50,6 @@ __all__ = ["Pool", "PoolStatus", "Pools"]
 logger = logging.getLogger("nodeprov.pools")
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
-_PER_NODE = {"node_id", "owner", "session_id", "provision_key"}
 
 
 class Pool(BaseModel):
@@ -130,11 +129,6 @@ class PoolStatus:
         }
 
 
-def template_json(config: NodeConfig) -> str:
-    """A node template as stored: without what is each node's own."""
-    return config.model_dump_json(exclude=_PER_NODE)
-
-
 class Pools:
     """The pools of a store, as a control plane sees them (``orchestrator.pools``).
 
@@ -164,7 +158,7 @@ class Pools:
                 provider=pool.provider,
                 provider_settings=dumps(settings.storable()),
                 secret_fields=json.dumps(settings.secrets_set()),
-                node_config=template_json(template),
+                node_config=template.template_json(),
                 size=pool.size,
                 max_age=pool.max_age,
                 refill_concurrency=pool.refill_concurrency,
