@@ -1,8 +1,8 @@
-"""Leases across control planes: two orchestrators as separate processes share PostgreSQL;
-one runs in another PID namespace with the same hostname (where ``host:pid`` ownership
-would be misjudged) and is SIGKILLed mid-run. The survivor reconciles its runs and reaps its
-nodes within the stated bound (lease expiry plus the reconcile interval, plus destroy time),
-and never touches its own."""
+"""Leases across control planes: orchestrators as separate processes share PostgreSQL; the
+victims run in PID namespaces of their own with the same hostname (where ``host:pid``
+ownership would be misjudged) and are SIGKILLed mid-run, several at a time. The survivor
+reconciles their runs and reaps their nodes within the stated bound (lease expiry plus the
+reconcile interval, plus destroy time), and never touches its own."""
 
 from __future__ import annotations
 
@@ -28,7 +28,10 @@ from nodeprov.testing.pytest_plugin import require_engine
 
 pytestmark = pytest.mark.anyio
 
-TRIALS = int(os.environ.get("NODEPROV_LEASE_TRIALS", "10"))
+# Rounds of victims killed at once: the waits for their leases to expire overlap, and the
+# survivor tells apart dead control planes whose pids and hostname are the same.
+ROUNDS = int(os.environ.get("NODEPROV_LEASE_ROUNDS", "3"))
+VICTIMS_PER_ROUND = 3
 # Long enough that a busy machine never starves the survivor's heartbeat (every ttl / 3) past
 # its expiry: with 1 s, a loaded CI had the survivor judged dead and its runs reaped; with 5 s,
 # once, a CI beside a loop of the fast tests (load average above 20).
@@ -74,6 +77,19 @@ async def start_plane(argv: list[str]) -> tuple[Process, list[str]]:
     return plane, json.loads(line)
 
 
+async def start_planes(argvs: list[list[str]]) -> list[tuple[Process, list[str]]]:
+    """:func:`start_plane` for each of ``argvs``, all at once."""
+    planes: list[tuple[Process, list[str]]] = []
+
+    async def start(argv: list[str]) -> None:
+        planes.append(await start_plane(argv))
+
+    async with anyio.create_task_group() as tg:
+        for argv in argvs:
+            tg.start_soon(start, argv)
+    return planes
+
+
 async def test_a_killed_control_plane_in_another_pid_namespace_is_reaped_by_a_survivor(
     postgres_url: str, tmp_path: Path
 ) -> None:
@@ -86,30 +102,34 @@ async def test_a_killed_control_plane_in_another_pid_namespace_is_reaped_by_a_su
         [sys.executable, "-c", CONTROL_PLANE, postgres_url, str(survivor_root), cli, survivor_marker, "2"]
     )
     reconcile_times = []
+
+    def in_a_pid_namespace(marker: str) -> list[str]:
+        return [
+            str(unshare),
+            "--pid",
+            "--fork",
+            "--kill-child=SIGKILL",
+            sys.executable,
+            "-c",
+            CONTROL_PLANE,
+            postgres_url,
+            str(victim_root),
+            cli,
+            marker,
+            "2",
+        ]
+
     try:
         async with await Store.open(postgres_url) as store:
-            for _ in range(TRIALS):
-                marker = unique_marker()
-                victim, doomed = await start_plane(
-                    [
-                        str(unshare),
-                        "--pid",
-                        "--fork",
-                        "--kill-child=SIGKILL",
-                        sys.executable,
-                        "-c",
-                        CONTROL_PLANE,
-                        postgres_url,
-                        str(victim_root),
-                        cli,
-                        marker,
-                        "2",
-                    ]
-                )
-                victim.kill()  # and its namespace's init with it: SIGKILL, no cleanup
-                await victim.wait()
-                await victim.aclose()
+            for _ in range(ROUNDS):
+                markers = [unique_marker() for _ in range(VICTIMS_PER_ROUND)]
+                victims = await start_planes([in_a_pid_namespace(marker) for marker in markers])
+                for victim, _ in victims:
+                    victim.kill()  # and its namespace's init with it: SIGKILL, no cleanup
+                    await victim.wait()
+                    await victim.aclose()
                 killed = time.monotonic()
+                doomed = [run_id for _, run_ids in victims for run_id in run_ids]
 
                 async def reaped(doomed: list[str] = doomed) -> bool:
                     states = [(await store.run(run_id)).state for run_id in doomed]  # type: ignore[union-attr]
@@ -119,7 +139,8 @@ async def test_a_killed_control_plane_in_another_pid_namespace_is_reaped_by_a_su
 
                 assert await wait_until(reaped, BOUND), "the survivor did not reconcile in time"
                 reconcile_times.append(time.monotonic() - killed)
-                assert host_processes_matching(marker) == []  # no orphan
+                for marker in markers:
+                    assert host_processes_matching(marker) == []  # no orphan
                 for run_id in kept:  # no false deletion
                     record = await store.run(run_id)
                     assert record is not None

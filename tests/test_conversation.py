@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,6 @@ pytestmark = pytest.mark.anyio
 RUNS = int(os.environ.get("NODEPROV_CONVERSATION_RUNS", "8"))
 AT_ONCE = 4
 RUN_DEADLINE = 90
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
-        yield store
 
 
 @pytest.fixture

@@ -5,9 +5,8 @@ providers. The cross-process claim races and a holder's SIGKILL: tests/test_pool
 
 from __future__ import annotations
 
-import json
 import shutil
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +19,10 @@ from nodeprov.node import NodeConfig
 from nodeprov.registry import get_provider
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Pool, PoolStatus
 from nodeprov.store import NodeRecordState, PoolNodeState, Store
-from nodeprov.testing import fake_agent_command
 
 pytestmark = pytest.mark.anyio
 
 DEADLINE = 30
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
-        yield store
-
-
-@pytest.fixture
-def agent(tmp_path: Path) -> Callable[..., dict[str, Any]]:
-    command = fake_agent_command(tmp_path)
-
-    def options(*steps: dict[str, Any]) -> dict[str, Any]:
-        return {"cli_path": command, "env": {"NODEPROV_FAKE_AGENT": json.dumps(list(steps))}}
-
-    return options
 
 
 def fake_pool(tmp_path: Path, name: str = "warm", **fields: Any) -> Pool:
@@ -369,3 +351,21 @@ async def test_a_pool_task_that_fails_is_logged_and_its_node_settled(
         assert failed
         await until(lambda: _state_of(store, failed[0], PoolNodeState.DESTROYED), "the lost node settled")
         assert await platform_nodes(tmp_path) == await pool_nodes(store, "warm")
+
+
+async def test_a_pool_is_kept_only_where_its_secret_settings_are_given(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = {"env": {"TOKEN": "s3cret"}}
+    async with Orchestrator(store, keep_pools=True, poll_interval=0.05, holder="blind") as blind:
+        await blind.pools.create(fake_pool(tmp_path, size=1, settings=secret))
+        await until(lambda: "not kept here" in caplog.text, "the blind keeper saying why it keeps nothing")
+        assert "secret fake settings not given here: env" in caplog.text
+        assert "s3cret" not in caplog.text
+        status = await blind.pools.get("warm")
+        assert (status.holder, status.ready, status.starting) == (None, 0, 0)
+        async with Orchestrator(
+            store, keep_pools=True, poll_interval=0.05, holder="given", provider_settings={"fake": secret}
+        ) as given:
+            status = await ready(given, "warm", 1)
+            assert status.holder == given.owner

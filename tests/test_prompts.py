@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -133,12 +132,6 @@ def test_an_oversized_image_is_refused_by_the_agent() -> None:
     ):
         get_agent("claude").prepare_prompt([TextBlock("look"), huge])
     assert get_agent("codex").prepare_prompt([huge])  # OpenAI's APIs take it
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as opened:
-        yield opened
 
 
 def fake_run(tmp_path: Path, **settings: Any) -> dict[str, Any]:

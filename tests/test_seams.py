@@ -5,7 +5,7 @@ node, how long a kept node lives, what a resume carries), with the fake agent on
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,29 +18,11 @@ from nodeprov.errors import ConfigError
 from nodeprov.node import LABEL_EXPIRES_AT
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run
 from nodeprov.store import SnapshotRecord, Store, now
-from nodeprov.testing import fake_agent_command
 from nodeprov.testing.conformance import wait_until
 
 pytestmark = pytest.mark.anyio
 
 TIMEOUT = 60
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with await Store.open(f"sqlite:///{tmp_path}/a.db") as store:
-        yield store
-
-
-@pytest.fixture
-def agent(tmp_path: Path) -> Callable[..., dict[str, Any]]:
-    """Options for the fake agent following ``steps``."""
-    command = fake_agent_command(tmp_path)
-
-    def options(*steps: dict[str, Any]) -> dict[str, Any]:
-        return {"cli_path": command, "env": {"NODEPROV_FAKE_AGENT": json.dumps(list(steps))}}
-
-    return options
 
 
 def local(tmp_path: Path) -> dict[str, Any]:

@@ -50,6 +50,11 @@ class Nodes:
         """A run's provider settings as stored, with this control plane's laid over."""
         return self.laid_over(record.node_provider, record.node_settings)
 
+    def not_given(self, provider: str, secret_fields: str) -> list[str]:
+        """Which of ``secret_fields`` (a stored JSON list of a provider's secret settings)
+        this control plane was not given for ``provider``."""
+        return sorted(set(json.loads(secret_fields)) - set(self._provider_settings.get(provider, {})))
+
     def laid_over(self, provider: str, stored: str) -> dict[str, Any]:
         """Provider settings as stored (JSON), with this control plane's for ``provider`` laid over."""
         return {**json.loads(stored), **self._provider_settings.get(provider, {})}

@@ -54,6 +54,7 @@ class PoolKeeper:
         self._busy: set[str] = set()  # pool nodes a task here provisions or destroys
         self._made: dict[str, tuple[str, NodeHandle]] = {}  # ready nodes made here: id -> pool, handle
         self._rounds = 0
+        self._told_unkept: set[str] = set()  # pools said to be unkept here, for want of secrets
 
     def wake(self, *, claimed: bool = False) -> None:
         """Tend the pools now: one was made or is being removed; or, once the claimant has
@@ -88,7 +89,8 @@ class PoolKeeper:
         self._rounds += 1
         alive = await owner_check(self._store)
         for record in await self._store.pools.all():
-            if (self._only is None or record.name in self._only) and await self._hold(record, alive):
+            wanted = self._only is None or record.name in self._only
+            if wanted and self._can_keep(record) and await self._hold(record, alive):
                 await self._tend(record, alive)
 
     async def finish_removal(self, name: str) -> None:
@@ -99,8 +101,23 @@ class PoolKeeper:
         """
         alive = await owner_check(self._store)
         record = await self._store.pools.get(name)
-        if record is not None and await self._hold(record, alive):
+        if record is not None and self._can_keep(record) and await self._hold(record, alive):
             await self._tend(record, alive)
+
+    def _can_keep(self, record: PoolRecord) -> bool:
+        """Whether this control plane was given the secret settings the pool was made with:
+        without them it can neither make nor destroy the pool's nodes, so it leaves the pool
+        to one that was (and says so, once)."""
+        missing = self._nodes.not_given(record.provider, record.secret_fields)
+        if missing and record.name not in self._told_unkept:
+            self._told_unkept.add(record.name)
+            logger.warning(
+                "pool %s: not kept here: it was made with secret %s settings not given here: %s",
+                record.name,
+                record.provider,
+                ", ".join(missing),
+            )
+        return not missing
 
     async def _hold(self, record: PoolRecord, alive: Callable[[str], bool | None]) -> bool:
         me = self._lease.owner
@@ -126,10 +143,12 @@ class PoolKeeper:
         ready = {node.id for node in nodes if node.state is _P.READY}
         for gone in [i for i, (pool, _) in self._made.items() if pool == name and i not in ready]:
             del self._made[gone]  # claimed elsewhere, or destroyed
-        for node in nodes:
-            # An intent no task here provisions: its provisioner died, or (ours) its record failed.
-            left = node.owner == self._lease.owner or alive(node.owner) is False
-            if node.state is _P.DESTROYING or (node.state is _P.INTENT and left):
+        for node in nodes:  # one a task here provisions or destroys is left to it
+            if node.state is _P.DESTROYING:
+                self._destroy_soon(provider, node, "its destruction did not finish before")
+            elif node.state is _P.INTENT and node.owner == self._lease.owner:
+                self._destroy_soon(provider, node, "its provision here was not recorded ready")
+            elif node.state is _P.INTENT and alive(node.owner) is False:
                 self._destroy_soon(provider, node, "left by a control plane that died")
         if record.state != "active":
             for node in nodes:

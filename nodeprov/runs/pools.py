@@ -25,10 +25,11 @@ finishes a pool's removal.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -176,15 +177,18 @@ class Pools:
 
     async def get(self, name: str) -> PoolStatus:
         """Raises ConfigError: there is no such pool."""
-        found = [status for status in await self.list() if status.pool.name == name]
-        if not found:
+        record = await self._store.pools.get(name)
+        if record is None:
             raise ConfigError(f"no pool {name!r}")
-        return found[0]
+        return (await self._statuses([record], await self._store.pools.counts(name)))[0]
 
     async def list(self) -> list[PoolStatus]:
         """Every pool, by name."""
-        records = await self._store.pools.all()
-        counts = await self._store.pools.counts()
+        return await self._statuses(await self._store.pools.all(), await self._store.pools.counts())
+
+    async def _statuses(
+        self, records: Sequence[PoolRecord], counts: Mapping[str, dict[str, int]]
+    ) -> builtins.list[PoolStatus]:
         alive = await owner_check(self._store)
         clock = await self._store.clock_ms()
         names = {}

@@ -136,17 +136,18 @@ class PoolStore:
             for row in await self._db.fetchall(f"SELECT {_columns(PoolRecord)} FROM pools ORDER BY name")
         ]
 
-    async def counts(self) -> dict[str, dict[str, int]]:
-        """Per pool, how many of its nodes are in each held state (``intent``, ``ready``,
-        ``destroying``)."""
+    async def counts(self, pool: str | None = None) -> dict[str, dict[str, int]]:
+        """Per pool (every one, or ``pool`` only), how many of its nodes are in each held
+        state (``intent``, ``ready``, ``destroying``)."""
+        only, args = ("", HELD) if pool is None else (" AND pool = ?", (*HELD, pool))
         rows = await self._db.fetchall(
-            f"SELECT pool, state, COUNT(*) FROM pool_nodes WHERE state IN ({_marks(HELD)})"
+            f"SELECT pool, state, COUNT(*) FROM pool_nodes WHERE state IN ({_marks(HELD)}){only}"
             " GROUP BY pool, state",
-            HELD,
+            args,
         )
         counts: dict[str, dict[str, int]] = {}
-        for pool, state, count in rows:
-            counts.setdefault(str(pool), {})[str(state)] = int(count)
+        for name, state, count in rows:
+            counts.setdefault(str(name), {})[str(state)] = int(count)
         return counts
 
     async def take(self, name: str, holder: str, *, expect: str | None) -> bool:
