@@ -271,8 +271,13 @@ class Agent(ABC, Generic[OptionsT]):
     ``capabilities``, ``models`` (the models it knows), ``model_patterns`` (regular
     expressions, matched in full, of the model names routed to it; see
     :func:`nodeprov.agents.registry.route_model`), ``fallback`` (whether it takes the
-    models no agent claims), and ``image_limits`` (what its model API accepts of a prompt's
-    images; None: it takes no images).
+    models no agent claims), ``image_limits`` (what its model API accepts of a prompt's
+    images; None: it takes no images), and ``slow_imports`` (modules its sessions and
+    state methods import on first use that take long to import, an SDK: a control plane
+    imports them in a thread as soon as it knows the agent, beside the node's provisioning,
+    and never on its event loop; see :func:`nodeprov.agents.registry.import_soon`). The
+    class itself imports nothing slow: choosing an agent and checking its options and
+    prompts stay fast.
     """
 
     name: ClassVar[str]
@@ -283,6 +288,7 @@ class Agent(ABC, Generic[OptionsT]):
     model_patterns: ClassVar[tuple[str, ...]] = ()
     fallback: ClassVar[bool] = False
     image_limits: ClassVar[ImageLimits | None] = None
+    slow_imports: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: OptionsT) -> None:
         self.options = options

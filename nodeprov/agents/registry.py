@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from importlib import import_module
 from typing import Any
+
+import anyio.to_thread
 
 from .. import _plugins
 from ..errors import AgentNotFoundError
@@ -30,11 +34,17 @@ __all__ = [
     "describe_agent",
     "fallback_agent",
     "get_agent",
+    "import_soon",
+    "imported",
     "on_model",
     "route_model",
 ]
 
 AGENT_ENTRY_POINT_GROUP = "nodeprov.agents"
+
+_imports_lock = threading.Lock()
+_imports_started: set[str] = set()
+_imports_done: set[str] = set()
 
 
 def agent_names() -> list[str]:
@@ -97,6 +107,43 @@ def route_model(model: str | None, agent: str | None = None) -> str:
             if any(re.fullmatch(pattern, model) for pattern in agent_class(name).model_patterns):
                 return name
     return fallback_agent()
+
+
+def import_soon(cls: type[Agent[Any]]) -> None:
+    """Start importing the agent's :attr:`~nodeprov.agents.Agent.slow_imports`, each in a
+    thread of its own (once per process), and return at once: what a control plane calls as
+    soon as it knows a run's agent, so the import overlaps the node's provisioning. A
+    failure is left for :func:`imported` to raise."""
+    with _imports_lock:
+        for name in cls.slow_imports:
+            if name not in _imports_started:
+                _imports_started.add(name)
+                importer = threading.Thread(target=_import_quietly, args=(name,), name=f"import {name}")
+                importer.daemon = True  # a process that ends meanwhile does not wait for it
+                importer.start()
+
+
+async def imported(cls: type[Agent[Any]]) -> None:
+    """Return once the agent's :attr:`~nodeprov.agents.Agent.slow_imports` are imported,
+    waiting for those :func:`import_soon` started and importing the others, in a worker
+    thread: never on the event loop.
+
+    Raises:
+        ImportError: a module does not import (or whatever its import raised).
+    """
+    if not _imports_done.issuperset(cls.slow_imports):
+        await anyio.to_thread.run_sync(_import_all, cls.slow_imports)
+
+
+def _import_all(names: tuple[str, ...]) -> None:
+    for name in names:
+        import_module(name)  # waits for another thread's import of the same module to end
+        _imports_done.add(name)
+
+
+def _import_quietly(name: str) -> None:
+    with suppress(Exception):  # imported() imports it again, and raises
+        _import_all((name,))
 
 
 def describe_agent(name: str) -> dict[str, Any]:

@@ -206,6 +206,10 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     from ..registry import provider_class
 
     with errors():
+        from ..agents.registry import agent_class, get_agent, import_soon, route_model
+
+        chosen = route_model(None if model == SCRIPTED else model, agent)
+        import_soon(agent_class(chosen))  # its SDK, say, imported beside all that follows
         if pool is not None:
             if provider is not None or setting:
                 raise ConfigError(
@@ -225,14 +229,12 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
                     "choose --permission (read-only, edit or full)"
                 )
             permission = "full"
-        from ..agents.registry import get_agent, route_model
         from .drive import RunRequest, drive_run  # see the imports
 
         options = _agent_options(
             model, env, permission, option, max_turns=max_turns, output_schema=output_schema
         )
         options["ship_cli"] = on_this_host if ship_cli is None else ship_cli
-        chosen = route_model(None if model == SCRIPTED else model, agent)
         full_prompt = _prompt(prompt, image)
         get_agent(chosen, options).prepare_prompt(full_prompt)  # refused: before a run is recorded
         request = RunRequest(

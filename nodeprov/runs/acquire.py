@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from ..agents.registry import imported
 from ..errors import ConfigError, NodeGoneError
 from ..node import NodeHandle, NodeProvider
 from ..store import NodeRecordState, Store
@@ -108,6 +109,7 @@ class NodeSource:
         drive.node = node
         await self._record(run_id, node)
         if snapshot is not None and snapshot.agent_session_id and snapshot.project_key:
+            await imported(type(plan.agent))
             restored = await plan.agent.import_state(
                 node,
                 snapshot.agent_session_id,

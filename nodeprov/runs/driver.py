@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 
 from ..agents import Agent, AgentSession, Result
+from ..agents.registry import imported
 from ..errors import DeadlineError, NodeprovError, RunStateError, StoreError
 from ..node import LABEL_EXPIRES_AT, NodeHandle
 from ..node.keeper import Detached, KeepOptions, Reattached
@@ -335,6 +336,7 @@ class Driver:
         if node is None or session is None or record is None or not record.project_key:
             return
         archive = self._archive(record.project_key)
+        await imported(type(agent))
         await agent.export_state(node, session, agent.state_key(node, record.workspace_id), archive)
 
     async def run_agent(
@@ -345,6 +347,7 @@ class Driver:
         Its result, None when the turn ended without one."""
         run = drive.run
         agent = plan.agent
+        await imported(type(agent))  # started with the run, beside its node's provisioning
         record = await self._store.run(run.id)
         key = record.project_key if record is not None else None
         if key is None:  # the run's first node names its archive, whatever nodes come after

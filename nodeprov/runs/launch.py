@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from ..agents import Agent, AgentOptions
-from ..agents.registry import get_agent, route_model
+from ..agents.registry import get_agent, import_soon, route_model
 from ..errors import ConfigError, RunStateError
 from ..node import NodeConfig
 from ..prompts import Block, ImageBlock, Prompt, TextBlock, prompt_blocks, prompt_images, prompt_text
@@ -313,10 +313,12 @@ def _blocks_json(blocks: tuple[Block, ...]) -> str:
 
 
 async def _agent_of(make: Callable[[], Agent[Any]]) -> Agent[Any]:
-    """``make()`` in a worker thread: the first use of an agent (or provider) imports its
-    module, which for Claude's SDK takes most of a second, a stall of the event loop that
-    would starve the lease's heartbeat and every run's relay."""
-    return await anyio.to_thread.run_sync(make)
+    """``make()`` in a worker thread (the first use of an agent imports its module: on the
+    event loop, a stall that would starve the lease's heartbeat and every run's relay), and
+    its slow imports started beside what comes next (the driver waits for them)."""
+    agent = await anyio.to_thread.run_sync(make)
+    import_soon(type(agent))
+    return agent
 
 
 def _resumed_agent(record: RunRecord, options: AgentOptions | Mapping[str, Any] | None) -> Agent[Any]:

@@ -1,80 +1,33 @@
-"""The ``claude`` agent: the Claude Code CLI on a node, through the SDK bridge."""
+"""The ``claude`` agent: the Claude Code CLI on a node, through the SDK bridge.
+
+This module imports no SDK: choosing the agent and checking its options and prompts stay
+fast; a session (:mod:`nodeprov.agents.claude.session`) imports it, which a control plane
+starts in a thread beside the node's provisioning (``slow_imports``)."""
 
 from __future__ import annotations
 
-import base64
-import json
-import logging
 import posixpath
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
-from typing import Any, ClassVar, Literal, cast
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import anyio
-from claude_agent_sdk import (
-    AssistantMessage,
-    ClaudeAgentOptions,
-    ClaudeSDKClient,
-    ResultMessage,
-    SessionKey,
-    SessionStore,
-    SystemMessage,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    UserMessage,
-)
-from claude_agent_sdk import Message as SDKMessage
-
-# Pinned with the SDK: the CLI's own naming of project directories and transcript files.
-from claude_agent_sdk._internal.session_store import file_path_to_session_key
-from claude_agent_sdk._internal.sessions import _sanitize_path
-from claude_agent_sdk.types import SessionStoreEntry
 from pydantic import Field
 
-from ...errors import ConfigError
 from ...node import NodeHandle
-from ...node.keeper import KeepOptions, KeptProcess
+from ...node.keeper import KeepOptions
 from ...offline import demo_messages
-from ...prompts import ANTHROPIC_IMAGE_LIMITS, Block, ImageBlock, ImageLimits, Prompt, prompt_text
+from ...prompts import ANTHROPIC_IMAGE_LIMITS, ImageLimits
 from ...settings import secret_field
-from .. import (
-    Agent,
-    AgentOptions,
-    AgentSession,
-    AgentText,
-    Capabilities,
-    ErrorMessage,
-    Message,
-    ModelInfo,
-    Notice,
-    Result,
-    SessionArchive,
-    StateKey,
-    Thinking,
-    ToolResult,
-    ToolUse,
-)
+from .. import Agent, AgentOptions, Capabilities, ModelInfo, SessionArchive, StateKey
 from .._files import archive_file, write_jsonl
-from .._quiet import quiet_bounded
-from ..messages import json_value
-from ..structured import check_structured
-from .bridge import NodeTransport
 from .cli import bundled_cli_path
-from .session_store import fold_summary
 
-__all__ = ["ClaudeAgent", "ClaudeOptions", "convert"]
+if TYPE_CHECKING:
+    from claude_agent_sdk import ClaudeAgentOptions
 
-logger = logging.getLogger("nodeprov.agents.claude")
+    from .session import ClaudeSession
 
-_PERMISSION_MODES: dict[str, Literal["plan", "acceptEdits", "bypassPermissions"]] = {
-    "read-only": "plan",
-    "edit": "acceptEdits",
-    "full": "bypassPermissions",
-}
-_COMPACT = (",", ":")
-_STATE_READ_TIMEOUT = 30.0  # reading the transcript off a node that is being released
+__all__ = ["ClaudeAgent", "ClaudeOptions", "config_dir"]
 
 
 class ClaudeOptions(AgentOptions):
@@ -110,6 +63,7 @@ class ClaudeAgent(Agent[ClaudeOptions]):
     model_patterns: ClassVar[tuple[str, ...]] = (r"claude-.*", "opus", "sonnet", "haiku")
     fallback: ClassVar[bool] = True
     image_limits: ClassVar[ImageLimits | None] = ANTHROPIC_IMAGE_LIMITS
+    slow_imports: ClassVar[tuple[str, ...]] = ("nodeprov.agents.claude.session",)  # the SDK: its mcp
 
     @classmethod
     def local_cli(cls) -> str | None:
@@ -126,25 +80,9 @@ class ClaudeAgent(Agent[ClaudeOptions]):
     ) -> ClaudeAgentOptions:
         """The SDK's options for a session on ``node``: the CLI keeps its state under the
         node's ``$HOME/.claude``, where :meth:`import_state` and :meth:`export_state` look."""
-        options = self.options
-        return ClaudeAgentOptions(
-            model=options.model,
-            permission_mode=_PERMISSION_MODES[options.permission],
-            env={**options.env, "CLAUDE_CONFIG_DIR": _config_dir(node)},
-            cwd=options.cwd,
-            cli_path=self.cli_on(node),
-            max_turns=options.max_turns,
-            allowed_tools=list(options.allowed_tools),
-            disallowed_tools=list(options.disallowed_tools),
-            system_prompt=options.system_prompt,
-            mcp_servers=cast(Any, dict(options.mcp_servers)),
-            output_format=(
-                {"type": "json_schema", "schema": options.output_schema} if options.output_schema else None
-            ),
-            resume=resume,
-            # A store makes the CLI mirror its transcript; the frames reach the archive.
-            session_store=cast(SessionStore, _ArchiveStore(archive)) if archive is not None else None,
-        )
+        from .session import sdk_options
+
+        return sdk_options(self, node, resume=resume, archive=archive)
 
     def session(
         self,
@@ -158,10 +96,14 @@ class ClaudeAgent(Agent[ClaudeOptions]):
         """The CLI keeps its sessions under the node's ``$HOME/.claude`` whatever the
         workspace (where a user logged in to Claude Code keeps the login too); they are
         told apart by session id."""
+        from .session import ClaudeSession
+
         return ClaudeSession(self, node, resume, archive, keep)
 
     def state_key(self, node: NodeHandle, workspace: str = "default") -> str:
         """The directory name the CLI gives the agent's working directory on ``node``."""
+        from claude_agent_sdk._internal.sessions import _sanitize_path  # pinned with the SDK
+
         cwd = self.options.cwd or node.workdir
         return str(_sanitize_path(posixpath.normpath(posixpath.join(node.workdir, cwd))))
 
@@ -172,7 +114,7 @@ class ClaudeAgent(Agent[ClaudeOptions]):
         entries = await archive.load(key)
         if not entries:
             return False
-        directory = f"{_config_dir(node)}/projects/{self.state_key(node)}"
+        directory = f"{config_dir(node)}/projects/{self.state_key(node)}"
         files = {f"{directory}/{session_id}.jsonl": entries}
         for subpath in await archive.subpaths(key):
             files[f"{directory}/{session_id}/{subpath}.jsonl"] = (
@@ -187,218 +129,13 @@ class ClaudeAgent(Agent[ClaudeOptions]):
     ) -> None:
         """The CLI mirrors in batches of its own, and a CLI stopped by a pause may not have
         sent its last frames, or any: the file on the node completes the archived copy."""
-        path = f"{_config_dir(node)}/projects/{project_key}/{session_id}.jsonl"
+        from .session_store import fold_summary
+
+        path = f"{config_dir(node)}/projects/{project_key}/{session_id}.jsonl"
         key: StateKey = {"project_key": project_key, "session_id": session_id}
         await archive_file(node, path, key, archive, summarize=fold_summary)
 
 
-class ClaudeSession(AgentSession):
-    """A ``ClaudeSDKClient`` on the node; the CLI starts with the first turn and serves
-    every turn after it."""
-
-    def __init__(
-        self,
-        agent: ClaudeAgent,
-        node: NodeHandle,
-        resume: str | None,
-        archive: SessionArchive | None,
-        keep: KeepOptions | None = None,
-    ) -> None:
-        self.session_id = resume
-        self._agent = agent
-        self._options = agent.sdk_options(node, resume=resume, archive=archive)
-        mirror = _Mirror(archive, f"{_config_dir(node)}/projects") if archive is not None else None
-        self._transport = NodeTransport.for_node(node, self._options, transcripts=mirror, keep=keep)
-        self._schema = agent.options.output_schema
-        self._quiet_limit = agent.options.no_output_timeout
-        self._client: ClaudeSDKClient | None = None
-
-    async def turn(self, prompt: Prompt) -> AsyncIterator[Message]:
-        blocks = self._agent.prepare_prompt(prompt)
-        client = await self._connected()
-        if any(isinstance(block, ImageBlock) for block in blocks):
-            await client.query(_user_message(blocks))
-        else:
-            await client.query(prompt_text(blocks))
-        async for message in self._relay(client, 0):
-            yield message
-
-    async def follow(self, keeper: str, skip: int) -> AsyncIterator[Message]:
-        """The SDK's session is rebuilt on the kept CLI's output from its start; its
-        ``initialize`` is answered from there, never sent to the CLI again."""
-        if self._client is not None:
-            raise ConfigError("follow() re-attaches a session that has not started")
-        self._transport.reattach_to(keeper)
-        async for message in self._relay(await self._connected(), skip):
-            yield message
-
-    async def _connected(self) -> ClaudeSDKClient:
-        if self._client is None:
-            client = ClaudeSDKClient(options=self._options, transport=self._transport)
-            await client.connect()
-            self._client = client
-            process = self._transport.process
-            self.keeper = process.keeper if isinstance(process, KeptProcess) else None
-        return self._client
-
-    async def _relay(self, client: ClaudeSDKClient, skip: int) -> AsyncIterator[Message]:
-        """The turn's messages, less the first ``skip``, to its result."""
-        async for converted in quiet_bounded(self._converted(client), self._quiet_limit, "claude"):
-            message = converted
-            if isinstance(message, Result) and self._schema is not None:
-                message = check_structured(message, self._schema, message.structured)
-            said = getattr(message, "session_id", None)
-            if said:
-                self.session_id = said
-            if skip:
-                skip -= 1
-                continue
-            yield message
-
-    @staticmethod
-    async def _converted(client: ClaudeSDKClient) -> AsyncIterator[Message]:
-        async for raw in client.receive_response():
-            for message in convert(raw):
-                yield message
-
-    async def interrupt(self) -> None:
-        if self._client is not None:
-            await self._client.interrupt()
-
-    async def detach(self) -> None:
-        with anyio.CancelScope(shield=True):
-            await self._transport.detach()
-            await self.aclose()
-
-    async def aclose(self) -> None:
-        with anyio.CancelScope(shield=True):
-            client, self._client = self._client, None
-            if client is not None:
-                with suppress(Exception):  # the abort is what counts: nothing to report
-                    await client.disconnect()
-            await self._transport.close()  # idempotent; a disconnect that failed may have left it open
-
-
-async def _user_message(blocks: Sequence[Block]) -> AsyncIterator[dict[str, Any]]:
-    """The prompt as the SDK sends content blocks: one stream-json user message whose
-    content is Messages API blocks (an image as base64 with its media type)."""
-    content = [
-        {
-            "type": "image",
-            "source": {
-                "type": "base64",
-                "media_type": block.media_type,
-                "data": base64.b64encode(block.data).decode(),
-            },
-        }
-        if isinstance(block, ImageBlock)
-        else {"type": "text", "text": block.text}
-        for block in blocks
-    ]
-    yield {"type": "user", "message": {"role": "user", "content": content}, "parent_tool_use_id": None}
-
-
-def convert(message: SDKMessage) -> list[Message]:  # noqa: PLR0911 - one return per kind
-    """The unified messages of one SDK message; each keeps it, as JSON values, in ``raw``."""
-    raw = json_value(message)
-    if isinstance(message, AssistantMessage):
-        converted: list[Message] = []
-        for block in message.content:
-            if isinstance(block, TextBlock):
-                converted.append(AgentText(block.text, raw=raw))
-            elif isinstance(block, ThinkingBlock):
-                converted.append(Thinking(block.thinking, raw=raw))
-            elif isinstance(block, ToolUseBlock):
-                converted.append(ToolUse(block.id, block.name, block.input, raw=raw))
-        if message.error:
-            converted.append(ErrorMessage(str(message.error), raw=raw))
-        return converted
-    if isinstance(message, UserMessage):
-        if isinstance(message.content, str):
-            return [Notice("user", message.content, raw=raw)]
-        return [
-            ToolResult(block.tool_use_id, _text(block.content), bool(block.is_error), raw=raw)
-            if isinstance(block, ToolResultBlock)
-            else Notice("user", getattr(block, "text", ""), raw=raw)
-            for block in message.content
-        ]
-    if isinstance(message, ResultMessage):
-        errors = getattr(message, "errors", None) or []
-        text = message.result or "; ".join(str(e) for e in errors)
-        return [
-            Result(
-                message.is_error,
-                text or ("" if not message.is_error else f"the agent ended with {message.subtype}"),
-                session_id=message.session_id,
-                usage=message.usage,
-                cost_usd=message.total_cost_usd,
-                structured=message.structured_output,
-                raw=raw,
-            )
-        ]
-    if isinstance(message, SystemMessage):
-        if message.subtype == "api_retry":
-            return [Notice("api_retry", _retry_failure(message.data), retry=True, raw=raw)]
-        session = message.data.get("session_id") if message.subtype == "init" else None
-        return [Notice(message.subtype, str(message.data.get("cwd") or ""), session_id=session, raw=raw)]
-    return [Notice(type(message).__name__, raw=raw)]
-
-
-def _retry_failure(data: dict[str, Any]) -> str:
-    """How the model API failed, from a CLI ``api_retry`` notice."""
-    status, error = data.get("error_status"), data.get("error")
-    said = "" if error in (None, "", "unknown") else f": {error}"
-    if status:
-        return f"HTTP {status}{said}"
-    return said[2:] or "no response (connection refused, reset or timed out)"
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    parts = [item.get("text", "") if isinstance(item, dict) else str(item) for item in content]
-    return "\n".join(part for part in parts if part) or json.dumps(content)
-
-
-def _config_dir(node: NodeHandle) -> str:
+def config_dir(node: NodeHandle) -> str:
     """The CLI's CLAUDE_CONFIG_DIR on ``node``: transcripts live under its ``projects``."""
     return f"{node.base_env.get('HOME', '/root')}/.claude"
-
-
-class _Mirror:
-    """The CLI's transcript frames, off the bridge, into the archive."""
-
-    def __init__(self, archive: SessionArchive, projects_dir: str) -> None:
-        self._archive = archive
-        self._projects_dir = projects_dir
-        self._keys: dict[str, StateKey | None] = {}  # a session writes a handful of files
-
-    def add(self, file_path: str, entries: list[dict[str, Any]]) -> None:
-        if file_path not in self._keys:
-            self._keys[file_path] = file_path_to_session_key(file_path, self._projects_dir)
-        key = self._keys[file_path]
-        if key is None:
-            logger.warning("dropping a transcript frame of %s: not under %s", file_path, self._projects_dir)
-        elif entries:
-            self._archive.add(key, entries, summarize=fold_summary)
-
-    async def flush(self) -> None:
-        await self._archive.flush()
-
-
-class _ArchiveStore:
-    """The SDK's ``SessionStore`` over an archive, as far as a custom transport uses one (append
-    and load): its presence makes the CLI mirror its transcript, and the bridge takes the
-    frames before the SDK sees them."""
-
-    def __init__(self, archive: SessionArchive) -> None:
-        self._archive = archive
-
-    async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
-        self._archive.add(key, cast(list[dict[str, Any]], entries), summarize=fold_summary)
-        await self._archive.flush()
-
-    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
-        return cast(list[SessionStoreEntry] | None, await self._archive.load(key))
