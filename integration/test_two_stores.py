@@ -27,7 +27,7 @@ from .containers import node_containers
 
 pytestmark = pytest.mark.anyio
 
-TRIALS = int(os.environ.get("NODEPROV_TWO_STORE_TRIALS", "20"))
+TRIALS = int(os.environ.get("NODEPROV_TWO_STORE_TRIALS", "10"))
 
 
 @pytest.fixture(autouse=True)

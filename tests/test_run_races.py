@@ -1,7 +1,7 @@
 """The run state machine under races, with a fake agent executable on the fake provider.
 
 Each race runs many seeded iterations with random delays (``NODEPROV_RACE_ITERATIONS``,
-200 by default), several at a time, every one under a deadline: no iteration may hang, the
+100 by default), several at a time, every one under a deadline: no iteration may hang, the
 stored state must always be one of the table's, and a run's outcome must agree with what
 each caller was told. The seeds start at a number drawn afresh for every session, so each run
 of the suite tries other interleavings; a failure names the first seed of its set, and
@@ -26,7 +26,7 @@ from nodeprov.store import NodeRecordState, SnapshotRecord, Store
 
 pytestmark = pytest.mark.anyio
 
-ITERATIONS = int(os.environ.get("NODEPROV_RACE_ITERATIONS", "200"))
+ITERATIONS = int(os.environ.get("NODEPROV_RACE_ITERATIONS", "100"))
 FIRST_SEED = int(os.environ.get("NODEPROV_RACE_SEED") or random.randrange(1_000_000_000))
 AT_ONCE = 20
 ITERATION_DEADLINE = 60
