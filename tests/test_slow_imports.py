@@ -77,3 +77,26 @@ def test_a_run_imports_the_sdk_beside_its_event_loop(tmp_path: Path) -> None:
     importers, loop_thread = said.rsplit(" ", 1)
     assert importers.startswith("['import nodeprov.agents.claude.session'"), said
     assert loop_thread not in importers
+
+
+def test_the_service_starts_every_agents_slow_imports_as_it_starts(tmp_path: Path) -> None:
+    said = _python(
+        _WATCH_IMPORTS
+        + textwrap.dedent(f"""
+            import anyio
+            from nodeprov.agents import registry
+            from nodeprov.service.config import ServiceConfig
+            from nodeprov.service.state import Service
+
+            async def main() -> None:
+                config = ServiceConfig(store="sqlite:///{tmp_path}/service.db")
+                async with Service.running(config):
+                    with anyio.fail_after(60):
+                        while "nodeprov.agents.claude.session" not in registry._imports_done:
+                            await anyio.sleep(0.01)
+                print(importers)
+
+            anyio.run(main)
+        """)
+    )
+    assert said == "['import nodeprov.agents.claude.session']"

@@ -8,14 +8,14 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from fastapi import Request
 
-from ..agents.registry import SCRIPTED, on_model
+from ..agents.registry import SCRIPTED, agent_class, agent_names, import_soon, on_model
 from ..errors import NodeprovError
 from ..fleet import Fleet, secret_settings_from_env
 from ..node import NodeHandle
@@ -108,6 +108,7 @@ class Service:
     @asynccontextmanager
     async def running(cls, config: ServiceConfig) -> AsyncIterator[Service]:
         async with AsyncExitStack() as stack:
+            await anyio.to_thread.run_sync(_import_agents_soon)
             store = await Store.open(config.store)
             stack.push_async_callback(store.aclose)
             orchestrator = Orchestrator(
@@ -155,3 +156,11 @@ def service_of(request: Request) -> Service:
     service: Any = request.app.state.service
     assert isinstance(service, Service)
     return service
+
+
+def _import_agents_soon() -> None:
+    """Every installed agent's slow imports, started beside the service's start: its first
+    run does not wait for them. An agent that does not load is said when a run asks for it."""
+    for name in agent_names():
+        with suppress(NodeprovError):
+            import_soon(agent_class(name))
