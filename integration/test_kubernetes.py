@@ -285,7 +285,11 @@ async def test_a_pod_of_a_user_that_is_not_root(kubernetes_cluster: Cluster, bas
             await node.write_file("notes/kept.txt", b"written as 4321")  # the workdir is the user's to write
             assert await run(node, "cat", "notes/kept.txt") == (0, b"written as 4321", b"")
             await node.spawn(SpawnOptions("sh", ["-c", f"sleep {marker} & exec sleep {marker}"]))
-            assert host_processes_matching(marker)
+
+            async def started() -> bool:  # the spawn returns before its command is exec'd
+                return len(host_processes_matching(marker)) == 2
+
+            assert await wait_until(started, 30)
         finally:
             await node.destroy()  # kill -1 as that user ends them all
     assert await no_process(marker)

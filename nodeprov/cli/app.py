@@ -87,9 +87,10 @@ def _one_line(error: BaseException) -> str:
 
 
 def _is_sdk_error(error: BaseException) -> bool:
-    # Only a command that imported the SDK can raise its errors; the others never import it.
-    sdk = sys.modules.get("claude_agent_sdk")
-    return sdk is not None and isinstance(error, sdk.ClaudeSDKError)
+    # Only a command that imported the SDK can raise its errors; the others never import it,
+    # and one may be importing it still, in a thread (its module not yet complete).
+    sdk_error = getattr(sys.modules.get("claude_agent_sdk"), "ClaudeSDKError", None)
+    return isinstance(sdk_error, type) and isinstance(error, sdk_error)
 
 
 @contextmanager

@@ -206,10 +206,6 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     from ..registry import provider_class
 
     with errors():
-        from ..agents.registry import agent_class, get_agent, import_soon, route_model
-
-        chosen = route_model(None if model == SCRIPTED else model, agent)
-        import_soon(agent_class(chosen))  # its SDK, say, imported beside all that follows
         if pool is not None:
             if provider is not None or setting:
                 raise ConfigError(
@@ -229,6 +225,10 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
                     "choose --permission (read-only, edit or full)"
                 )
             permission = "full"
+        from ..agents.registry import agent_class, get_agent, import_soon, route_model
+
+        chosen = route_model(None if model == SCRIPTED else model, agent)
+        import_soon(agent_class(chosen))  # a valid command's: its SDK, say, imported beside what follows
         from .drive import RunRequest, drive_run  # see the imports
 
         options = _agent_options(
