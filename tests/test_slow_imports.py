@@ -84,7 +84,7 @@ def test_the_service_starts_every_agents_slow_imports_as_it_starts(tmp_path: Pat
         _WATCH_IMPORTS
         + textwrap.dedent(f"""
             import anyio
-            from nodeprov.agents import registry
+            from nodeprov.agents.registry import agent_class, imported
             from nodeprov.service.config import ServiceConfig
             from nodeprov.service.state import Service
 
@@ -92,8 +92,7 @@ def test_the_service_starts_every_agents_slow_imports_as_it_starts(tmp_path: Pat
                 config = ServiceConfig(store="sqlite:///{tmp_path}/service.db")
                 async with Service.running(config):
                     with anyio.fail_after(60):
-                        while "nodeprov.agents.claude.session" not in registry._imports_done:
-                            await anyio.sleep(0.01)
+                        await imported(agent_class("claude"))  # or imports it here, if nothing did
                 print(importers)
 
             anyio.run(main)
