@@ -67,9 +67,7 @@ logger = logging.getLogger("nodeprov")
 _FRAME = 65536  # payload bytes a stdin frame carries at most: awk copies a long line once per 4 KiB
 _CHANNEL_POLICY = StopPolicy(eof_grace=0.0, term_grace=0.0, kill_grace=2.0)
 _POLL = 0.5  # seconds between looks at the node while waiting for an exit nobody reads
-# The first looks come sooner: a process told to stop (stdin's end) exits within tens of
-# milliseconds, and a control plane closing a session waits for it (0.5 s at each run's end).
-_FIRST_LOOKS = (0.02, 0.05, 0.1, 0.2)
+_FIRST_LOOKS = (0.02, 0.05, 0.1, 0.2)  # sooner: a process told to stop exits within milliseconds
 _REPORT_LIMIT = 4096
 _START_WAIT = 10  # seconds an attach waits for the keeper it started to start the process
 
