@@ -55,6 +55,7 @@ class Sample:
 
     durations: list[float] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
+    steady: list[float] = field(default_factory=list)  # the latencies after each run's start-up
     starts: list[float] = field(default_factory=list)  # how long start() took, orchestrator only
     messages: int = 0
     wall: float = 0.0
@@ -67,6 +68,18 @@ class Sample:
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+STARTUP_MESSAGES = 5  # a run's first messages, which its start-up and the others' crowd
+
+
+def _note_latency(sample: Sample, text: str, seen: int) -> None:
+    """The relay latency a message's text carries, in all and, past the run's first
+    :data:`STARTUP_MESSAGES`, in the steady state."""
+    if (delay := _latency(text)) is not None:
+        sample.latencies.append(delay)
+        if seen > STARTUP_MESSAGES:
+            sample.steady.append(delay)
 
 
 def _latency(text: str) -> float | None:
@@ -132,8 +145,8 @@ def sdk_pass(args: argparse.Namespace, command: str, tmp: Path) -> Pass:
                         seen += 1
                         midpoint.saw(seen)
                         for block in message.content:
-                            if isinstance(block, TextBlock) and (delay := _latency(block.text)) is not None:
-                                sample.latencies.append(delay)
+                            if isinstance(block, TextBlock):
+                                _note_latency(sample, block.text, seen)
                     assert not isinstance(message, ResultMessage) or not message.is_error
             sample.messages += seen
             sample.durations.append(time.perf_counter() - started)
@@ -162,8 +175,7 @@ def orchestrator_pass(args: argparse.Namespace, command: str, tmp: Path, url: st
                     if isinstance(event, AgentMessage) and isinstance(event.message, AgentText):
                         seen += 1
                         midpoint.saw(seen)
-                        if (delay := _latency(event.message.text)) is not None:
-                            sample.latencies.append(delay)
+                        _note_latency(sample, event.message.text, seen)
                     elif isinstance(event, RunFinished):
                         assert event.outcome == "ok", event.error
                 sample.messages += seen
@@ -186,6 +198,7 @@ def _line(name: str, runs: int, sample: Sample, baseline: Sample | None) -> str:
     ratio = f"{median / statistics.median(baseline.durations):5.2f}x" if baseline else "     "
     cpu = sample.cpu / sample.messages * 1000
     p50, p99 = (_quantile(sample.latencies, q) * 1000 for q in (0.5, 0.99))
+    steady = _quantile(sample.steady, 0.99) * 1000
     memory = (
         f"{sample.live_bytes / 1e6:7.3f} {sample.finished_bytes / 1e6:7.3f}"
         if sample.live_bytes
@@ -194,7 +207,7 @@ def _line(name: str, runs: int, sample: Sample, baseline: Sample | None) -> str:
     start = f"{statistics.median(sample.starts) * 1000:8.1f}" if sample.starts else ""
     return (
         f"{name:28} {runs:4d} {sample.wall:7.1f} {median:6.2f} {max(sample.durations):6.2f} {ratio}"
-        f" {cpu:7.3f} {sample.agents_cpu:7.1f} {p50:7.1f} {p99:7.1f} {memory} {start}"
+        f" {cpu:7.3f} {sample.agents_cpu:7.1f} {p50:7.1f} {p99:7.1f} {steady:8.1f} {memory} {start}"
     )
 
 
@@ -215,7 +228,7 @@ async def run(args: argparse.Namespace) -> None:
     os.environ["CLAUDE_AGENT_SDK_SKIP_VERSION_CHECK"] = "1"
     header = (
         f"{'configuration':28} {'N':>4} {'wall s':>7} {'run s':>6} {'max s':>6} {'vsSDK':>6}"
-        f" {'CPUs/1k':>7} {'agentsC':>7} {'p50 ms':>7} {'p99 ms':>7}"
+        f" {'CPUs/1k':>7} {'agentsC':>7} {'p50 ms':>7} {'p99 ms':>7} {'p99* ms':>8}"
         f" {'MB/live':>7} {'MB/done':>7} {'start ms':>8}"
     )
     print(
@@ -274,6 +287,7 @@ async def run(args: argparse.Namespace) -> None:
         "run s: median run duration; vsSDK: its ratio to the SDK alone's at the same N (goal <= 1.2x);"
         " CPUs/1k: control-plane CPU seconds per 1000 messages; agentsC: CPU seconds of all the agent"
         f" processes ({os.cpu_count()} CPUs here); p50/p99: relay latency (goal p99 <= 20 ms);"
+        f" p99*: the same past each run's first {STARTUP_MESSAGES} messages (the runs start together);"
         " MB/live, MB/done: Python memory per live run, per finished run (goals <= 0.5, 0);"
         " start ms: median time Orchestrator.start() took (runs are started all at once)"
     )
