@@ -55,7 +55,7 @@ class Sample:
 
     durations: list[float] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
-    steady: list[float] = field(default_factory=list)  # the latencies after each run's start-up
+    steady: list[float] = field(default_factory=list)  # those of each run's second half
     starts: list[float] = field(default_factory=list)  # how long start() took, orchestrator only
     messages: int = 0
     wall: float = 0.0
@@ -70,15 +70,12 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-STARTUP_MESSAGES = 5  # a run's first messages, which its start-up and the others' crowd
-
-
-def _note_latency(sample: Sample, text: str, seen: int) -> None:
-    """The relay latency a message's text carries, in all and, past the run's first
-    :data:`STARTUP_MESSAGES`, in the steady state."""
+def _note_latency(sample: Sample, text: str, seen: int, messages: int) -> None:
+    """The relay latency a message's text carries: in all, and in the steady state (the
+    second half of the run's ``messages``, far from every run's start-up)."""
     if (delay := _latency(text)) is not None:
         sample.latencies.append(delay)
-        if seen > STARTUP_MESSAGES:
+        if seen > messages // 2:
             sample.steady.append(delay)
 
 
@@ -146,7 +143,7 @@ def sdk_pass(args: argparse.Namespace, command: str, tmp: Path) -> Pass:
                         midpoint.saw(seen)
                         for block in message.content:
                             if isinstance(block, TextBlock):
-                                _note_latency(sample, block.text, seen)
+                                _note_latency(sample, block.text, seen, args.messages)
                     assert not isinstance(message, ResultMessage) or not message.is_error
             sample.messages += seen
             sample.durations.append(time.perf_counter() - started)
@@ -175,7 +172,7 @@ def orchestrator_pass(args: argparse.Namespace, command: str, tmp: Path, url: st
                     if isinstance(event, AgentMessage) and isinstance(event.message, AgentText):
                         seen += 1
                         midpoint.saw(seen)
-                        _note_latency(sample, event.message.text, seen)
+                        _note_latency(sample, event.message.text, seen, args.messages)
                     elif isinstance(event, RunFinished):
                         assert event.outcome == "ok", event.error
                 sample.messages += seen
@@ -287,7 +284,7 @@ async def run(args: argparse.Namespace) -> None:
         "run s: median run duration; vsSDK: its ratio to the SDK alone's at the same N (goal <= 1.2x);"
         " CPUs/1k: control-plane CPU seconds per 1000 messages; agentsC: CPU seconds of all the agent"
         f" processes ({os.cpu_count()} CPUs here); p50/p99: relay latency (goal p99 <= 20 ms);"
-        f" p99*: the same past each run's first {STARTUP_MESSAGES} messages (the runs start together);"
+        " p99*: the same over each run's second half of messages (the runs start together);"
         " MB/live, MB/done: Python memory per live run, per finished run (goals <= 0.5, 0);"
         " start ms: median time Orchestrator.start() took (runs are started all at once)"
     )
