@@ -55,6 +55,7 @@ __all__ = [
     "fresh_node",
     "harness",
     "node",
+    "provider_fixture",
     "provider_of",
     "test_agent_conformance",
     "test_agent_resumes_on_a_fresh_node",
@@ -130,6 +131,17 @@ def harness(request: pytest.FixtureRequest) -> Iterator[AgentHarness]:
         require_opencode_cli()
         with ScriptedChat() as chat:
             yield opencode_harness(chat)
+
+
+def provider_fixture(kinds: list[str]) -> Any:
+    """A module's ``provider`` fixture: one of each of ``kinds`` (see :func:`provider_of`)."""
+
+    @pytest.fixture(params=kinds, name="provider")
+    async def provider(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[NodeProvider[Any]]:
+        async for made in provider_of(request, tmp_path):
+            yield made
+
+    return provider
 
 
 async def provider_of(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[NodeProvider[Any]]:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
-from nodeprov import NodeConfig, NodeHandle, NodeProvider, agent_class, get_provider
+from nodeprov import NodeConfig, NodeHandle, agent_class, get_provider
 from nodeprov.testing import ScriptedModel
 from nodeprov.testing.agent_conformance import AgentHarness, check_tool_turn
 from nodeprov.testing.conformance import run
@@ -25,7 +24,7 @@ from .agent_harnesses import (  # the suite's tests, collected here too
     fresh_node,
     harness,
     node,
-    provider_of,
+    provider_fixture,
     test_agent_conformance,
     test_agent_resumes_on_a_fresh_node,
 )
@@ -40,10 +39,7 @@ __all__ = ["fresh_node", "harness", "node", "test_agent_conformance", "test_agen
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["docker", "ssh", "kubernetes"])
-async def provider(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[NodeProvider[Any]]:
-    async for made in provider_of(request, tmp_path):
-        yield made
+provider = provider_fixture(["docker", "ssh", "kubernetes"])
 
 
 @pytest.fixture

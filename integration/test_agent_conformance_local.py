@@ -5,13 +5,12 @@ Codex and OpenCode CLIs, each against its scripted model; beside the Docker and 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from nodeprov import NodeConfig, NodeHandle, NodeProvider, agent_class, get_provider
+from nodeprov import NodeConfig, NodeHandle, agent_class, get_provider
 from nodeprov.testing.agent_conformance import AgentHarness
 
 from .agent_harnesses import (  # the suite's tests, collected here too
@@ -19,7 +18,7 @@ from .agent_harnesses import (  # the suite's tests, collected here too
     fresh_node,
     harness,
     node,
-    provider_of,
+    provider_fixture,
     test_agent_conformance,
     test_agent_resumes_on_a_fresh_node,
 )
@@ -29,10 +28,7 @@ __all__ = ["fresh_node", "harness", "node", "test_agent_conformance", "test_agen
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["local"])
-async def provider(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[NodeProvider[Any]]:
-    async for made in provider_of(request, tmp_path):
-        yield made
+provider = provider_fixture(["local"])
 
 
 @pytest.mark.parametrize(

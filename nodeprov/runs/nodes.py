@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
 
@@ -13,9 +14,15 @@ from ..fleet import Fleet
 from ..node import NodeProvider
 from ..store import NodeRecord, NodeRecordState, RunRecord, Store
 
-__all__ = ["Nodes"]
+__all__ = ["Nodes", "not_given"]
 
 logger = logging.getLogger("nodeprov.runs")
+
+
+def not_given(secret_fields: str, given: Mapping[str, Any]) -> list[str]:
+    """Which of ``secret_fields`` (a stored JSON list of a provider's secret settings) are not
+    in ``given``, sorted."""
+    return sorted(set(json.loads(secret_fields)) - set(given))
 
 
 class Nodes:
@@ -51,9 +58,8 @@ class Nodes:
         return self.laid_over(record.node_provider, record.node_settings)
 
     def not_given(self, provider: str, secret_fields: str) -> list[str]:
-        """Which of ``secret_fields`` (a stored JSON list of a provider's secret settings)
-        this control plane was not given for ``provider``."""
-        return sorted(set(json.loads(secret_fields)) - set(self._provider_settings.get(provider, {})))
+        """Which of ``secret_fields`` this control plane was not given for ``provider``."""
+        return not_given(secret_fields, self._provider_settings.get(provider, {}))
 
     def laid_over(self, provider: str, stored: str) -> dict[str, Any]:
         """Provider settings as stored (JSON), with this control plane's for ``provider`` laid over."""

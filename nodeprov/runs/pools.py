@@ -41,7 +41,7 @@ from ..errors import ConfigError, NodeGoneError, RunStateError
 from ..node import NodeConfig, NodeHandle, NodeProvider
 from ..store import NodeRecordState, PoolRecord, Store, dumps, now
 from .lease import LEASE_PREFIX, owner_check
-from .nodes import Nodes
+from .nodes import Nodes, not_given
 
 if TYPE_CHECKING:
     from .pool_keeping import PoolKeeper
@@ -230,7 +230,7 @@ class Pools:
             raise ConfigError(f"no pool {name!r}")
         if record.state != "active":
             raise RunStateError(f"pool {name!r} is being removed")
-        missing = sorted(set(json.loads(record.secret_fields)) - set(given))
+        missing = not_given(record.secret_fields, given)
         if missing:
             raise ConfigError(
                 f"pool {name!r} was made with secret settings to give again: {', '.join(missing)}"
