@@ -62,6 +62,7 @@ from typing import Any, ClassVar, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._json import loads
 from ..errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ..node import NodeHandle
 from ..node.keeper import KeepOptions, KeptProcess, reattach
@@ -462,9 +463,6 @@ async def _rollouts(node: NodeHandle, home: str, thread_id: str) -> list[str]:
     return sorted(line for line in said.decode(errors="replace").splitlines() if line.startswith("/"))
 
 
-_decoder = json.JSONDecoder()
-
-
 def _parse(line: bytes) -> dict[str, Any] | None:
     """One JSONL event; blank and non-JSON lines (log noise) are None."""
     text = line.strip()
@@ -473,7 +471,7 @@ def _parse(line: bytes) -> dict[str, Any] | None:
             logger.debug("skipping a non-JSON line of codex output: %.200r", text)
         return None
     try:
-        event = _decoder.decode(text.decode())
+        event = loads(text)
     except ValueError as error:  # UnicodeDecodeError included
         raise AgentOutputError(f"codex output is not valid JSON ({error}): {text[:200]!r}") from None
     if not isinstance(event, dict):

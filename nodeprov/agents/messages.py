@@ -2,8 +2,8 @@
 
 An agent's own output (the Claude Code CLI's stream-json messages, the Codex CLI's JSONL
 events, OpenCode's JSON events) is converted into these, one or more per agent message;
-each keeps the agent's message in ``raw`` (as JSON values), so nothing the agent said is
-lost. Run events, the
+each keeps the agent's message in ``raw``, as the agent wrote it (JSON values), so nothing
+the agent said is lost. Run events, the
 CLI's ``--json`` output and its rendering use them.
 
 :func:`message_to_json` and :func:`message_from_json` are their stored form:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .._json import dumps
 from ..agents.messages import Message, json_value, message_from_json, message_to_json
 
 __all__ = [
@@ -51,7 +51,7 @@ class RunEvent:
     def encoded(self) -> str:
         """:meth:`to_json` as one line of JSON, made once: the store and every event stream
         relaying the event share it."""
-        return json.dumps(self.to_json())
+        return dumps(self.to_json())
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ a subscriber that came late, lags, or lives in another process."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -13,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from .._json import loads
 from ..agents import StateKey
 from ..errors import RunStateError
 from ..store import EntryBatch, EventRecord, Store, entry_key, now
@@ -285,7 +285,7 @@ def stored_event(record: EventRecord) -> RunEvent | None:
     """The event stored as ``record``; ``None`` (logged) for one this version cannot read,
     such as a kind added by a newer control plane: followers go on past it."""
     try:
-        event = event_from_json(json.loads(record.body))
+        event = event_from_json(loads(record.body))
     except (ValueError, TypeError) as error:
         logger.warning("skipping unreadable event %d of run %s: %s", record.seq, record.run_id, error)
         return None

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from .agent import ClaudeAgent, ClaudeOptions
 from .cli import bundled_cli_path
+from .messages import convert
 
 if TYPE_CHECKING:
     from .bridge import NodeTransport, TranscriptSink, agent_command, agent_environment
-    from .session import ClaudeSession, convert
+    from .session import ClaudeSession
     from .session_store import ClaudeSessionStore
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
 
 _LAZY = {
     "ClaudeSession": "session",
-    "convert": "session",
     "ClaudeSessionStore": "session_store",
     "NodeTransport": "bridge",
     "TranscriptSink": "bridge",

@@ -4,58 +4,31 @@ client and :class:`~nodeprov.agents.claude.NodeTransport` (this module imports t
 from __future__ import annotations
 
 import base64
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
 from typing import Any, Literal, cast
 
 import anyio
-from claude_agent_sdk import (
-    AssistantMessage,
-    ClaudeAgentOptions,
-    ClaudeSDKClient,
-    ResultMessage,
-    SessionKey,
-    SessionStore,
-    SystemMessage,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    UserMessage,
-)
-from claude_agent_sdk import Message as SDKMessage
+from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, SessionKey, SessionStore
 
 # Pinned with the SDK: the CLI's own naming of project directories and transcript files.
 from claude_agent_sdk._internal.session_store import file_path_to_session_key
 from claude_agent_sdk.types import SessionStoreEntry
 
-from ...errors import ConfigError
+from ...errors import AgentError, ConfigError
 from ...node import NodeHandle
 from ...node.keeper import KeepOptions, KeptProcess
 from ...prompts import Block, ImageBlock, Prompt, prompt_text
-from .. import (
-    AgentSession,
-    AgentText,
-    ErrorMessage,
-    Message,
-    Notice,
-    Result,
-    SessionArchive,
-    StateKey,
-    Thinking,
-    ToolResult,
-    ToolUse,
-)
+from .. import AgentSession, Message, Result, SessionArchive, StateKey
 from .._quiet import quiet_bounded
-from ..messages import json_value
 from ..structured import check_structured
 from .agent import ClaudeAgent, config_dir
 from .bridge import NodeTransport
+from .messages import convert
 from .session_store import fold_summary
 
-__all__ = ["ClaudeSession", "convert", "sdk_options"]
+__all__ = ["ClaudeSession", "sdk_options"]
 
 logger = logging.getLogger("nodeprov.agents.claude")
 
@@ -156,9 +129,17 @@ class ClaudeSession(AgentSession):
 
     @staticmethod
     async def _converted(client: ClaudeSDKClient) -> AsyncIterator[Message]:
-        async for raw in client.receive_response():
+        """The turn's messages to its result, converted from the CLI's own JSON: the SDK's
+        client would make its classes of each (``receive_response``), for nothing."""
+        # A private SDK part, pinned by the version range in pyproject.toml and covered by tests.
+        query = client._query
+        if query is None:
+            raise AgentError("the agent's session is not connected")
+        async for raw in query.receive_messages():
             for message in convert(raw):
                 yield message
+            if raw.get("type") == "result":
+                return
 
     async def interrupt(self) -> None:
         if self._client is not None:
@@ -195,70 +176,6 @@ async def _user_message(blocks: Sequence[Block]) -> AsyncIterator[dict[str, Any]
         for block in blocks
     ]
     yield {"type": "user", "message": {"role": "user", "content": content}, "parent_tool_use_id": None}
-
-
-def convert(message: SDKMessage) -> list[Message]:  # noqa: PLR0911 - one return per kind
-    """The unified messages of one SDK message; each keeps it, as JSON values, in ``raw``."""
-    raw = json_value(message)
-    if isinstance(message, AssistantMessage):
-        converted: list[Message] = []
-        for block in message.content:
-            if isinstance(block, TextBlock):
-                converted.append(AgentText(block.text, raw=raw))
-            elif isinstance(block, ThinkingBlock):
-                converted.append(Thinking(block.thinking, raw=raw))
-            elif isinstance(block, ToolUseBlock):
-                converted.append(ToolUse(block.id, block.name, block.input, raw=raw))
-        if message.error:
-            converted.append(ErrorMessage(str(message.error), raw=raw))
-        return converted
-    if isinstance(message, UserMessage):
-        if isinstance(message.content, str):
-            return [Notice("user", message.content, raw=raw)]
-        return [
-            ToolResult(block.tool_use_id, _text(block.content), bool(block.is_error), raw=raw)
-            if isinstance(block, ToolResultBlock)
-            else Notice("user", getattr(block, "text", ""), raw=raw)
-            for block in message.content
-        ]
-    if isinstance(message, ResultMessage):
-        errors = getattr(message, "errors", None) or []
-        text = message.result or "; ".join(str(e) for e in errors)
-        return [
-            Result(
-                message.is_error,
-                text or ("" if not message.is_error else f"the agent ended with {message.subtype}"),
-                session_id=message.session_id,
-                usage=message.usage,
-                cost_usd=message.total_cost_usd,
-                structured=message.structured_output,
-                raw=raw,
-            )
-        ]
-    if isinstance(message, SystemMessage):
-        if message.subtype == "api_retry":
-            return [Notice("api_retry", _retry_failure(message.data), retry=True, raw=raw)]
-        session = message.data.get("session_id") if message.subtype == "init" else None
-        return [Notice(message.subtype, str(message.data.get("cwd") or ""), session_id=session, raw=raw)]
-    return [Notice(type(message).__name__, raw=raw)]
-
-
-def _retry_failure(data: dict[str, Any]) -> str:
-    """How the model API failed, from a CLI ``api_retry`` notice."""
-    status, error = data.get("error_status"), data.get("error")
-    said = "" if error in (None, "", "unknown") else f": {error}"
-    if status:
-        return f"HTTP {status}{said}"
-    return said[2:] or "no response (connection refused, reset or timed out)"
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    parts = [item.get("text", "") if isinstance(item, dict) else str(item) for item in content]
-    return "\n".join(part for part in parts if part) or json.dumps(content)
 
 
 class _Mirror:
