@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -388,3 +389,60 @@ async def test_the_watcher_never_signals_a_process_that_took_the_commands_pid(tm
         os.close(command_side)
         victim.kill()
         await victim.aclose()
+
+
+# -- the sweep for what the command left ----------------------------------------------------
+
+SHIM = """#!/bin/sh
+echo "$0" >>"{log}"
+if [ -z "{with_z}" ]; then  # a grep without -z, as an old busybox's
+  for arg in "$@"; do case $arg in -*z*) exit 2 ;; esac; done
+fi
+exec {real} "$@"
+"""
+
+
+@pytest.mark.parametrize("grep_has_z", [True, False], ids=["grep -z", "grep without -z"])
+async def test_the_sweep_reads_every_environment_at_once(tmp_path: Path, grep_has_z: bool) -> None:
+    # The watcher looks for its mark in every process's environment on the node. It did so
+    # with a tr and a grep per process: 100 runs ending at once on a host of 500 processes
+    # made 100,000 processes. Now one grep reads them all; without -z, one by one still.
+    marker = unique_marker()
+    shims, log = tmp_path / "bin", tmp_path / "calls"
+    shims.mkdir()
+    for tool in ("grep", "tr"):
+        real = shutil.which(tool, path="/usr/bin:/bin")
+        shim = SHIM.format(log=log, with_z="yes" if grep_has_z else "", real=real)
+        (shims / tool).write_text(shim)
+        (shims / tool).chmod(0o755)
+    crowd = [await anyio.open_process(["sleep", "600"]) for _ in range(40)]  # a node of many processes
+    options = guard_stdin(
+        SpawnOptions("sh", ["-c", f"setsid sleep {marker} & read line; exit 0"]),
+        marker="m",
+        grace=60,
+        term_grace=60,
+    )
+    env = {"PATH": f"{shims}:/usr/bin:/bin", "TMPDIR": str(tmp_path)}
+    try:
+        async with await anyio.open_process(options.argv, env=env, start_new_session=True) as process:
+            assert process.stdin is not None
+
+            async def left(expected: bool) -> bool:
+                return bool(host_processes_matching(f"sleep {marker}")) is expected
+
+            assert await wait_until(lambda: left(True), 10)
+            await process.stdin.send(b"go\n")
+            await process.stdin.aclose()  # the channel's EOF: the watcher sweeps
+            with anyio.fail_after(20):
+                assert await process.wait() == 0
+            assert await wait_until(lambda: left(False), 20), host_processes_matching(marker)
+    finally:
+        for sleeper in crowd:
+            sleeper.kill()
+            await sleeper.aclose()
+    calls = [Path(line).name for line in log.read_text().split()]
+    if grep_has_z:
+        assert calls.count("tr") == 0
+        assert calls.count("grep") <= 6, calls  # the check for -z, then one per round
+    else:
+        assert calls.count("tr") >= len(crowd), calls.count("tr")

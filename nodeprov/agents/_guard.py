@@ -80,11 +80,21 @@ if ours "$@"; then
   fi
 fi
 # Whatever the command started carries its mark, wherever it went (a session of its own, a
-# daemon): found through /proc, with no ps on the node. The watcher does not carry it.
+# daemon): found through /proc, with no ps on the node. The watcher does not carry it. One
+# grep reads every process's environment (-z: entries end in NUL); a grep without -z (an
+# old busybox) gets them one by one through tr, two processes per process on the node.
+if printf 'x\\000' | grep -qzxF x 2>/dev/null; then
+  marked() { grep -lzxsF -e "NODEPROV_GUARD=$1" /proc/[0-9]*/environ 2>/dev/null; }
+else
+  marked() {
+    for environ in /proc/[0-9]*/environ; do
+      tr '\\000' '\\n' <"$environ" 2>/dev/null | grep -qxF -e "NODEPROV_GUARD=$1" && echo "$environ"
+    done
+  }
+fi
 for round in 1 2 3 4 5; do
   found=
-  for environ in /proc/[0-9]*/environ; do
-    tr '\\000' '\\n' <"$environ" 2>/dev/null | grep -qxF -e "NODEPROV_GUARD=$6" || continue
+  for environ in $(marked "$6"); do
     pid=${environ#/proc/}; kill -KILL "${pid%/environ}" 2>/dev/null && found=1
   done
   [ -n "$found" ] || break
