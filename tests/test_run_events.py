@@ -12,10 +12,12 @@ import anyio
 import pytest
 
 from nodeprov.agents import Result
+from nodeprov.errors import StoreError
 from nodeprov.runs import AgentMessage, Orchestrator, RunStarted
 from nodeprov.runs import journal as journal_module
 from nodeprov.runs.journal import Journal
 from nodeprov.store import EventRecord, Store, now
+from nodeprov.store.entries import EntryKey
 from nodeprov.testing import fake_agent_command
 from tests.test_store import _run
 
@@ -216,3 +218,34 @@ async def test_an_event_written_while_a_late_reader_reads_the_store_reaches_it(
             first = await reader.__anext__()
         await reader.aclose()  # type: ignore[attr-defined]  # an async generator: it has aclose
     assert (first.kind, first.seq) == ("run.started", 1)
+
+
+async def test_frames_are_written_one_batch_per_session_in_order_even_after_a_failed_write(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs' frames interleave; a write takes each session's as one batch (a batch costs the
+    store its statements whatever its size), in the order they came, and a write that
+    failed is written again before what came after it."""
+    journal = Journal(store)
+    first = EntryKey(project_key="p", session_id="a")
+    second = EntryKey(project_key="p", session_id="b")
+    written: list[list[str]] = []
+    failures = [StoreError("the database is locked")]
+    append = store.append_events
+
+    async def failing_once(events: Any, frames: Any = ()) -> None:
+        written.append([entry["uuid"] for batch in frames for _, entry in batch.entries])
+        if failures:
+            raise failures.pop()
+        await append(events, frames)
+
+    monkeypatch.setattr(store, "append_events", failing_once)
+    for key, uuid in ((first, "a1"), (second, "b1"), (first, "a2"), (second, "b2")):
+        journal.queue_frames(key, [{"uuid": uuid}])
+    with pytest.raises(StoreError):
+        await journal.flush()
+    journal.queue_frames(first, [{"uuid": "a3"}])
+    await journal.flush()
+    assert written == [["a1", "a2", "b1", "b2"], ["a1", "a2", "a3", "b1", "b2"]]
+    assert await store.transcripts.load(first) == [{"uuid": "a1"}, {"uuid": "a2"}, {"uuid": "a3"}]
+    assert await store.transcripts.load(second) == [{"uuid": "b1"}, {"uuid": "b2"}]

@@ -41,7 +41,9 @@ class Journal:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._pending_events: list[tuple[RunEvent, RunEvents]] = []  # with the drive that emitted each
-        self._pending_frames: list[EntryBatch] = []
+        # One batch per session and fold, in the order its frames came: runs interleave, and
+        # each batch costs the store a few statements whatever its size.
+        self._pending_frames: dict[tuple[Any, ...], EntryBatch] = {}
         self._waiting = anyio.Event()
         self._flush_lock = anyio.Lock()
         self.durable_readers = 0
@@ -55,12 +57,15 @@ class Journal:
         """Queue transcript ``entries`` filed under ``key`` for the next write, folded into the
         session's summary by ``summarize`` (the agent's, if it keeps one)."""
         # Keyed once, here: a batch written again after an unknown fate stores nothing twice.
-        pending, keyed = self._pending_frames, [(entry_key(entry), entry) for entry in entries]
-        if pending and pending[-1].key == key and pending[-1].fold is summarize:
-            pending[-1].entries.extend(keyed)
-        else:
-            pending.append(EntryBatch(key, keyed, summarize))
+        self._queue_batch(EntryBatch(key, [(entry_key(entry), entry) for entry in entries], summarize))
         self._waiting.set()
+
+    def _queue_batch(self, batch: EntryBatch) -> None:
+        slot = (*sorted(batch.key.items()), batch.fold)
+        if (pending := self._pending_frames.get(slot)) is not None:
+            pending.entries.extend(batch.entries)
+        else:
+            self._pending_frames[slot] = batch
 
     def retry_soon(self) -> None:
         """Have the writer try again: a flush outside it failed."""
@@ -92,14 +97,16 @@ class Journal:
         """
         async with self._flush_lock:
             batch, self._pending_events = self._pending_events, []
-            frames, self._pending_frames = self._pending_frames, []
+            frames, self._pending_frames = list(self._pending_frames.values()), {}
             if not batch and not frames:
                 return
             try:
                 await self._store.append_events([event_record(event) for event, _ in batch], frames)
             except BaseException:
                 self._pending_events[:0] = batch
-                self._pending_frames[:0] = frames
+                queued_since, self._pending_frames = self._pending_frames.values(), {}
+                for frame in (*frames, *queued_since):  # what failed goes first
+                    self._queue_batch(frame)
                 raise
             written = {(event.run_id, event.seq) for event, _ in batch}
             for events in {events for _, events in batch}:
