@@ -11,8 +11,11 @@ from .errors import ConfigError
 
 __all__ = ["installed", "load", "register"]
 
-# Loaded classes, by group and name: scanning the installed distributions' entry points
-# takes milliseconds, and an orchestrator asks on every run.
+# The installed entry points, by group, and the loaded classes, by group and name: scanning
+# the installed distributions' entry points takes milliseconds, and an orchestrator asks on
+# every run (which agent takes a model, which is the fallback). Once per process: a
+# distribution installed while it runs is seen by the next one.
+_scanned: dict[str, dict[str, EntryPoint]] = {}
 _loaded: dict[tuple[str, str], Any] = {}
 
 # Registered in this process only (test doubles), beside the installed entry points.
@@ -20,7 +23,9 @@ _registered: dict[tuple[str, str], Any] = {}
 
 
 def _entry_points(group: str) -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=group)}
+    if (found := _scanned.get(group)) is None:
+        found = _scanned[group] = {ep.name: ep for ep in entry_points(group=group)}
+    return found
 
 
 def installed(group: str) -> list[str]:

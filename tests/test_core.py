@@ -32,6 +32,7 @@ from nodeprov import (
     get_provider,
     provider_names,
 )
+from nodeprov.agents.registry import agent_names, route_model
 from nodeprov.node import NODE_TRANSITIONS, NodeState
 from nodeprov.registry import provider_class
 
@@ -90,9 +91,13 @@ def test_a_provider_is_looked_up_once_per_process(monkeypatch: pytest.MonkeyPatc
     def no_scanning(**_: object) -> None:
         raise AssertionError("the installed entry points were scanned again")
 
+    agents = agent_names()
+    route_model(None)  # the fallback: every agent's class, by name
     monkeypatch.setattr("nodeprov._plugins.entry_points", no_scanning)
     assert provider_class("local") is loaded
     assert get_provider("local").name == "local"
+    assert agent_names() == agents
+    assert route_model(None) == route_model("a-model-nobody-claims")
 
 
 def test_unknown_or_invalid_settings_name_each_field() -> None:

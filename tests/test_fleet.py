@@ -125,6 +125,7 @@ def only_local_and_the_doubles(monkeypatch: pytest.MonkeyPatch) -> None:
         return [ep for ep in entry_points(group=group) if ep.name == "local"]
 
     monkeypatch.setattr("nodeprov._plugins.entry_points", only_local)
+    monkeypatch.setattr("nodeprov._plugins._scanned", {})
     monkeypatch.setattr("nodeprov._plugins._registered", {})
     for cls in DOUBLES:
         register_provider(cls.name, cls)
