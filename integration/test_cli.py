@@ -65,7 +65,10 @@ def test_run_json_events(tmp_path: Path) -> None:
     tool_result = next(
         e["message"] for e in events if e["type"] == "agent.message" and e["message"]["kind"] == "tool_result"
     )
-    assert tool_result["raw"]["content"][0]["kind"] == "ToolResultBlock"  # the agent's own message
+    raw = tool_result["raw"]  # the agent's own message, as the CLI wrote it
+    assert raw["type"] == "user"
+    assert raw["message"]["content"][0]["type"] == "tool_result"
+    assert raw["message"]["content"][0]["tool_use_id"] == tool_result["tool_use_id"]
     assert events[-2] == {
         **events[-2],
         "type": "node.released",
