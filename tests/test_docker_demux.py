@@ -36,7 +36,10 @@ def _frame(kind: int, payload: bytes) -> bytes:
 async def _read_all(output: ExecOutput, kind: int, into: bytearray, max_bytes: int) -> None:
     try:
         while True:
-            into += await output.receive(kind, max_bytes)
+            chunk = await output.receive(kind, max_bytes)
+            assert type(chunk) is bytes  # a byte stream's chunk, whatever the parser queued
+            assert 0 < len(chunk) <= max_bytes
+            into += chunk
     except anyio.EndOfStream:
         pass
 
