@@ -22,7 +22,7 @@ def convert(message: dict[str, Any]) -> list[Message]:
     ``receive_messages`` yields it, control messages already taken out).
 
     - ``assistant``: one :class:`AgentText`, :class:`Thinking` or :class:`ToolUse` per text,
-      thinking or tool-use block (other blocks, a server tool's say, are in ``raw`` only),
+      thinking or tool-use block (other blocks, a server tool's call, are in ``raw`` only),
       and an :class:`ErrorMessage` when the message carries an ``error``.
     - ``user``: a :class:`ToolResult` per tool-result block, else a :class:`Notice` ``user``.
     - ``result``: a :class:`Result`.
@@ -48,7 +48,8 @@ def convert(message: dict[str, Any]) -> list[Message]:
     return []
 
 
-# What the SDK's parser knows besides the kinds converted above (claude_agent_sdk 0.2).
+# Kinds the SDK's parser knows (claude_agent_sdk 0.2) that are said as a notice of their type:
+# an assistant or user message only when it has no message to convert.
 _OTHER_KINDS = frozenset({"assistant", "user", "stream_event", "rate_limit_event", "conversation_reset"})
 
 
