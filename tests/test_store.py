@@ -8,6 +8,7 @@ import hashlib
 import math
 import re
 import secrets
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
@@ -567,3 +568,39 @@ async def test_a_token_known_by_its_hash_is_added_once_and_stays_as_it_is(store:
     with pytest.raises(ConfigError, match="unknown scopes write"):
         await store.tokens.add("ops", ["write"], "0" * 64)
     assert len(await store.tokens.tokens()) == 1
+
+
+CLOSE_UNDER_STATEMENTS = """
+import sys, anyio
+from nodeprov.errors import StoreError
+from nodeprov.store import Store
+
+SLOW = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)"
+        " SELECT count(*) FROM n")
+
+async def main(path):
+    for attempt in range(20):
+        store = await Store.open(f"sqlite:///{path}/store-{attempt}.db")
+        async def statement():
+            try:
+                await store.db.fetchall(SLOW)
+            except StoreError:
+                pass  # the store closed first: refused, as a closed store refuses
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(statement)
+            await anyio.sleep(0.001 * (attempt % 5))  # statements queued, one running
+            await store.db.aclose()
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+async def test_a_store_closed_under_running_statements_waits_for_the_one_running(tmp_path: Path) -> None:
+    # sqlite3 crashes the interpreter when a connection is closed while a statement runs on
+    # it in another thread: the store's close waits for that statement. In a child process,
+    # so that a crash fails this test instead of ending the run.
+    child = await anyio.run_process(
+        [sys.executable, "-c", CLOSE_UNDER_STATEMENTS, str(tmp_path)], check=False
+    )
+    assert child.returncode == 0, (child.returncode, child.stderr.decode()[-2000:])

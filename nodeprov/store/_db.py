@@ -354,7 +354,19 @@ class SQLiteDatabase(Database):
         await anyio.to_thread.run_sync(self._connection.execute, statement)
 
     async def aclose(self) -> None:
-        await anyio.to_thread.run_sync(self._connection.close)
+        # Once no statement runs: sqlite3 closing a connection under a statement that runs in
+        # another thread crashes the interpreter. A holder still there past the statement
+        # timeout is idle in a transaction (a statement would have been interrupted).
+        with anyio.CancelScope(shield=True):
+            held = False
+            with anyio.move_on_after(self.statement_timeout):
+                await self._lock.acquire()
+                held = True
+            try:
+                await anyio.to_thread.run_sync(self._connection.close)
+            finally:
+                if held:
+                    self._lock.release()
 
 
 def _restrict(path: Path, mode: int) -> None:
