@@ -30,7 +30,8 @@ def loads(text: str | bytes) -> Any:
     """The value of the JSON ``text``.
 
     Raises:
-        json.JSONDecodeError: ``text`` is not JSON (or, as bytes, not UTF-8).
+        ValueError: ``text`` is not JSON (``json.JSONDecodeError``), or, as bytes, not UTF-8
+            (``UnicodeDecodeError``).
     """
     try:
         return orjson.loads(text)

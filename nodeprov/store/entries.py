@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
-from .._json import dumps, loads
+from .. import _json
 from ._db import Database, Statements
 
 __all__ = [
@@ -137,7 +137,7 @@ class EntryStore:
         statements.executemany(
             "INSERT INTO transcript_entries (project_key, session_id, subpath, uuid, entry, written_ms)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            [(project, session, subpath, k, dumps(entry), written) for k, entry in added],
+            [(project, session, subpath, k, _json.dumps(entry), written) for k, entry in added],
         )
         if fold is None or subpath:
             return  # subagent transcripts do not feed the session's summary
@@ -146,14 +146,14 @@ class EntryStore:
             (project, session),
         )
         previous: Summary | None = (
-            {"session_id": session, "mtime": rows[0][0], "data": loads(rows[0][1])} if rows else None
+            {"session_id": session, "mtime": rows[0][0], "data": _json.loads(rows[0][1])} if rows else None
         )
         summary = fold(previous, key, [entry for _, entry in added])
         statements.execute(
             "INSERT INTO transcript_summaries (project_key, session_id, mtime, data) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (project_key, session_id)"
             " DO UPDATE SET mtime = excluded.mtime, data = excluded.data",
-            (project, session, written, dumps(summary["data"])),
+            (project, session, written, _json.dumps(summary["data"])),
         )
 
     async def replace(self, key: EntryKey, entries: list[Any], *, fold: Fold | None = None) -> None:
@@ -208,7 +208,7 @@ class EntryStore:
             " ORDER BY seq",
             (key["project_key"], key["session_id"], _subpath(key)),
         )
-        return [loads(row[0]) for row in rows] if rows else None
+        return [_json.loads(row[0]) for row in rows] if rows else None
 
     async def sessions(self, project_key: str) -> list[SessionListing]:
         """The sessions of ``project_key`` with a main transcript."""
@@ -224,7 +224,7 @@ class EntryStore:
         rows = await self._db.fetchall(
             "SELECT session_id, mtime, data FROM transcript_summaries WHERE project_key = ?", (project_key,)
         )
-        return [{"session_id": str(r[0]), "mtime": int(r[1]), "data": loads(r[2])} for r in rows]
+        return [{"session_id": str(r[0]), "mtime": int(r[1]), "data": _json.loads(r[2])} for r in rows]
 
     async def delete(self, key: EntryKey) -> None:
         """Delete what ``key`` holds; a main transcript takes its subagents' transcripts and

@@ -44,12 +44,12 @@ from contextlib import suppress
 from typing import Any, Protocol
 
 import anyio
-import orjson
 from claude_agent_sdk import ClaudeAgentOptions, Transport
 
 # A private SDK part, pinned by the version range in pyproject.toml and covered by tests.
 from claude_agent_sdk._internal._task_compat import TaskHandle, spawn_detached
 
+from ..._json import loads
 from ...errors import AgentError, AgentExitError, AgentOutputError, ConfigError, NodeprovError
 from ...node import NodeHandle
 from ...node.keeper import KeepOptions, KeptProcess, reattach
@@ -93,15 +93,13 @@ _decoder = json.JSONDecoder()
 
 def _loads_bytes(line: bytes) -> dict[str, Any]:
     """A line (bytes) that starts with '{': it is one JSON object in UTF-8, or the output
-    is corrupt. orjson takes the bytes as they are, decoding and parsing in one pass; what
-    it refuses goes through :func:`_loads`, which says what is wrong."""
+    is corrupt. Parsed from the bytes as they are (:func:`nodeprov._json.loads`); a line
+    that is not one object goes through :func:`_loads`, which says what is wrong."""
     try:
-        message = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return _loads(_decode(line))
-    if not isinstance(message, dict):  # '{' then a value orjson took: never a JSON object
-        return _loads(_decode(line))
-    return message
+        message = loads(line)
+    except ValueError:
+        message = None
+    return message if isinstance(message, dict) else _loads(_decode(line))
 
 
 def _loads(line: str) -> dict[str, Any]:
