@@ -20,6 +20,8 @@ def docker_leftovers(client: docker.DockerClient) -> Leftovers:
 
 
 class TestDockerConformance(ProviderConformance):
+    prepares = True
+
     @pytest.fixture
     def provider(self, base_image: str) -> AnyProvider:
         return get_provider("docker", image=base_image, network_mode="host", pull="never")

@@ -13,6 +13,8 @@ from .pods import pod_leftovers, pod_settings
 
 
 class TestKubernetesConformance(ProviderConformance):
+    prepares = True
+
     @pytest.fixture
     async def provider(self, kubernetes_cluster: Cluster, base_image: str) -> AsyncIterator[AnyProvider]:
         async with get_provider("kubernetes", **pod_settings(kubernetes_cluster, base_image)) as made:

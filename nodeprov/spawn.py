@@ -1,4 +1,5 @@
-"""Starting processes on a node: :class:`SpawnOptions`, :class:`SpawnedProcess`, :data:`SpawnFn`.
+"""Starting processes on a node: :class:`SpawnOptions`, :class:`SpawnedProcess`, :data:`SpawnFn`,
+and :class:`PreparedSpawn` (a spawn's channel opened ahead of its command).
 
 These are the only things the SDK bridge needs from a node. Every provider returns the same
 :class:`SpawnedProcess` shape, whether the process is a local child, a ``docker exec`` or an
@@ -20,7 +21,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from .errors import ConfigError, NodeGoneError
 
-__all__ = ["SpawnFn", "SpawnOptions", "SpawnedProcess", "StopPolicy"]
+__all__ = ["PreparedSpawn", "SpawnFn", "SpawnOptions", "SpawnedProcess", "StopPolicy"]
 
 _ENV_NAME = re.compile(r"^[^=\x00]+$")
 
@@ -199,6 +200,27 @@ class SpawnedProcess(ABC):
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+class PreparedSpawn(ABC):
+    """A spawn started ahead of its command (see :meth:`~nodeprov.node.NodeHandle.prepare`): an exec
+    channel open on the node, and a process there waiting to be told what to run."""
+
+    @abstractmethod
+    async def start(self, options: SpawnOptions) -> SpawnedProcess | None:
+        """Start ``options`` (its cwd resolved) through the prepared channel; ``None`` when
+        the channel cannot take them (say, an environment name only another way can set) or
+        is found dead before anything could run: the caller spawns the usual way. Used up
+        either way: what is not handed out is closed.
+
+        Raises:
+            as :meth:`~nodeprov.node.NodeHandle.spawn`, once the command may have started.
+        """
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Close the channel unused: the waiting process ends, having run nothing.
+        Idempotent; never raises; bounded by a few seconds."""
 
 
 async def _close_quietly(stream: ByteSendStream) -> None:

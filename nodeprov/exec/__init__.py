@@ -4,6 +4,7 @@
   carry, environment names, ``printf`` escapes, a process's start time).
 - :mod:`~nodeprov.exec.preamble`: the preamble that starts a process over a channel that
   carries only a command and the standard streams, and the report every preamble gives.
+- :mod:`~nodeprov.exec.prepared`: a spawn's channel opened ahead of its command.
 - :mod:`~nodeprov.exec.demux`: stdout and stderr of one channel kept apart, and the byte
   streams a process hands out.
 - :mod:`~nodeprov.exec.released`: stdout ended once nothing on the node holds its pipe.
@@ -14,6 +15,7 @@ from .demux import QUEUE_LIMIT, STDERR, STDOUT, Demux, Input, Output
 from .preamble import (
     END_RELAY,
     PREAMBLE,
+    PREPARED_PREAMBLE,
     RELAYED_PREAMBLE,
     REPORT_GONE,
     REPORT_NO_CWD,
@@ -21,6 +23,7 @@ from .preamble import (
     REPORT_NO_RELAY,
     REPORT_NOT_FOUND,
     REPORT_OK,
+    REPORT_READY,
     SENTINEL,
     SIGNAL_GROUP,
     SIGNAL_GROUP_FUNCTION,
@@ -29,6 +32,7 @@ from .preamble import (
     environment_block,
     read_report,
 )
+from .prepared import PreparedChannel, prepared_request, start_prepared
 from .process import KILLED, GroupArgs, GroupProcess, SignalGroup
 from .released import HOLDS_PIPE_SCRIPT, Held, ReleasedStdout
 from .shell import DECODE_ARGUMENTS_SCRIPT, SHELL_NAME, START_TIME_FUNCTION, encode_arguments, printf_escapes
@@ -39,6 +43,7 @@ __all__ = [
     "HOLDS_PIPE_SCRIPT",
     "KILLED",
     "PREAMBLE",
+    "PREPARED_PREAMBLE",
     "QUEUE_LIMIT",
     "RELAYED_PREAMBLE",
     "REPORT_GONE",
@@ -47,6 +52,7 @@ __all__ = [
     "REPORT_NO_PERL",
     "REPORT_NO_RELAY",
     "REPORT_OK",
+    "REPORT_READY",
     "SENTINEL",
     "SHELL_NAME",
     "SIGNAL_GROUP",
@@ -61,11 +67,14 @@ __all__ = [
     "Held",
     "Input",
     "Output",
+    "PreparedChannel",
     "ReleasedStdout",
     "Report",
     "SignalGroup",
     "encode_arguments",
     "environment_block",
+    "prepared_request",
     "printf_escapes",
     "read_report",
+    "start_prepared",
 ]

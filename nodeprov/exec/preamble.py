@@ -17,6 +17,13 @@ runs the preamble with ``__np_relay=1`` set before it (see :data:`RELAYED_PREAMB
 then reaches the command through a ``cat`` into a FIFO (the *relay*, in the command's
 process group, reported after the start time), and :data:`END_RELAY` ends it once it has
 passed on every byte the control plane sent: the command reads EOF, as from a closed pipe.
+
+A *prepared* spawn starts its channel ahead of its command (a warm pool's ready node, see
+:meth:`~nodeprov.node.NodeHandle.prepare`): :data:`PREPARED_PREAMBLE` does what needs no
+command (it clears the channel's environment), then waits for the positional parameters of
+:data:`PREAMBLE` on stdin (:func:`prepared_request`) and the environment after them, says
+:data:`REPORT_READY`, and goes on only once it reads one more line: so a control plane that
+hears nothing back knows nothing ran, and may spawn again the usual way.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from .shell import DECODE_ARGUMENTS_SCRIPT, SHELL_NAME, START_TIME_FUNCTION, pri
 __all__ = [
     "END_RELAY",
     "PREAMBLE",
+    "PREPARED_PREAMBLE",
     "RELAYED_PREAMBLE",
     "REPORT_GONE",
     "REPORT_NOT_FOUND",
@@ -43,6 +51,7 @@ __all__ = [
     "REPORT_NO_PERL",
     "REPORT_NO_RELAY",
     "REPORT_OK",
+    "REPORT_READY",
     "SENTINEL",
     "SIGNAL_GROUP",
     "SIGNAL_GROUP_FUNCTION",
@@ -60,6 +69,8 @@ REPORT_NO_CWD = SENTINEL + b"nocwd"
 REPORT_GONE = SENTINEL + b"gone"
 REPORT_NO_PERL = SENTINEL + b"noperl"
 REPORT_NO_RELAY = SENTINEL + b"norelay"
+REPORT_READY = SENTINEL + b"ready"
+"""A :data:`PREPARED_PREAMBLE` has read its request whole and waits for the line that starts it."""
 
 # Sets the variables the shell could not export (names that are not shell names), read
 # from its own environment, then execs the command, which keeps the pid.
@@ -69,16 +80,23 @@ _PERL_EXEC = (
     " exec { $ARGV[0] } @ARGV or exit 127"
 )
 
-# Positional parameters: the cwd, a process file (each spawn appends "PID START" before it
-# starts, so a destroy can end it; empty for none), then encode_arguments(argv).
-PREAMBLE = f"""\
+# What needs no command: the channel's own environment cleared, the shell's start time.
+_CLEAR = f"""\
 {START_TIME_FUNCTION}for __np_name in $(awk 'BEGIN {{ for (k in ENVIRON) print k }}'); do
   case $__np_name in [!A-Za-z_]*|*[!A-Za-z0-9_]*) ;; *) unset "$__np_name" 2>/dev/null ;; esac
 done
+__np_start=$(__np_start_of $$)
+"""
+
+# Positional parameters: the cwd, a process file (each spawn appends "PID START" before it
+# starts, so a destroy can end it; empty for none), then encode_arguments(argv).
+_ARGUMENTS = f"""\
 __np_cwd=$1 __np_record=$2 __np_encoded=$3; shift 3
-{DECODE_ARGUMENTS_SCRIPT}__np_start=$(__np_start_of $$)
+{DECODE_ARGUMENTS_SCRIPT}"""
+
 # The environment is read whole before anything that may end this early: the control plane's
 # write of it must never meet a closed channel (a missing cwd is a SpawnError, not a lost node).
+_ENVIRONMENT = """\
 __np_env=
 while :; do
   # The channel closed before the environment's end: the spawn was given up. Never run.
@@ -87,6 +105,9 @@ while :; do
   __np_env="$__np_env$__np_line
 "
 done
+"""
+
+_START = f"""\
 if [ -n "$__np_record" ]; then
   {{ [ -d "${{__np_record%/*}}" ] && printf '%s %s\\n' "$$" "${{__np_start:--}}" >>"$__np_record"; }} ||
     {{ printf '\\036nodeprov gone\\n'; exit 125; }}
@@ -129,6 +150,33 @@ fi
 unset __np_extra
 exec "$@"
 """
+
+PREAMBLE = _CLEAR + _ARGUMENTS + _ENVIRONMENT + _START
+
+# The request: a line "COUNT RELAY" (RELAY 1 for the stdin relay, else empty), then the
+# positional parameters of PREAMBLE, one per line (see prepared_request), then the environment.
+PREPARED_PREAMBLE = (
+    _CLEAR
+    + """\
+IFS=' ' read -r __np_count __np_relay || exit 124
+case $__np_count in ''|*[!0-9]*) exit 124 ;; esac
+set --
+while [ "$__np_count" -gt 0 ]; do
+  IFS= read -r __np_line || exit 124
+  set -- "$@" "$__np_line"
+  __np_count=$((__np_count - 1))
+done
+unset __np_count
+"""
+    + _ARGUMENTS
+    + _ENVIRONMENT
+    + """\
+printf '\\036nodeprov ready\\n'
+# Nothing heard back means nothing ran: the control plane may spawn again the usual way.
+IFS= read -r __np_line || exit 124
+"""
+    + _START
+)
 
 RELAYED_PREAMBLE = "__np_relay=1\n" + PREAMBLE
 """:data:`PREAMBLE` with stdin relayed through a FIFO, for channels that cannot end stdin."""

@@ -37,21 +37,25 @@ def printf_escapes(data: bytes) -> str:
     return "".join(f"\\0{byte:03o}" for byte in data)
 
 
-def encode_arguments(argv: Sequence[str]) -> list[str]:
+def encode_arguments(argv: Sequence[str], *, lines: bool = False) -> list[str]:
     """``argv`` for :data:`DECODE_ARGUMENTS_SCRIPT`: first the indices (from 1, spaced) of
     the arguments that are not UTF-8 (surrogate escapes, which an exec channel's JSON or
-    text command cannot carry), then the arguments with those spelt by
+    text command cannot carry), or with ``lines`` that hold a line break too (for a script
+    that reads them one per line), then the arguments with those spelt by
     :func:`printf_escapes`."""
     encoded: list[str] = []
     spelt: list[str] = []
     for index, arg in enumerate(argv, start=1):
         try:
             arg.encode()
+            plain = not (lines and "\n" in arg)
         except UnicodeEncodeError:
+            plain = False
+        if plain:
+            spelt.append(arg)
+        else:
             encoded.append(str(index))
             spelt.append(printf_escapes(os.fsencode(arg)))
-        else:
-            spelt.append(arg)
     return [" ".join(encoded), *spelt]
 
 

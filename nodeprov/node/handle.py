@@ -23,7 +23,7 @@ from ..errors import (
     NodeSuspendedError,
     SpawnError,
 )
-from ..spawn import SpawnedProcess, SpawnOptions
+from ..spawn import PreparedSpawn, SpawnedProcess, SpawnOptions
 from . import files
 from .files import kill_now
 from .state import NODE_TRANSITIONS, NodeState
@@ -84,6 +84,8 @@ class NodeHandle(ABC):
         self.tool_paths: Mapping[str, str] = MappingProxyType(dict(tool_paths or {}))
         self.file_roots = tuple(posixpath.normpath(root) for root in file_roots)
         self._processes: set[SpawnedProcess] = set()
+        self._prepared: PreparedSpawn | None = None
+        self._prepare_lock = anyio.Lock()
         self._state = NodeState.SUSPENDED if suspended else NodeState.ACTIVE
         self._destroyed_suspended = False
         self._destroy_lock = anyio.Lock()
@@ -136,7 +138,10 @@ class NodeHandle(ABC):
             raise NodeSuspendedError(f"node {self.node_id} is suspended: wake it first")
         options = dataclasses.replace(options, cwd=self.node_path(options.cwd or self.workdir))
         self._processes = {p for p in self._processes if p.returncode is None}
-        process = await self._spawn(options)
+        prepared, self._prepared = self._prepared, None
+        process = await prepared.start(options) if prepared is not None else None
+        if process is None:
+            process = await self._spawn(options)
         self._processes.add(process)
         try:
             await anyio.lowlevel.checkpoint()  # a cancellation that came during _spawn
@@ -147,6 +152,54 @@ class NodeHandle(ABC):
             await kill_now(process)
             raise NodeGoneError(f"node {self.node_id} was destroyed during spawn")
         return process
+
+    async def prepare(self) -> None:
+        """Open, ahead of time, what the next :meth:`spawn` needs: an exec channel, and a
+        process on the node waiting for its command. That spawn then skips the platform's
+        round trips to start an exec (a warm pool prepares its ready nodes, so that a
+        claim's first spawn starts at once). The process is the preamble only: it runs
+        nothing until a spawn tells it what, and the spawn's process is then exactly what
+        :meth:`spawn` would have started. A provider with nothing to open ahead (a local
+        node forks at once), or a node prepared already, does nothing. :meth:`destroy`,
+        :meth:`suspend`, :meth:`kill_processes` and :meth:`release_prepared` close it unused.
+
+        Raises:
+            NodeGoneError: the node is destroyed, or is being destroyed.
+            NodeSuspendedError: the node is suspended.
+            ProviderError: the platform failed.
+        """
+        if self._state.closing:
+            raise NodeGoneError(f"node {self.node_id} is destroyed")
+        if self._state is NodeState.SUSPENDED:
+            raise NodeSuspendedError(f"node {self.node_id} is suspended: wake it first")
+        async with self._prepare_lock:  # one channel at a time: a second prepare finds it
+            if self._prepared is not None:
+                return
+            prepared = await self._prepare()
+            if prepared is None:
+                return
+            try:
+                await anyio.lowlevel.checkpoint()  # a cancellation that came during _prepare
+            except BaseException:
+                await prepared.aclose()
+                raise
+            if self._state is not NodeState.ACTIVE:
+                await prepared.aclose()  # destroyed or suspended meanwhile
+            else:
+                self._prepared = prepared
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the next :meth:`spawn` has a channel :meth:`prepare` opened for it."""
+        return self._prepared is not None
+
+    async def release_prepared(self) -> None:
+        """Close what :meth:`prepare` opened, unused (nothing runs); nothing if there is
+        none. Never raises; shielded, and bounded by a few seconds."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            with anyio.CancelScope(shield=True):
+                await prepared.aclose()
 
     async def spawn_detached(self, options: SpawnOptions) -> None:
         """Start ``options`` on the node with no channel: its stdin, stdout and stderr are
@@ -346,6 +399,7 @@ class NodeHandle(ABC):
         Their handles stay with their owners, whose closing then finds them ended. Never
         raises; shielded, and bounded by a few seconds."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await self.release_prepared()
             for process in [p for p in self._processes if p.returncode is None]:
                 with suppress(NodeprovError):
                     await process.kill()
@@ -354,12 +408,20 @@ class NodeHandle(ABC):
         """Drop the handles of this node's processes (their node is gone), within a second."""
         processes, self._processes = list(self._processes), set()
         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+            await self.release_prepared()
             for process in processes:
                 await process.discard()
 
     @abstractmethod
     async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
         """Start the process (provider hook). Raise nodeprov errors only."""
+
+    async def _prepare(self) -> PreparedSpawn | None:
+        """Open a channel and start a process waiting for its command (provider hook; see
+        :meth:`prepare`); ``None``, by default, for a provider with nothing to open ahead.
+        Bounded, and shielded where a cancellation would orphan what it started. Raise
+        nodeprov errors only."""
+        return None
 
     @abstractmethod
     async def _destroy(self) -> None:

@@ -69,16 +69,23 @@ class PoolKeeper:
         return made[1] if made is not None else None
 
     async def keep_forever(self) -> None:
-        while True:
-            with anyio.move_on_after(self._interval):
-                await self._woken.wait()
-            if self._after_claim:
-                await anyio.sleep(_AFTER_CLAIM)
-            self._woken, self._after_claim = anyio.Event(), False
-            try:
-                await self.keep_round()
-            except Exception:
-                logger.exception("keeping the pools failed; trying again in %g s", self._interval)
+        try:
+            while True:
+                with anyio.move_on_after(self._interval):
+                    await self._woken.wait()
+                if self._after_claim:
+                    await anyio.sleep(_AFTER_CLAIM)
+                self._woken, self._after_claim = anyio.Event(), False
+                try:
+                    await self.keep_round()
+                except Exception:
+                    logger.exception("keeping the pools failed; trying again in %g s", self._interval)
+        finally:
+            # The channels opened ahead on the nodes made here end with this control plane.
+            made, self._made = list(self._made.values()), {}
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                for _, node in made:
+                    await node.release_prepared()
 
     async def keep_round(self) -> None:
         """Take over the wanted pools nobody living holds, and tend those held here.
@@ -142,7 +149,7 @@ class PoolKeeper:
         nodes = await self._store.pools.nodes(name)
         ready = {node.id for node in nodes if node.state is _P.READY}
         for gone in [i for i, (pool, _) in self._made.items() if pool == name and i not in ready]:
-            del self._made[gone]  # claimed elsewhere, or destroyed
+            self._forget(gone)  # claimed elsewhere, or destroyed
         for node in nodes:  # one a task here provisions or destroys is left to it
             if node.state is _P.DESTROYING:
                 self._destroy_soon(provider, node, "its destruction did not finish before")
@@ -174,7 +181,7 @@ class PoolKeeper:
             return
         for node in ready:
             if node.id not in listed and await self._store.pools.move(node.id, (_P.READY,), _P.DESTROYED):
-                self._made.pop(node.id, None)
+                self._forget(node.id)
                 logger.warning(
                     "pool %s: node %s is gone from %s; replacing it", record.name, node.id, provider.name
                 )
@@ -212,6 +219,7 @@ class PoolKeeper:
                 if isinstance(error, NodeprovError):
                     return
                 raise
+            await _prepared(node, record.name)
             with anyio.CancelScope(shield=True):
                 if await self._store.pools.made_ready(node_id):
                     self._made[node_id] = (record.name, node)
@@ -219,7 +227,7 @@ class PoolKeeper:
                     logger.info("pool %s: node %s ready", record.name, node_id)
                     return
                 with suppress(NodeprovError):  # the pool is being removed: the node is not wanted
-                    await node.destroy()
+                    await node.destroy()  # closes its prepared channel too
                 await self._store.pools.move(node_id, (_P.INTENT,), _P.DESTROYED)
         finally:
             self._busy.discard(node_id)
@@ -228,7 +236,7 @@ class PoolKeeper:
         if node.id in self._busy:
             return  # a task here provisions or destroys it already
         self._busy.add(node.id)
-        self._made.pop(node.id, None)
+        self._forget(node.id)
         self._spawn(partial(_logged, partial(self._destroy, provider, node, why), node.pool))
 
     async def _destroy(self, provider: NodeProvider[Any], node: PoolNodeRecord, why: str) -> None:
@@ -248,6 +256,23 @@ class PoolKeeper:
                 logger.info("pool %s: destroyed node %s: %s", node.pool, node.id, why)
         finally:
             self._busy.discard(node.id)
+
+    def _forget(self, node_id: str) -> None:
+        """Drop the handle of a node made here that is no longer this pool's to hand over,
+        closing the channel it opened ahead (see :func:`_prepared`)."""
+        made = self._made.pop(node_id, None)
+        if made is not None and made[1].prepared:
+            self._spawn(made[1].release_prepared)
+
+
+async def _prepared(node: NodeHandle, pool: str) -> None:
+    """Open the channel of the node's first spawn ahead (:meth:`NodeHandle.prepare`): a
+    claim here then starts its first process without the platform's exec round trips. A
+    node that cannot be prepared is claimed all the same, and spawns the usual way."""
+    try:
+        await node.prepare()
+    except NodeprovError as error:
+        logger.info("pool %s: node %s not prepared (spawns go the usual way): %s", pool, node.node_id, error)
 
 
 async def _logged(work: Callable[[], Awaitable[None]], pool: str) -> None:

@@ -31,9 +31,19 @@ from anyio.abc import Process
 from pydantic import Field
 
 from ..errors import CommandNotFoundError, NodeGoneError, ProviderError, ProvisionError
+from ..exec import (
+    PREPARED_PREAMBLE,
+    STDERR,
+    STDOUT,
+    Demux,
+    Output,
+    PreparedChannel,
+    prepared_request,
+    read_report,
+)
 from ..node import NodeConfig, NodeHandle, NodeInfo, NodeProvider, ProviderSettings, Rollback, secret_field
 from ..roots import check_root, make_root, node_directory, strictly_inside
-from ..spawn import SpawnedProcess, SpawnOptions
+from ..spawn import PreparedSpawn, SpawnedProcess, SpawnOptions
 
 __all__ = ["FakeProvider", "FakeSettings"]
 
@@ -54,6 +64,11 @@ class FakeSettings(ProviderSettings):
         default=None, description="Fail provisioning with this message, after the delay."
     )
     destroy_delay: float = Field(default=0.0, ge=0, description="Seconds destroying takes.")
+    prepares: bool = Field(
+        default=False,
+        description="Open each node's next spawn ahead (NodeHandle.prepare) as the exec providers "
+        "do: the exec kit's prepared preamble in a child shell, told its command over stdin.",
+    )
     env: dict[str, str] = secret_field(
         default_factory=dict,
         description="Environment of every process on its nodes, as the docker provider's `env`: "
@@ -62,13 +77,15 @@ class FakeSettings(ProviderSettings):
 
 
 class _Process(SpawnedProcess):
-    def __init__(self, process: Process) -> None:
+    def __init__(self, process: Process, output: _Pipes | None = None) -> None:
         super().__init__()
         assert process.stdin is not None
         assert process.stdout is not None
         assert process.stderr is not None
         self._process = process
         self.stdin, self.stdout, self.stderr = process.stdin, process.stdout, process.stderr
+        if output is not None:  # a prepared shell's: what its preamble left unread comes first
+            self.stdout, self.stderr = Output(output, STDOUT), Output(output, STDERR)
 
     @property
     def returncode(self) -> int | None:
@@ -86,6 +103,31 @@ class _Process(SpawnedProcess):
             os.killpg(self._process.pid, signal.SIGKILL)
 
 
+class _Pipes(Demux):
+    """A child's stdout and stderr as an exec channel's, for the prepared preamble; closing
+    it closes its stdin too, as closing a channel does."""
+
+    def __init__(self, process: Process) -> None:
+        super().__init__()
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
+        self._stdin = process.stdin
+        self._streams = {STDOUT: process.stdout, STDERR: process.stderr}
+
+    async def _pull(self, kind: int) -> None:
+        try:
+            self._deliver(kind, await self._streams[kind].receive())
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self.end(kind)
+
+    async def aclose(self) -> None:
+        self._close()
+        await self._stdin.aclose()
+        for stream in self._streams.values():
+            await stream.aclose()
+
+
 class _Node(NodeHandle):
     def __init__(self, provider: FakeProvider, record: dict[str, Any], directory: Path) -> None:
         super().__init__(
@@ -99,6 +141,8 @@ class _Node(NodeHandle):
         self._settings = provider.settings
         self._directory = directory
         self._spawned: list[_Process] = []
+        self.prepared_starts = 0
+        """Spawns that went through a prepared shell."""
 
     async def _spawn(self, options: SpawnOptions) -> SpawnedProcess:
         with anyio.CancelScope(shield=True):  # a cancellation between fork and return would orphan it
@@ -117,6 +161,33 @@ class _Node(NodeHandle):
         spawned = _Process(process)
         self._spawned.append(spawned)
         return spawned
+
+    async def _prepare(self) -> PreparedSpawn | None:
+        if not self._settings.prepares:
+            return None
+        with anyio.CancelScope(shield=True):  # as _spawn
+            process = await anyio.open_process(
+                ["/bin/sh", "-c", PREPARED_PREAMBLE, str(self._directory)],  # $0: found by the node's path
+                stdin=PIPE,
+                stdout=PIPE,
+                stderr=PIPE,
+                env={},
+                start_new_session=True,
+            )
+        assert process.stdin is not None
+        pipes = _Pipes(process)
+        self._spawned.append(_Process(process, pipes))  # a destroy ends it, used or not
+
+        def request(options: SpawnOptions) -> bytes | None:
+            cwd = str(Path(self.workdir) / (options.cwd or "."))
+            return prepared_request(cwd, "", options.argv, {**self.base_env, **options.env}, relay=False)
+
+        async def started(options: SpawnOptions) -> SpawnedProcess:
+            await read_report(pipes, options, f"node {self.node_id}")
+            self.prepared_starts += 1
+            return _Process(process, pipes)
+
+        return PreparedChannel(pipes, process.stdin.send, request=request, started=started)
 
     async def _destroy(self) -> None:
         await anyio.sleep(self._settings.destroy_delay)

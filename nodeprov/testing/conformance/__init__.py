@@ -33,6 +33,7 @@ from .kit import (
     unique_marker,
     wait_until,
 )
+from .prepared import PreparedConformance
 from .suite import ProviderConformance
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "AnyProvider",
     "FileConformance",
     "Leftovers",
+    "PreparedConformance",
     "ProviderConformance",
     "host_processes_matching",
     "outside_of",

@@ -44,14 +44,15 @@ from .kit import (
     unique_marker,
     wait_until,
 )
+from .prepared import PreparedConformance
 
 __all__ = ["ProviderConformance"]
 
 
 @pytest.mark.anyio
-class ProviderConformance(FileConformance, KeeperConformance):
+class ProviderConformance(FileConformance, KeeperConformance, PreparedConformance):
     """Provider-independent behaviour; see :mod:`nodeprov.testing.conformance` for the
-    fixtures. The file tests are :class:`FileConformance`'s."""
+    fixtures. The file, kept-process and prepared-spawn tests are their mixins'."""
 
     async def processes_matching(self, marker: str) -> list[str]:
         """Processes on the node's machine whose command line contains ``marker``."""

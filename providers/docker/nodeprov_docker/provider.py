@@ -14,7 +14,6 @@ import anyio
 import anyio.to_thread
 import docker
 import docker.errors
-from anyio.abc import SocketStream
 from docker.types import Mount
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,10 +29,13 @@ from nodeprov.errors import (
 from nodeprov.exec import (
     DECODE_ARGUMENTS_SCRIPT,
     HOLDS_PIPE_SCRIPT,
+    PREPARED_PREAMBLE,
     SENTINEL,
     SHELL_NAME,
     STDOUT,
+    PreparedChannel,
     encode_arguments,
+    prepared_request,
     read_report,
 )
 from nodeprov.node import (
@@ -47,7 +49,8 @@ from nodeprov.node import (
     Rollback,
     secret_field,
 )
-from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
+from nodeprov.spawn import PreparedSpawn, SpawnedProcess, SpawnOptions, StopPolicy
+from nodeprov_docker.engine import ConflictError, ask, engine, hijack
 from nodeprov_docker.exec import DockerProcess, ExecOutput
 
 __all__ = ["TOOLS_DIR", "DockerMount", "DockerNode", "DockerProvider", "DockerSettings"]
@@ -115,60 +118,6 @@ class DockerSettings(ProviderSettings):
     term_grace: float = Field(default=5.0, ge=0, description="Seconds after SIGTERM before SIGKILL.")
 
 
-async def _engine(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a docker SDK call that makes something (a container, an exec) in a worker thread.
-
-    A cancelled call is waited for: a create that completed after its rollback ran would
-    leave a container behind. Errors are mapped as by :func:`_call`.
-    """
-    return await _call(functools.partial(call, *args, **kwargs), abandon=False)
-
-
-async def _ask(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a docker SDK call that reads or removes in a worker thread; a cancelled call is
-    abandoned, not waited for, so deadlines (destroy's, a shutdown's) hold even when the
-    engine does not answer. Its late completion is harmless."""
-    return await _call(functools.partial(call, *args, **kwargs), abandon=True)
-
-
-async def _call(call: Callable[[], T], *, abandon: bool) -> T:
-    """``call`` in a worker thread, its errors mapped into nodeprov's tree.
-
-    ``NotFound`` (container or exec) becomes :class:`NodeGoneError`, a 409 :class:`_ConflictError`
-    (the container is not running, or is being removed), anything else a
-    :class:`ProviderError`. Callers refine these where they know more.
-    """
-    try:
-        return await anyio.to_thread.run_sync(call, abandon_on_cancel=abandon)
-    except docker.errors.NotFound as error:
-        raise NodeGoneError(_explain(error)) from None
-    except docker.errors.APIError as error:
-        if error.status_code == 409:
-            raise _ConflictError(f"Docker engine: {_explain(error)}") from None
-        raise ProviderError(f"Docker engine: {_explain(error)}") from None
-    except (docker.errors.DockerException, OSError) as error:
-        raise ProviderError(f"Docker engine not reachable: {error}") from None
-
-
-def _explain(error: docker.errors.APIError) -> str:
-    return str(error.explanation or error)
-
-
-class _ConflictError(ProviderError):
-    """The engine answered 409: the container is not running, or already being removed."""
-
-
-async def _hijack(call: Callable[..., Any], *args: Any, **kwargs: Any) -> SocketStream:
-    """The raw socket of a hijacked Engine API connection, driven by the event loop."""
-    hijacked = await _engine(call, *args, **kwargs)
-    raw = getattr(hijacked, "_sock", hijacked)
-    try:
-        # Our own descriptor, so that the SDK's response object may close its one.
-        return await SocketStream.from_socket(raw.dup())
-    finally:
-        hijacked.close()
-
-
 class DockerNode(NodeHandle):
     """A node that is a container; see :mod:`nodeprov_docker`. It cannot be suspended: a
     paused container's main process, which sleeps out the node's lifetime, would freeze with
@@ -221,11 +170,16 @@ class DockerNode(NodeHandle):
                             user=self._user,
                         )
                     )["Id"]
-                    socket = await _hijack(api.exec_start, exec_id, socket=True)
+                    socket = await hijack(api.exec_start, exec_id, socket=True)
                     output = ExecOutput(socket)
                     pid, stdout_pipe = await self._handshake(output, options)
             except TimeoutError:
                 raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
+        return self._process(api, exec_id, output, pid, stdout_pipe)
+
+    def _process(
+        self, api: Any, exec_id: str, output: ExecOutput, pid: int, stdout_pipe: str
+    ) -> DockerProcess:
         return DockerProcess(
             output,
             pid=pid,
@@ -234,6 +188,47 @@ class DockerNode(NodeHandle):
             signal_group=functools.partial(self._signal_group, api, pid),
             stdout_held=functools.partial(self._holds_pipe, api, stdout_pipe, pid) if stdout_pipe else None,
         )
+
+    async def _prepare(self) -> PreparedSpawn:
+        api = (await self._provider.client()).api
+        argv = ["/bin/sh", "-c", PREPARED_PREAMBLE, "nodeprov"]
+        with anyio.CancelScope(shield=True):  # bounded instead: a cancelled start would orphan the exec
+            try:
+                with anyio.fail_after(self._provider.settings.ready_timeout):
+                    exec_id: str = (
+                        await self._in_container(
+                            api.exec_create,
+                            self.container_id,
+                            argv,
+                            stdin=True,
+                            stdout=True,
+                            stderr=True,
+                            workdir=self.workdir,
+                            user=self._user,
+                        )
+                    )["Id"]
+                    socket = await hijack(api.exec_start, exec_id, socket=True)
+            except TimeoutError:
+                raise ProviderError(f"preparing a spawn on node {self.node_id} timed out") from None
+        output = ExecOutput(socket)
+
+        def request(options: SpawnOptions) -> bytes | None:
+            # Names that are not shell names take the usual spawn: bash sets them there,
+            # where the prepared preamble would need perl.
+            env = {**self.base_env, **options.env}
+            if not all(SHELL_NAME.match(name) for name in env):
+                return None
+            return prepared_request(options.cwd or self.workdir, "", options.argv, env, relay=False)
+
+        async def started(options: SpawnOptions) -> SpawnedProcess:
+            try:
+                with anyio.fail_after(self._provider.settings.ready_timeout):
+                    pid, stdout_pipe = await self._handshake(output, options)
+            except TimeoutError:
+                raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
+            return self._process(api, exec_id, output, pid, stdout_pipe)
+
+        return PreparedChannel(output, output.send, request=request, started=started)
 
     def _shell(self, env: Mapping[str, str]) -> list[str]:
         """The preamble's shell: ``sh``, or ``bash`` when an environment name is not a shell
@@ -252,10 +247,10 @@ class DockerNode(NodeHandle):
     async def _in_container(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """An engine call about this node's container: its absence is :class:`NodeGoneError`."""
         try:
-            return await _engine(call, *args, **kwargs)
+            return await engine(call, *args, **kwargs)
         except NodeGoneError:
             raise NodeGoneError(f"node {self.node_id}: its container is gone") from None
-        except _ConflictError as error:
+        except ConflictError as error:
             if "paused" in str(error):
                 raise NodeSuspendedError(
                     f"node {self.node_id}: its container was paused (not by nodeprov): unpause it first"
@@ -274,7 +269,7 @@ class DockerNode(NodeHandle):
 
     @staticmethod
     async def _exit_code(api: Any, exec_id: str) -> int | None:
-        info = await _ask(api.exec_inspect, exec_id)
+        info = await ask(api.exec_inspect, exec_id)
         return None if info["Running"] else int(info["ExitCode"])
 
     async def _holds_pipe(self, api: Any, pipe: str, pid: int) -> bool:
@@ -345,7 +340,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 make = functools.partial(docker.DockerClient, base_url=host) if host else docker.from_env
                 # It asks the engine for its API version: abandoned, not waited for, when its
                 # caller gives up (an engine that hangs would hold a probe for a minute).
-                client = await _ask(make)
+                client = await ask(make)
                 if client.api.base_url.startswith("https"):
                     raise ConfigError("TLS Docker engines are not supported (the exec socket is used raw)")
                 self._client = client
@@ -365,19 +360,19 @@ class DockerProvider(NodeProvider[DockerSettings]):
             rollback.push(functools.partial(self._remove_own, name, config))
             try:
                 container = await self._create(client, config, name, labels)
-            except _ConflictError:
+            except ConflictError:
                 return await self._adopt(config, name)
             try:
                 # Attached before start, as `docker run` does: output is never missed.
-                socket = await _hijack(
+                socket = await hijack(
                     client.api.attach_socket, container["Id"], params={"stdout": 1, "stderr": 1, "stream": 1}
                 )
                 try:
-                    await _engine(client.api.start, container["Id"])
+                    await engine(client.api.start, container["Id"])
                     home = await self._ready(ExecOutput(socket), config.node_id)
                 finally:
                     await socket.aclose()
-                inspected = await _ask(client.api.inspect_container, container["Id"])
+                inspected = await ask(client.api.inspect_container, container["Id"])
             except ProvisionError:
                 raise
             except NodeprovError as error:
@@ -398,11 +393,11 @@ class DockerProvider(NodeProvider[DockerSettings]):
         """Create the node's container (not started).
 
         Raises:
-            _ConflictError: a container of that name exists.
+            ConflictError: a container of that name exists.
         """
         settings = self.settings
         try:
-            created: dict[str, Any] = await _engine(
+            created: dict[str, Any] = await engine(
                 client.api.create_container,
                 settings.image,
                 command=_keep_alive(config.ttl),
@@ -421,7 +416,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
                     mounts=self._mounts(config.tools),
                 ),
             )
-        except _ConflictError:
+        except ConflictError:
             raise
         except NodeprovError as error:
             raise ProvisionError(f"cannot create node {config.node_id}: {error}") from None
@@ -432,7 +427,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
         runs; anyone else's is left as it is."""
         api = (await self.client()).api
         try:
-            found = await _ask(api.inspect_container, name)
+            found = await ask(api.inspect_container, name)
         except NodeGoneError:  # removed meanwhile: the name is free again
             return await self._provision(config)
         if not config.made_by_this(found["Config"]["Labels"] or {}):
@@ -446,7 +441,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
     async def _remove_own(self, name: str, config: NodeConfig) -> None:
         """Remove the container of that name if this provision made it."""
         try:
-            found = await _ask((await self.client()).api.inspect_container, name)
+            found = await ask((await self.client()).api.inspect_container, name)
         except NodeGoneError:
             return
         if config.made_by_this(found["Config"]["Labels"] or {}):
@@ -458,7 +453,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
             if self._image_seen:
                 return
             try:
-                await _ask(client.api.inspect_image, image)
+                await ask(client.api.inspect_image, image)
             except NodeGoneError:
                 if pull == "never":
                     raise ProvisionError(f"image {image!r} is not on the engine (pull='never')") from None
@@ -466,7 +461,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
                 self._image_seen = True
                 return
         try:
-            await _engine(client.images.pull, image)
+            await engine(client.images.pull, image)
         except NodeprovError as error:
             raise ProvisionError(f"image {image!r} could not be pulled: {error}") from None
         self._image_seen = True
@@ -501,34 +496,34 @@ class DockerProvider(NodeProvider[DockerSettings]):
         """Remove a container with force; fine if it is gone or already being removed."""
         api = (await self.client()).api
         try:
-            await _ask(api.remove_container, container, force=True)
+            await ask(api.remove_container, container, force=True)
         except NodeGoneError:
             return
-        except _ConflictError:
+        except ConflictError:
             pass  # already being removed
         # Removal was already under way (auto_remove): wait until it is done.
         while True:
             try:
-                await _ask(api.inspect_container, container)
+                await ask(api.inspect_container, container)
             except NodeGoneError:
                 return
             await anyio.sleep(0.05)
 
     async def list_nodes(self) -> list[NodeInfo]:
         api = (await self.client()).api
-        containers = await _ask(api.containers, all=True, filters={"label": LABEL_NODE_ID})
+        containers = await ask(api.containers, all=True, filters={"label": LABEL_NODE_ID})
         return [NodeInfo(c["Labels"][LABEL_NODE_ID], self.name, c["Labels"], c["State"]) for c in containers]
 
     async def attach(self, node_id: str) -> NodeHandle:
         api = (await self.client()).api
-        found = await _ask(api.containers, all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"})
+        found = await ask(api.containers, all=True, filters={"label": f"{LABEL_NODE_ID}={node_id}"})
         if not found:
             raise NodeGoneError(f"no docker node {node_id}")
-        container = await _ask(api.inspect_container, found[0]["Id"])
+        container = await ask(api.inspect_container, found[0]["Id"])
         labels, workdir = container["Config"]["Labels"], container["Config"]["WorkingDir"] or "/"
         home = ""
         if container["State"]["Running"]:
-            logs = await _ask(api.logs, container["Id"], stdout=True, stderr=False, stream=False)
+            logs = await ask(api.logs, container["Id"], stdout=True, stderr=False, stream=False)
             home = _parse_report(cast(bytes, logs)) or ""
         node = DockerNode(
             provider=self,
@@ -545,7 +540,7 @@ class DockerProvider(NodeProvider[DockerSettings]):
         return node
 
     async def probe(self) -> None:
-        await _ask((await self.client()).ping)
+        await ask((await self.client()).ping)
 
 
 async def _explain_engine(said: str) -> str:

@@ -16,16 +16,19 @@ from nodeprov.exec import (
     END_RELAY,
     HOLDS_PIPE_SCRIPT,
     PREAMBLE,
+    PREPARED_PREAMBLE,
     RELAYED_PREAMBLE,
     SIGNAL_GROUP,
     STDOUT,
+    PreparedChannel,
     Report,
     encode_arguments,
     environment_block,
+    prepared_request,
     read_report,
 )
 from nodeprov.node import LABEL_NODE_ID, NodeHandle
-from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
+from nodeprov.spawn import PreparedSpawn, SpawnedProcess, SpawnOptions, StopPolicy
 from nodeprov_kubernetes.api import Api, UnreachableError
 from nodeprov_kubernetes.exec import V5, ExecChannel, PodProcess, exit_status
 from nodeprov_kubernetes.settings import KubernetesSettings
@@ -119,6 +122,34 @@ class KubernetesNode(NodeHandle):
                 raise await self._gone_or_lost(None) or NodeGoneError(
                     f"node {self.node_id}: the exec connection was lost"
                 ) from None
+        return self._process(channel, report)
+
+    async def _prepare(self) -> PreparedSpawn:
+        with anyio.CancelScope(shield=True):  # bounded instead: a cancelled start would orphan the exec
+            try:
+                with anyio.fail_after(self._provider.settings.spawn_timeout):
+                    channel = await self._exec(["/bin/sh", "-c", PREPARED_PREAMBLE, "nodeprov"])
+            except TimeoutError:
+                raise ProviderError(f"preparing a spawn on node {self.node_id} timed out") from None
+        self._provider.exec_protocol = channel.protocol
+
+        def request(options: SpawnOptions) -> bytes | None:
+            env = {**self.base_env, **options.env}
+            cwd = options.cwd or self.workdir
+            return prepared_request(cwd, "", options.argv, env, relay=channel.protocol != V5)
+
+        async def started(options: SpawnOptions) -> SpawnedProcess:
+            try:
+                with anyio.fail_after(self._provider.settings.spawn_timeout):
+                    report = await self._handshake(channel, options)
+            except TimeoutError:
+                raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
+            return self._process(channel, report)
+
+        send = functools.partial(channel.send, counted=False)  # the request is not the process's stdin
+        return PreparedChannel(channel, send, request=request, started=started)
+
+    def _process(self, channel: ExecChannel, report: Report) -> PodProcess:
         return PodProcess(
             channel,
             pid=report.pid,
