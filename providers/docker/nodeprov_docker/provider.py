@@ -153,29 +153,35 @@ class DockerNode(NodeHandle):
         argv = [*self._shell(options.env), "nodeprov", *encode_arguments([options.command, *options.args])]
         cwd = options.cwd or self.workdir
         # Shielded, and bounded instead: a cancellation after exec start would orphan it.
+        # Per exec: the engine shows no exec's environment to anyone.
+        environment = [f"{k}={v}" for k, v in {**self._exec_env, **options.env}.items()]
         with anyio.CancelScope(shield=True):
             try:
                 with anyio.fail_after(self._provider.settings.ready_timeout):
-                    exec_id: str = (
-                        await self._in_container(
-                            api.exec_create,
-                            self.container_id,
-                            argv,
-                            stdin=True,
-                            stdout=True,
-                            stderr=True,
-                            # Per exec: the engine shows no exec's environment to anyone.
-                            environment=[f"{k}={v}" for k, v in {**self._exec_env, **options.env}.items()],
-                            workdir=cwd,
-                            user=self._user,
-                        )
-                    )["Id"]
-                    socket = await hijack(api.exec_start, exec_id, socket=True)
-                    output = ExecOutput(socket)
+                    exec_id, output = await self._exec(api, argv, cwd, environment)
                     pid, stdout_pipe = await self._handshake(output, options)
             except TimeoutError:
                 raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
         return self._process(api, exec_id, output, pid, stdout_pipe)
+
+    async def _exec(
+        self, api: Any, argv: list[str], cwd: str, environment: list[str] | None = None
+    ) -> tuple[str, ExecOutput]:
+        """Create and start an exec of ``argv`` with its standard streams attached."""
+        exec_id: str = (
+            await self._in_container(
+                api.exec_create,
+                self.container_id,
+                argv,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                environment=environment,
+                workdir=cwd,
+                user=self._user,
+            )
+        )["Id"]
+        return exec_id, ExecOutput(await hijack(api.exec_start, exec_id, socket=True))
 
     def _process(
         self, api: Any, exec_id: str, output: ExecOutput, pid: int, stdout_pipe: str
@@ -195,22 +201,9 @@ class DockerNode(NodeHandle):
         with anyio.CancelScope(shield=True):  # bounded instead: a cancelled start would orphan the exec
             try:
                 with anyio.fail_after(self._provider.settings.ready_timeout):
-                    exec_id: str = (
-                        await self._in_container(
-                            api.exec_create,
-                            self.container_id,
-                            argv,
-                            stdin=True,
-                            stdout=True,
-                            stderr=True,
-                            workdir=self.workdir,
-                            user=self._user,
-                        )
-                    )["Id"]
-                    socket = await hijack(api.exec_start, exec_id, socket=True)
+                    exec_id, output = await self._exec(api, argv, self.workdir)
             except TimeoutError:
                 raise ProviderError(f"preparing a spawn on node {self.node_id} timed out") from None
-        output = ExecOutput(socket)
 
         def request(options: SpawnOptions) -> bytes | None:
             # Names that are not shell names take the usual spawn: bash sets them there,
