@@ -85,6 +85,10 @@ class Demux(ABC):
         await self._drained.wait()
         return True
 
+    def ready(self, kind: int) -> bool:
+        """Whether :meth:`receive` of ``kind`` returns at once: bytes are queued, or it has ended."""
+        return bool(self._queues[kind]) or self._ended[kind] or self.closed
+
     def push_back(self, kind: int, data: bytes) -> None:
         """Put ``data`` back in front of ``kind``'s queue (read ahead, but not consumed)."""
         if data:

@@ -41,7 +41,7 @@ class ExecOutput(Demux):
         self._socket = socket
         self._data = b""  # the last socket read, parsed up to _position
         self._position = 0
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)  # taken per read: no yield when free
         self._kind = 0
         self._left = 0  # payload bytes of the current frame still to come
 

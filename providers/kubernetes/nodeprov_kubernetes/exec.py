@@ -58,7 +58,7 @@ class ExecChannel(Demux):
         self.protocol = ws.protocol or V4
         self.sent = 0
         self.status: dict[str, Any] | None = None
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)  # taken per message: no yield when free
 
     async def send(self, data: bytes, *, counted: bool = True) -> None:
         """Send ``data`` to the process's stdin; ``counted`` adds it to :attr:`sent`.
