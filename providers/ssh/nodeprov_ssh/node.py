@@ -164,15 +164,18 @@ else
 fi
 """
 
-# $1: the node directory; $2: seconds the node may live (empty: for ever); $3: DESTROY.
-# Stdin: the node's record. The watchdog destroys the node when its lifetime is over, even
-# if no control plane is left to do it; it is the first process the node records.
+# $1: the node directory; $2: seconds the node may live (empty: for ever); $3: DESTROY;
+# $4: the record's size in bytes. Stdin: the node's record. The watchdog destroys the node
+# when its lifetime is over, even if no control plane is left to do it; it is the first
+# process the node records.
 RECORD = (
     START_TIME_FUNCTION
     + """\
 umask 077
 [ -d "$1" ] || exit 3
-cat >"$1/node.json.partial" && mv -f -- "$1/node.json.partial" "$1/node.json" || exit 1
+# Only a whole record is kept: a control plane killed while sending it closes stdin early.
+cat >"$1/node.json.partial" && [ "$(wc -c <"$1/node.json.partial")" -eq "$4" ] &&
+  mv -f -- "$1/node.json.partial" "$1/node.json" || { rm -f -- "$1/node.json.partial"; exit 1; }
 [ -n "$2" ] || exit 0
 watch='sleep "$2" && exec /bin/sh -c "$3" nodeprov-destroy "$1" "$$"'
 if command -v setsid >/dev/null 2>&1; then

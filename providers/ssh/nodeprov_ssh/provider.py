@@ -154,13 +154,15 @@ class SshNodes:
                 env=config.env,
                 tools=tools,
             )
+            written = record.model_dump_json().encode()
             code, _, error = await run_script(
                 self.link,
                 RECORD,
                 directory,
                 ttl_seconds(config.ttl),
                 DESTROY,
-                stdin=record.model_dump_json().encode(),
+                str(len(written)),
+                stdin=written,
                 makes=True,
             )
             if code != 0:
