@@ -5,6 +5,7 @@ would have been, runs nothing until told, and falls back when its channel died."
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 
@@ -98,19 +99,19 @@ class PreparedConformance:
         self, provider: AnyProvider, leftovers: Leftovers
     ) -> None:
         node = await provider.provision()
+
+        async def waiting(count: int) -> bool:  # the shell forks copies of itself a moment
+            return await self._waiting(provider, node) == count
+
         try:
             with anyio.fail_after(self.timeout):
                 await self._prepared(node)
                 if self.prepares:  # a node of its own: what waits there is this test's
-
-                    async def one_waiting() -> bool:  # the shell forks copies of itself a moment
-                        return await self._waiting(node) == 1
-
-                    assert await wait_until(one_waiting, self.timeout)
+                    assert await wait_until(functools.partial(waiting, 1), self.timeout)
                 await node.release_prepared()
                 assert node.prepared is False
                 if self.prepares:
-                    assert await wait_until(lambda: self._no_waiting(node), self.timeout)
+                    assert await wait_until(functools.partial(waiting, 0), self.timeout)
                 await self._prepared(node)
         finally:
             await node.destroy()
@@ -124,41 +125,41 @@ class PreparedConformance:
             with anyio.fail_after(self.timeout):
                 await self._prepared(node)
                 if self.prepares:
-                    await self._kill_waiting(node)
+                    other = await provider.attach(node.node_id)  # its spawn is not the prepared one
+                    assert (await run(other, "sh", "-c", _KILL_WAITING))[0] == 0
+
+                    async def none_waiting() -> bool:
+                        return await self._waiting(provider, node) == 0
+
+                    assert await wait_until(none_waiting, self.timeout)
+                    assert node.prepared  # what the spawn below finds dead
                 code, _, _ = await run(node, "sh", "-c", "echo ran >> once")
                 assert code == 0
                 assert (await run(node, "cat", "once"))[1] == b"ran\n"
 
     async def test_a_cancelled_prepared_spawn_leaves_nothing(self, provider: AnyProvider) -> None:
         async with await provider.provision() as node:
-            for delay in (0.0, 0.0005, 0.002, 0.01, 0.05):
-                marker = unique_marker()
+            await self.cancelled_spawns_leave_nothing(node, prepared=True)
+
+    async def cancelled_spawns_leave_nothing(self, node: NodeHandle, *, prepared: bool) -> None:
+        """Spawns cancelled at delays from none to 50 ms, each through a prepared channel if
+        ``prepared``, leave no process, and the node still works."""
+        for delay in (0.0, 0.0005, 0.002, 0.01, 0.05):
+            marker = unique_marker()
+            if prepared:
                 await self._prepared(node)
-                process: SpawnedProcess | None = None
-                with anyio.move_on_after(delay):
-                    process = await node.spawn(SpawnOptions("sleep", [marker]))
-                if process is not None:
-                    await process.aclose()
-                await self.assert_no_process(marker)
-                await node.release_prepared()
-            assert (await run(node, "true"))[0] == 0
+            process: SpawnedProcess | None = None
+            with anyio.move_on_after(delay):
+                process = await node.spawn(SpawnOptions("sleep", [marker]))
+            if process is not None:
+                await process.aclose()
+            await self.assert_no_process(marker)
+            await node.release_prepared()
+        assert (await run(node, "true"))[0] == 0  # the node still works
 
-    async def _waiting(self, node: NodeHandle) -> int:
-        """How many prepared preambles wait on ``node``: run the usual way, not prepared."""
-        prepared, node._prepared = node._prepared, None
-        try:
-            _, out, _ = await run(node, "sh", "-c", _WAITING)
-        finally:
-            node._prepared = prepared
+    @staticmethod
+    async def _waiting(provider: AnyProvider, node: NodeHandle) -> int:
+        """How many prepared preambles wait on ``node``, asked through another handle (whose
+        spawn is not the prepared one)."""
+        _, out, _ = await run(await provider.attach(node.node_id), "sh", "-c", _WAITING)
         return len(out.split())
-
-    async def _no_waiting(self, node: NodeHandle) -> bool:
-        return await self._waiting(node) == 0
-
-    async def _kill_waiting(self, node: NodeHandle) -> None:
-        prepared, node._prepared = node._prepared, None
-        try:
-            assert (await run(node, "sh", "-c", _KILL_WAITING))[0] == 0
-            assert await wait_until(lambda: self._no_waiting(node), self.timeout)
-        finally:
-            node._prepared = prepared
