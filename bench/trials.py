@@ -203,7 +203,7 @@ async def run_trial(
 
 async def _take_over(provider: Provider, trial: Trial, store: Store, env: dict[str, str]) -> None:
     record = await store.run(trial.run_id)
-    lease = await store.lease(record.owner.removeprefix("lease:")) if record and record.owner else None
+    lease = await store.leases.get(record.owner.removeprefix("lease:")) if record and record.owner else None
     trial.lease_expired_at = lease.expires_ms / 1000 if lease else 0.0
     second = [sys.executable, "-m", "nodeprov", "attach", "--json", trial.run_id]
     if provider.other_pid_namespace:

@@ -8,9 +8,9 @@ import hashlib
 import json
 import logging
 import secrets
-import sqlite3
 from pathlib import Path
 
+import apsw
 import docker
 import pytest
 
@@ -39,9 +39,12 @@ def _engine_views(client: docker.DockerClient, node_id: str) -> dict[str, str]:
 
 
 def _database_text(path: Path) -> str:
-    with sqlite3.connect(path) as db:
+    db = apsw.Connection(str(path))  # the store's own SQLite: never two copies on one file
+    try:
         tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         return "\n".join(repr(row) for table in tables for row in db.execute(f"SELECT * FROM {table}"))
+    finally:
+        db.close()
 
 
 async def test_a_canary_secret_reaches_only_the_agents_environment(

@@ -164,10 +164,13 @@ async def test_a_sigkilled_runs_kept_agent_is_stopped_once_its_grace_is_out(
 
 
 def _remove_run_containers(client: docker.DockerClient, tmp_path: Path) -> None:
-    import sqlite3
+    import apsw  # the store's own SQLite: never two copies on one file
 
-    with sqlite3.connect(tmp_path / "store.db") as db:
+    db = apsw.Connection(str(tmp_path / "store.db"))
+    try:
         run_ids = [row[0] for row in db.execute("SELECT id FROM runs")]
+    finally:
+        db.close()
     for run_id in run_ids:
         for container in client.api.containers(all=True, filters={"label": f"{LABEL_SESSION_ID}={run_id}"}):
             client.api.remove_container(container["Id"], force=True)

@@ -251,8 +251,8 @@ async def test_a_create_cut_off_in_flight_is_found_and_deleted(codespaces: Codes
 async def test_gc_deletes_codespaces_no_live_lease_owns_and_never_others(
     codespaces: Codespaces, store: Store
 ) -> None:
-    dead = await store.acquire_lease("a control plane that is gone", ttl=60)
-    await store.release_lease(dead.id)
+    dead = await store.leases.acquire("a control plane that is gone", ttl=60)
+    await store.leases.release(dead.id)
     env = {**os.environ, "GITHUB_API_URL": codespaces.github.url, "GH_ENTERPRISE_TOKEN": TOKEN}
     foreign = await anyio.run_process(
         [

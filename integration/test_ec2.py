@@ -159,8 +159,8 @@ async def test_a_control_plane_killed_while_provisioning_then_a_retry_leaves_one
 
 
 async def test_gc_removes_instances_no_live_lease_owns(moto: str, sshd: Sshd, store: Store) -> None:
-    dead = await store.acquire_lease("a control plane that is gone", ttl=60)
-    await store.release_lease(dead.id)
+    dead = await store.leases.acquire("a control plane that is gone", ttl=60)
+    await store.leases.release(dead.id)
     async with (
         Orchestrator(store) as orchestrator,
         get_provider("ec2", **ec2_settings(moto, sshd)) as provider,

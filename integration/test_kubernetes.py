@@ -236,8 +236,8 @@ async def test_the_cluster_ends_a_pod_whose_control_plane_died(
 
 
 async def test_gc_removes_pods_no_live_lease_owns(store: Store, provider: AnyProvider) -> None:
-    dead = await store.acquire_lease("a control plane that is gone", ttl=60)
-    await store.release_lease(dead.id)
+    dead = await store.leases.acquire("a control plane that is gone", ttl=60)
+    await store.leases.release(dead.id)
     async with Orchestrator(store) as orchestrator:
         orphan = await provider.provision(NodeConfig(owner=f"lease:{dead.id}"))
         owned = await provider.provision(NodeConfig(owner=orchestrator.owner))

@@ -89,7 +89,7 @@ async def lease_of(store: str, pid: int) -> str:
 async def live_leases(store: str) -> dict[str, str]:
     """The holders of the live leases, by ``lease:ID``."""
     async with await Store.open(store) as opened:
-        live = await opened.live_leases()
+        live = await opened.leases.live()
         rows = await opened.db.fetchall("SELECT id, holder FROM leases")
     return {f"lease:{row[0]}": str(row[1]) for row in rows if row[0] in live}
 

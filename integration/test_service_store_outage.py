@@ -97,3 +97,11 @@ async def test_a_store_that_goes_away_makes_the_service_unready_then_ready_again
             while (await client.get("/readyz")).status_code != 200:  # noqa: ASYNC110 - another process
                 await anyio.sleep(0.1)
         assert (await client.get("/v1/runs")).status_code == 200
+
+
+async def test_text_with_nul_is_bad_input_on_postgres_too(tmp_path: Path, postgres_url: str) -> None:
+    """PostgreSQL cannot hold NUL: the service says 422, as on SQLite, never 503."""
+    from tests.test_service import nul_is_refused
+
+    async with serving(tmp_path, store=postgres_url) as served:
+        await nul_is_refused(served, tmp_path)

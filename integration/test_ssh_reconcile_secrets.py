@@ -34,8 +34,8 @@ async def test_gc_takes_the_passphrase_a_run_never_stored(tmp_path: Path) -> Non
         stored = provider.resolved_settings()
         url = f"sqlite:///{tmp_path}/store.db"
         async with await Store.open(url) as store:
-            lease = await store.acquire_lease("a control plane that died", ttl=60)
-            await store.release_lease(lease.id)
+            lease = await store.leases.acquire("a control plane that died", ttl=60)
+            await store.leases.release(lease.id)
             session = await store.active_session("default", "claude")
             await store.create_run(
                 RunRecord(

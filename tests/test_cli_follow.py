@@ -21,8 +21,8 @@ pytestmark = pytest.mark.anyio
 async def test_following_a_run_whose_control_plane_died_ends(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/store.db"
     async with await Store.open(url) as store:
-        lease = await store.acquire_lease("a control plane SIGKILLed mid-run", ttl=60)
-        await store.release_lease(lease.id)  # as expiry would: it is gone
+        lease = await store.leases.acquire("a control plane SIGKILLed mid-run", ttl=60)
+        await store.leases.release(lease.id)  # as expiry would: it is gone
         session = await store.active_session("default", "claude")
         await store.create_run(
             RunRecord(

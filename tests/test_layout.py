@@ -117,6 +117,22 @@ def test_the_store_imports_no_agent_sdk() -> None:
     assert found == []
 
 
+def test_nothing_opens_a_store_with_a_second_copy_of_sqlite() -> None:
+    """The store uses apsw's SQLite; the standard library's ``sqlite3`` is another copy of
+    SQLite, and two copies in one process with one file open drop each other's locks
+    (nodeprov/store/_sqlite.py). Nothing of the project's, its tests included, imports it."""
+    everything = [*SOURCES, *(ROOT / "tests").rglob("*.py"), *(ROOT / "integration").rglob("*.py")]
+    everything += [*(ROOT / "bench").rglob("*.py")]
+    found = [
+        f"{path.relative_to(ROOT)}"
+        for path in everything
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        if "sqlite3" in [alias.name for alias in node.names] + [getattr(node, "module", None)]
+    ]
+    assert found == []
+
+
 def test_only_the_test_kit_imports_the_test_kit() -> None:
     found = [
         f"{path.relative_to(ROOT)}: {name}"

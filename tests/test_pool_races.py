@@ -145,7 +145,7 @@ async def _sigkilled_holder(store: Store, store_url: str, tmp_path: Path) -> Non
     dead = record.holder
     assert dead is not None
     async with Orchestrator(store, keep_pools=True, poll_interval=0.02, lease_ttl=30) as survivor:
-        await store.release_lease(dead.removeprefix("lease:"))  # as its expiry would, sooner
+        await store.leases.release(dead.removeprefix("lease:"))  # as its expiry would, sooner
         with anyio.fail_after(DEADLINE):
             while True:
                 status = await survivor.pools.get("warm")

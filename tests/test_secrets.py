@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import anyio
+import apsw
 import pytest
 
 from nodeprov import ConfigError, get_provider
@@ -33,9 +33,12 @@ def test_secret_fields_are_declared_on_the_model_and_masked() -> None:
 
 def _database_text(path: Path) -> str:
     """Every row of every table of an SQLite database, as text."""
-    with sqlite3.connect(path) as db:
+    db = apsw.Connection(str(path))  # the store's own SQLite: never two copies on one file
+    try:
         tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         return "\n".join(repr(row) for table in tables for row in db.execute(f"SELECT * FROM {table}"))
+    finally:
+        db.close()
 
 
 async def test_a_run_stores_no_secret_setting_and_resume_asks_for_it(

@@ -249,6 +249,31 @@ async def test_bad_input_gets_one_line_and_the_right_status(tmp_path: Path) -> N
         assert (await client.get("/v1/nope")).json()["error"] == "not_found"
 
 
+async def nul_is_refused(served: Any, tmp_path: Path) -> None:
+    """Text with NUL, in a body or in a path, is bad input (422), on SQLite as on PostgreSQL
+    (which cannot hold it): never a store failure."""
+    async with served.client() as client:
+        for body in (
+            fake_run(tmp_path, [{"text": "x"}], prompt="do\x00it"),
+            fake_run(tmp_path, [{"text": "x"}], workspace="w\x00s"),
+            fake_run(tmp_path, [{"text": "x"}], prompt=[{"type": "text", "text": "a\x00"}]),
+            fake_run(tmp_path, [{"text": "x"}], settings={"ro\x00ot": "/tmp"}),
+        ):
+            refused = await client.post("/v1/runs", json=body)
+            assert (refused.status_code, refused.json()["error"]) == (422, "invalid"), refused.text
+            assert "NUL" in refused.json()["message"]
+        for path in ("/v1/runs/run-%00x", "/v1/runs/run-%00x/events"):
+            answer = await client.get(path)
+            assert (answer.status_code, answer.json()["error"]) == (422, "invalid"), (path, answer.text)
+        assert (await client.get("/readyz")).status_code == 200
+        assert (await client.post("/v1/runs", json=fake_run(tmp_path, [{"text": "x"}]))).status_code == 201
+
+
+async def test_text_with_nul_is_bad_input(tmp_path: Path) -> None:
+    async with serving(tmp_path) as served:
+        await nul_is_refused(served, tmp_path)
+
+
 async def test_tokens_scopes_and_revocation(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path}/service.db"
     async with serving(tmp_path, store=store) as served:

@@ -156,8 +156,8 @@ async def test_run_compare_and_set(store: Store) -> None:
 async def test_a_lease_renewal_is_not_queued_behind_other_statements(store: Store) -> None:
     # A busy control plane's backlog of statements must not delay its heartbeat past the
     # lease's expiry: the renewal finishes while most of the backlog still waits.
-    lease = await store.acquire_lease("host pid 1", ttl=30)
-    assert await store.renew_lease(lease.id, 30)  # its connection is opened: not what is timed
+    lease = await store.leases.acquire("host pid 1", ttl=30)
+    assert await store.leases.renew(lease.id, 30)  # its connection is opened: not what is timed
     backlog, done = 2000, 0
 
     async def statement() -> None:
@@ -170,17 +170,17 @@ async def test_a_lease_renewal_is_not_queued_behind_other_statements(store: Stor
             for _ in range(backlog):
                 tg.start_soon(statement)
             await anyio.lowlevel.checkpoint()  # every statement is queued
-            assert await store.renew_lease(lease.id, 30)
+            assert await store.leases.renew(lease.id, 30)
             assert done < backlog / 2
 
 
 async def test_a_closed_store_opens_no_heartbeat_connection(make_store: MakeStore) -> None:
     opened = await make_store(True)
-    lease = await opened.acquire_lease("host pid 1", ttl=30)
+    lease = await opened.leases.acquire("host pid 1", ttl=30)
 
     async def renew() -> None:
         with suppress(StoreError):  # the store closed under it: refused, never left open
-            await opened.renew_lease(lease.id, 30)
+            await opened.leases.renew(lease.id, 30)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(renew)
@@ -188,22 +188,22 @@ async def test_a_closed_store_opens_no_heartbeat_connection(make_store: MakeStor
         await opened.aclose()
     assert opened._heartbeats is None
     with pytest.raises(StoreError):
-        await opened.renew_lease(lease.id, 30)
+        await opened.leases.renew(lease.id, 30)
 
 
 async def test_leases_live_by_the_database_clock_until_they_expire_or_are_released(store: Store) -> None:
-    lease = await store.acquire_lease("host pid 1", ttl=30)
-    short = await store.acquire_lease("host pid 2", ttl=0.2)
-    assert {lease.id, short.id} <= await store.live_leases()
+    lease = await store.leases.acquire("host pid 1", ttl=30)
+    short = await store.leases.acquire("host pid 2", ttl=0.2)
+    assert {lease.id, short.id} <= await store.leases.live()
     assert lease.expires_ms - lease.heartbeat_ms == 30_000
     await anyio.sleep(0.3)
-    assert short.id not in await store.live_leases()
-    assert not await store.renew_lease(short.id, 30)  # expired: lost, not revived
-    assert await store.renew_lease(lease.id, 30)
-    await store.release_lease(lease.id)
-    assert lease.id not in await store.live_leases()
-    assert not await store.renew_lease(lease.id, 30)
-    released = await store.lease(lease.id)
+    assert short.id not in await store.leases.live()
+    assert not await store.leases.renew(short.id, 30)  # expired: lost, not revived
+    assert await store.leases.renew(lease.id, 30)
+    await store.leases.release(lease.id)
+    assert lease.id not in await store.leases.live()
+    assert not await store.leases.renew(lease.id, 30)
+    released = await store.leases.get(lease.id)
     assert released is not None
     assert released.released
 
@@ -389,12 +389,16 @@ async def test_a_batch_that_runs_too_long_is_interrupted(tmp_path: Path) -> None
 
 async def test_the_store_keeps_each_image_once_by_hash(store: Store) -> None:
     first, second = ImageBlock.from_bytes(sample_png(seed=1)), ImageBlock.from_bytes(sample_png(seed=2))
-    await store.images.put([first, first])
-    await store.images.put([first, second])
+    await store.images.put([first, first], run_id="run-1")
+    await store.images.put([first, second], run_id="run-2")
     got = await store.images.get([first.sha256, second.sha256, "0" * 64])
     assert got == {first.sha256: first, second.sha256: second}
     rows = await store.db.fetchall("SELECT sha256 FROM images")
     assert sorted(row[0] for row in rows) == sorted([first.sha256, second.sha256])
+    refs = await store.db.fetchall("SELECT sha256, run_id FROM image_refs")  # what retention goes by
+    assert sorted(refs) == sorted(
+        [(first.sha256, "run-1"), (first.sha256, "run-2"), (second.sha256, "run-2")]
+    )
 
 
 async def test_a_token_authenticates_by_its_secret_until_revoked(store: Store) -> None:

@@ -1,8 +1,8 @@
 """The ``nodeprov`` command line: a thin layer over the library (typer + rich).
 
 :mod:`.app` holds the app, error handling and shared options; :mod:`.runs`, :mod:`.nodes`,
-:mod:`.agents`, :mod:`.attach` and :mod:`.tokens` the commands; :mod:`.render` and :mod:`.events` what they
-print; :mod:`.drive` how ``run`` and ``resume`` drive a run.
+:mod:`.agents`, :mod:`.attach`, :mod:`.tokens` and :mod:`.store` the commands; :mod:`.render`
+and :mod:`.events` what they print; :mod:`.drive` how ``run`` and ``resume`` drive a run.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import os
 import sys
 from contextlib import suppress
 
-from . import agents, attach, nodes, pools, runs, serve, tokens
+from . import agents, attach, nodes, pools, runs, serve, store, tokens
 from .app import app
 
 __all__ = ["app", "main"]
 
 # Importing the command modules registers their commands on the app.
-del agents, attach, nodes, pools, runs, serve, tokens
+del agents, attach, nodes, pools, runs, serve, store, tokens
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -21,6 +21,9 @@ from rich.markup import escape
 from ..errors import ConfigError, NodeprovError, leaf
 from ..scripted import SCRIPTED
 from .render import err
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 __all__ = [
     "SCRIPTED",
@@ -34,9 +37,11 @@ __all__ = [
     "app",
     "errors",
     "fail",
+    "open_store",
     "parse_env",
     "parse_pair",
     "parse_settings",
+    "retention",
 ]
 
 
@@ -109,6 +114,38 @@ def errors() -> Iterator[None]:
         if isinstance(error, NodeprovError) or _is_sdk_error(error):
             fail(_one_line(error))
         raise
+
+
+async def open_store(url: str | None) -> Store:
+    """The store at ``url`` (the default file when None), tried again for
+    ``NODEPROV_STORE_RETRY`` seconds (60 by default) when it becomes unavailable once open.
+
+    Raises:
+        ConfigError: NODEPROV_STORE_RETRY is not an age.
+        StoreError: as :meth:`Store.open`.
+    """
+    from ..runs.retention import parse_age
+    from ..store import Store
+
+    retry_for = os.environ.get("NODEPROV_STORE_RETRY")
+    if retry_for is None:
+        return await Store.open(url)
+    return await Store.open(url, retry_for=parse_age(retry_for))
+
+
+def retention() -> float | None:
+    """``NODEPROV_RETENTION``: how long runs that are over stay in the store (``30d`` by
+    default); ``never`` keeps everything.
+
+    Raises:
+        ConfigError: it is neither an age nor ``never``.
+    """
+    from ..runs.retention import DEFAULT_RETENTION, parse_age
+
+    given = os.environ.get("NODEPROV_RETENTION")
+    if given is None:
+        return DEFAULT_RETENTION
+    return None if given.strip() == "never" else parse_age(given)
 
 
 def parse_pair(item: str, option: str) -> tuple[str, str]:

@@ -10,11 +10,10 @@ import anyio
 import typer
 
 from ..errors import RunStateError
-from ..store import Store
 
 if TYPE_CHECKING:
     from ..runs import Run
-from .app import JsonOption, RunOption, StoreOption, app, errors, fail
+from .app import JsonOption, RunOption, StoreOption, app, errors, fail, open_store, retention
 from .render import err
 
 __all__ = ["attach"]
@@ -59,10 +58,10 @@ async def _attach(run_id: str, pause: bool, agent_grace: float, store: str | Non
     from ..agents.registry import agent_class
     from ..fleet import secret_settings_from_env
     from ..runs import Orchestrator, RunState  # the orchestrator is loaded by commands that drive
-    from ..runs.lease import owner_check
+    from ..runs.lease import owner_lives
     from .events import show_event
 
-    async with await Store.open(store) as opened:
+    async with await open_store(store) as opened:
         if (first := await opened.run(run_id)) is None:
             _no_run(run_id)
         if first.agent_keeper:  # it may be taken over: its agent's code loaded now, not then
@@ -74,6 +73,7 @@ async def _attach(run_id: str, pause: bool, agent_grace: float, store: str | Non
             reconcile_interval=0,
             poll_interval=0.1,  # a dead owner's run is taken over within this of its lease's expiry
             provider_settings=secret_settings_from_env(None),
+            retention=retention(),
         )
         run: Run | None = None
         async with plane:
@@ -92,7 +92,7 @@ async def _attach(run_id: str, pause: bool, agent_grace: float, store: str | Non
                         record = await opened.run(run_id)
                         if record is None or not RunState(record.state).live:
                             break
-                        orphaned = (await owner_check(opened))(record.owner) is False
+                        orphaned = await owner_lives(opened, record.owner) is False
                         if orphaned and record.state == RunState.RUNNING and record.agent_keeper:
                             try:
                                 run = await plane.adopt(run_id)

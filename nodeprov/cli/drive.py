@@ -20,8 +20,7 @@ from ..agents.registry import on_model
 from ..errors import NodeprovError, RunStateError
 from ..fleet import secret_settings_from_env
 from ..runs import Orchestrator, PauseKind, Run
-from ..store import Store
-from .app import fail
+from .app import fail, open_store, retention
 from .events import show_event
 from .render import err, out
 
@@ -55,13 +54,14 @@ async def drive_run(request: RunRequest, start: Start) -> str:
     async with on_model(request.model, request.agent, request.prompt, request.options) as options:
         secrets = secret_settings_from_env(None)  # what a reconcile of others' runs may need
         async with (
-            await Store.open(request.store) as store,
+            await open_store(request.store) as store,
             Orchestrator(
                 store,
                 provider_settings=secrets,
                 agent_grace=request.agent_grace or None,
                 take_over=False,
                 keep_pools=[request.pool] if request.pool else False,
+                retention=retention(),
             ) as orchestrator,
         ):
             await _reconcile(orchestrator)

@@ -24,7 +24,6 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..errors import ConfigError
-from ..store import Store
 from .app import (
     JsonOption,
     NodeOption,
@@ -34,9 +33,11 @@ from .app import (
     app,
     errors,
     fail,
+    open_store,
     parse_env,
     parse_pair,
     parse_settings,
+    retention,
 )
 from .render import emit, err, out, print_table
 
@@ -446,8 +447,10 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
 
         secrets = secret_settings_from_env(provider, given)
         async with (
-            await Store.open(store) as opened,
-            Orchestrator(opened, reconcile_interval=0, provider_settings=secrets) as plane,
+            await open_store(store) as opened,
+            Orchestrator(
+                opened, reconcile_interval=0, provider_settings=secrets, retention=retention()
+            ) as plane,
             Fleet() as fleet,
         ):
             if not dry_run:

@@ -22,9 +22,11 @@ from .app import (
     app,
     errors,
     fail,
+    open_store,
     parse_env,
     parse_pair,
     parse_settings,
+    retention,
 )
 from .render import emit, err, out, print_table
 
@@ -46,7 +48,11 @@ def _plane(store: Store, keep: bool | list[str]) -> Orchestrator:
     from ..runs import Orchestrator  # not needed for --help
 
     return Orchestrator(
-        store, provider_settings=secret_settings_from_env(None), keep_pools=keep, poll_interval=0.1
+        store,
+        provider_settings=secret_settings_from_env(None),
+        keep_pools=keep,
+        poll_interval=0.1,
+        retention=retention(),
     )
 
 
@@ -117,7 +123,7 @@ def create(  # noqa: PLR0917 - one parameter per command-line option
         )
 
         async def make() -> PoolStatus:
-            async with await Store.open(store) as opened, _plane(opened, [name] if wait else False) as plane:
+            async with await open_store(store) as opened, _plane(opened, [name] if wait else False) as plane:
                 status = await plane.pools.create(pool)
                 if not wait:
                     return status
@@ -138,7 +144,7 @@ def ls(store: StoreOption = None, json_output: JsonOption = False) -> None:
     """List the pools: ready and starting nodes, who keeps each, and why a refill failed."""
 
     async def load() -> list[PoolStatus]:
-        async with await Store.open(store) as opened, _plane(opened, False) as plane:
+        async with await open_store(store) as opened, _plane(opened, False) as plane:
             return await plane.pools.list()
 
     with errors():
@@ -155,7 +161,7 @@ def rm(
     """Remove a pool: no run claims from it any more, and its nodes are destroyed."""
 
     async def remove() -> bool:
-        async with await Store.open(store) as opened, _plane(opened, [name]) as plane:
+        async with await open_store(store) as opened, _plane(opened, [name]) as plane:
             return await plane.pools.remove(name, wait=wait)
 
     with errors():
@@ -173,7 +179,7 @@ def keep(
     """Keep pools filled until Ctrl-C (SIGINT, SIGTERM): what `nodeprov serve` does beside its API."""
 
     async def keep_them() -> None:
-        async with await Store.open(store) as opened, _plane(opened, names or True):
+        async with await open_store(store) as opened, _plane(opened, names or True):
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
                 err.print(
                     f"keeping {', '.join(names) if names else 'every'} pool; Ctrl-C stops", markup=False

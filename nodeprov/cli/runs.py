@@ -22,6 +22,7 @@ from .app import (
     app,
     errors,
     fail,
+    open_store,
     parse_env,
     parse_settings,
 )
@@ -340,7 +341,7 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
 
 
 async def _pool_provider(store: str | None, name: str) -> str:
-    async with await Store.open(store) as opened:
+    async with await open_store(store) as opened:
         record = await opened.pools.get(name)
     if record is None:
         raise ConfigError(f"no pool {name!r} (see `nodeprov pool ls`)")
@@ -348,7 +349,7 @@ async def _pool_provider(store: str | None, name: str) -> str:
 
 
 async def _load_run(store: str | None, run_id: str) -> RunRecord:
-    async with await Store.open(store) as opened:
+    async with await open_store(store) as opened:
         return await _record(opened, run_id)
 
 
@@ -384,7 +385,7 @@ def pause(  # noqa: PLR0917 - one parameter per command-line option
     async def request() -> SnapshotRecord:
         from ..runs import Orchestrator, RunState  # see the imports
 
-        async with await Store.open(store) as opened, Orchestrator(opened, reconcile_interval=0) as plane:
+        async with await open_store(store) as opened, Orchestrator(opened, reconcile_interval=0) as plane:
             await _record(opened, run_id)  # else request_pause would say it is not running
             asked = await plane.request_pause(run_id, kind, reason, keep_node=keep_node)  # type: ignore[arg-type]
             try:
@@ -429,7 +430,7 @@ def logs(
         from ..runs import Orchestrator, RunState  # see the imports
         from .events import show_event
 
-        async with await Store.open(store) as opened:
+        async with await open_store(store) as opened:
             # Reading needs no lease: a reader owns nothing.
             reader = Orchestrator(opened)
             finished = False
@@ -452,7 +453,7 @@ def runs(store: StoreOption = None, json_output: JsonOption = False) -> None:
     """List runs, oldest first."""
 
     async def load() -> list[RunRecord]:
-        async with await Store.open(store) as opened:
+        async with await open_store(store) as opened:
             return await opened.runs()
 
     with errors():
@@ -486,7 +487,7 @@ def sessions(store: StoreOption = None, json_output: JsonOption = False) -> None
     """List workspaces' agent sessions (archived ones too)."""
 
     async def load() -> list[Any]:
-        async with await Store.open(store) as opened:
+        async with await open_store(store) as opened:
             return await opened.sessions()
 
     with errors():
@@ -517,7 +518,7 @@ def status(run_id: RunOption, store: StoreOption = None, json_output: JsonOption
     """Show a run and its snapshots."""
 
     async def load() -> tuple[RunRecord, list[SnapshotRecord], str | None]:
-        async with await Store.open(store) as opened:
+        async with await open_store(store) as opened:
             record = await _record(opened, run_id)
             sessions = await opened.sessions(record.workspace_id)
             archived = any(s.id == record.session_id and s.state != "active" for s in sessions)

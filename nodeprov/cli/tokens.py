@@ -11,8 +11,8 @@ from typing import Annotated
 import anyio
 import typer
 
-from ..store import SCOPES, Store, TokenRecord, add_to_tokens_file
-from .app import JsonOption, StoreOption, app, errors, fail
+from ..store import SCOPES, TokenRecord, add_to_tokens_file
+from .app import JsonOption, StoreOption, app, errors, fail, open_store
 from .render import emit, err, out, print_table, when
 
 __all__ = ["create", "ls", "revoke", "tokens_app"]
@@ -46,7 +46,7 @@ def create(
     """Make a token and print its secret, this once: only its hash is kept."""
 
     async def make() -> tuple[TokenRecord, str]:
-        async with await Store.open(store) as opened:
+        async with await open_store(store) as opened:
             return await opened.tokens.create(name, scope or ())
 
     with errors():
@@ -70,7 +70,7 @@ def ls(store: StoreOption = None, json_output: JsonOption = False) -> None:
     """List tokens, revoked ones too, oldest first (never a secret)."""
 
     async def load() -> list[TokenRecord]:
-        async with await Store.open(store) as opened:
+        async with await open_store(store) as opened:
             return await opened.tokens.tokens()
 
     with errors():
@@ -103,7 +103,7 @@ def revoke(
     """Revoke a token for good: it is refused from now on."""
 
     async def revoke_it() -> str:
-        async with await Store.open(store) as opened:
+        async with await open_store(store) as opened:
             if await opened.tokens.revoke(token_id):
                 return f"revoked {token_id}"
             if any(record.id == token_id for record in await opened.tokens.tokens()):

@@ -119,7 +119,7 @@ class Journal:
         after: int,
         follow: bool,
         live: Callable[[str], RunEvents | None],
-        alive: Callable[[], Awaitable[Callable[[str], bool | None]]],
+        alive: Callable[[str], Awaitable[bool | None]],
         poll_interval: float,
     ) -> AsyncIterator[RunEvent]:
         """The events of any run above sequence ``after``: those of its drive here (``live``
@@ -158,7 +158,7 @@ class Journal:
             if ended and record is not None and not RunState(record.state).live:
                 return
             orphaned = record is not None and RunState(record.state).live and live(run_id) is None
-            if orphaned and record is not None and (await alive())(record.owner) is False:
+            if orphaned and record is not None and await alive(record.owner) is False:
                 return  # its control plane is gone: nobody will write more (reconcile ends it)
             await anyio.sleep(poll_interval)
 

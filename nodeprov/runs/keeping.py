@@ -26,7 +26,7 @@ from ..store import RunRecord, Store
 from .driver import Drive, Driver, Steps
 from .events import AgentMessage, AgentReattached, RunStarted
 from .launch import Launcher, Plan
-from .lease import Lease, owner_check
+from .lease import Lease, owner_lives
 from .nodes import Nodes
 from .state import RunState
 
@@ -126,7 +126,7 @@ class Takeover:
             raise RunStateError(
                 f"run {run_id} is {record.state}, its agent not kept: it cannot be taken over"
             )
-        if record.owner != self._lease.owner and (await owner_check(self._store))(record.owner) is not False:
+        if record.owner != self._lease.owner and await owner_lives(self._store, record.owner) is not False:
             raise RunStateError(f"run {run_id} is driven by a live control plane ({record.owner})")
         if not await self.adopt(record):
             raise RunStateError(f"run {run_id} was taken over by another control plane")

@@ -222,7 +222,7 @@ class Launcher:
         await self._store.use_snapshots(record.id)  # an earlier pause's token must not fork the run
         settings = {**json.loads(record.node_settings), **given_settings}
         blocks = prompt_blocks(message)
-        await self._store.images.put(prompt_images(blocks))
+        await self._store.images.put(prompt_images(blocks), run_id=record.id)
         if snapshot.agent_session_id is None:  # the agent never started: start it afresh
             original = await self._stored_prompt(record)
             blocks = original if message == "continue" else (*original, *blocks)

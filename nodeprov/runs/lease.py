@@ -4,12 +4,12 @@ anew when lost), and whether the owner of a run or a node lives."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..node import owner_alive
-from ..store import Store
+from ..store import Store, lease_id_of
 
-__all__ = ["LEASE_PREFIX", "Lease", "owner_check"]
+__all__ = ["LEASE_PREFIX", "Lease", "owner_check", "owner_lives"]
 
 logger = logging.getLogger("nodeprov.runs")
 
@@ -39,7 +39,7 @@ class Lease:
         Raises:
             StoreError: the store failed.
         """
-        lease = await self._store.acquire_lease(self._holder, self._ttl)
+        lease = await self._store.leases.acquire(self._holder, self._ttl)
         self.owner = LEASE_PREFIX + lease.id
 
     async def renew(self) -> None:
@@ -48,7 +48,7 @@ class Lease:
         Raises:
             StoreError: the store failed.
         """
-        if await self._store.renew_lease(self.owner.removeprefix(LEASE_PREFIX), self._ttl):
+        if await self._store.leases.renew(self.owner.removeprefix(LEASE_PREFIX), self._ttl):
             return
         logger.error("control plane lease %s was lost: aborting its runs and taking a new lease", self.owner)
         self._on_lost()
@@ -60,21 +60,36 @@ class Lease:
         Raises:
             StoreError: the store failed.
         """
-        await self._store.release_lease(self.owner.removeprefix(LEASE_PREFIX))
+        await self._store.leases.release(self.owner.removeprefix(LEASE_PREFIX))
 
 
-async def owner_check(store: Store) -> Callable[[str], bool | None]:
+async def owner_check(store: Store, owners: Iterable[str] | None = None) -> Callable[[str], bool | None]:
     """Whether an owner lives: a lease by ``store`` (``None`` for a lease it does not know:
-    another store's, whose holder may well live), other owners by :func:`owner_alive`.
+    another store's, or one compacted once nothing named it; whose holder may well live),
+    other owners by :func:`owner_alive`. With ``owners``, only their leases are looked up
+    (by key), and the check knows only them; without, every lease the store holds (to judge
+    owners not known in advance, such as a platform's labels).
 
     Raises:
         StoreError: the store failed.
     """
-    leases = await store.lease_liveness()
+    if owners is None:
+        leases = await store.leases.liveness()
+    else:
+        leases = await store.leases.states({i for owner in owners if (i := lease_id_of(owner)) is not None})
 
     def alive(owner: str) -> bool | None:
-        if owner.startswith(LEASE_PREFIX):
-            return leases.get(owner.removeprefix(LEASE_PREFIX))
+        if (lease_id := lease_id_of(owner)) is not None:
+            return leases.get(lease_id)
         return owner_alive(owner)
 
     return alive
+
+
+async def owner_lives(store: Store, owner: str) -> bool | None:
+    """Whether one owner lives (see :func:`owner_check`), looked up by key.
+
+    Raises:
+        StoreError: the store failed.
+    """
+    return (await owner_check(store, [owner]))(owner)

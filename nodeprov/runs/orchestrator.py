@@ -43,6 +43,10 @@ destruction in one compare-and-set on its state, so a pause keeping it or a resu
 it, landing meanwhile, wins or loses whole. Pause requests nobody will serve are cleared. A
 destroy that fails is reported and the rest goes on.
 
+**Retention** (``retention``, 30 days by default; None keeps everything): runs over and
+untouched for that long are deleted with all they own (:mod:`nodeprov.runs.retention`), by
+whichever control plane sharing the store looks first, at most hourly between them all.
+
 **Garbage** (:meth:`Orchestrator.collect_garbage`) reaps a provider's abandoned nodes,
 judging owners by the store: a lease of this store that expired or was released is gone;
 one it does not know is another store's, and its nodes are reaped only past their lifetime.
@@ -68,7 +72,7 @@ import dataclasses
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping
 from contextlib import suppress
 from types import TracebackType
 from typing import Any, Self
@@ -86,12 +90,13 @@ from .events import RunEvent
 from .journal import Journal, RunEvents
 from .keeping import Takeover
 from .launch import Launcher, Plan
-from .lease import Lease, owner_check
+from .lease import Lease, owner_lives
 from .nodes import Nodes
 from .pauses import PauseRequests
 from .pool_keeping import PoolKeeper
 from .pools import Pools
-from .reconcile import Reconciler, ReconcileReport
+from .reconcile import Reconciler, ReconcileReport, every
+from .retention import DEFAULT_RETENTION
 from .run import PauseKind, Run
 
 __all__ = ["Orchestrator"]
@@ -120,6 +125,7 @@ class Orchestrator:
         agent_grace: float | None = None,
         take_over: bool = True,
         keep_pools: bool | Collection[str] = False,
+        retention: float | None = DEFAULT_RETENTION,
     ) -> None:
         if not keep_for > 0:
             raise ConfigError(f"keep_for must be positive, got {keep_for!r}")
@@ -174,7 +180,9 @@ class Orchestrator:
             launching=self._launching,
         )
         adopt = self._takeover.adopt if agent_grace is not None and take_over else None
-        self._reconciler = Reconciler(store, self._lease, self._nodes, driven=self._driven, adopt=adopt)
+        self._reconciler = Reconciler(
+            store, self._lease, self._nodes, driven=self._driven, adopt=adopt, retention=retention
+        )
 
     @property
     def owner(self) -> str:
@@ -187,11 +195,10 @@ class Orchestrator:
         await self._lease.take()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(_every, self.lease_ttl / 3, self._lease.renew, "lease heartbeat")
-        self._tg.start_soon(_every, self._poll_interval, self._pauses.serve, "pause requests")
+        self._tg.start_soon(every, self.lease_ttl / 3, self._lease.renew, "lease heartbeat")
+        self._tg.start_soon(every, self._poll_interval, self._pauses.serve, "pause requests")
         self._tg.start_soon(self._journal.write_forever)
-        if self.reconcile_interval > 0:
-            self._tg.start_soon(_every, self.reconcile_interval, self.reconcile, "reconcile")
+        self._tg.start_soon(self._reconciler.keep_clean, self.reconcile_interval)
         if self._keeper is not None:
             self._tg.start_soon(self._keeper.keep_forever)
         return self
@@ -204,7 +211,7 @@ class Orchestrator:
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.shutdown_timeout * 0.8):
             async with anyio.create_task_group() as pausing:  # all at once: each may take seconds
                 for drive in list(self._runs.values()):
-                    pausing.start_soon(self._pause_for_shutdown, drive.run)
+                    pausing.start_soon(_pause_for_shutdown, drive.run)
         self._tg.cancel_scope.cancel()  # drives still going end in their bounded cleanup
         try:
             await self._tg.__aexit__(None, None, None)
@@ -214,11 +221,6 @@ class Orchestrator:
                 await self._lease.release()
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
                 await self._nodes.aclose()  # their connections; the nodes stay
-
-    async def _pause_for_shutdown(self, run: Run) -> None:
-        with suppress(NodeprovError):  # over, or pausing already: either way it ends
-            await run.pause("system", "the control plane is shutting down")
-        await run.wait()  # a pause under way (another caller's) ends too
 
     def _abort_runs(self) -> None:
         """The lease was lost: another control plane may take the runs over."""
@@ -433,7 +435,7 @@ class Orchestrator:
             after=after,
             follow=follow,
             live=self._live_events,
-            alive=lambda: owner_check(self.store),
+            alive=lambda owner: owner_lives(self.store, owner),
             poll_interval=self._poll_interval,
         )
 
@@ -502,10 +504,7 @@ class Orchestrator:
         return await self._reconciler.collect_garbage(provider, dry_run=dry_run, settle=settle)
 
 
-async def _every(interval: float, step: Callable[[], Awaitable[Any]], name: str) -> None:
-    while True:
-        await anyio.sleep(interval)
-        try:
-            await step()
-        except Exception:
-            logger.exception("%s failed; trying again in %g s", name, interval)
+async def _pause_for_shutdown(run: Run) -> None:
+    with suppress(NodeprovError):  # over, or pausing already: either way it ends
+        await run.pause("system", "the control plane is shutting down")
+    await run.wait()  # a pause under way (another caller's) ends too

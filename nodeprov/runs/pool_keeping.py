@@ -94,11 +94,12 @@ class PoolKeeper:
             StoreError: the store failed.
         """
         self._rounds += 1
-        alive = await owner_check(self._store)
-        for record in await self._store.pools.all():
+        records = await self._store.pools.all()
+        alive = await owner_check(self._store, [record.holder for record in records if record.holder])
+        for record in records:
             wanted = self._only is None or record.name in self._only
             if wanted and self._can_keep(record) and await self._hold(record, alive):
-                await self._tend(record, alive)
+                await self._tend(record)
 
     async def finish_removal(self, name: str) -> None:
         """Destroy a pool being removed here, if nobody living holds it (or this control plane does).
@@ -106,10 +107,11 @@ class PoolKeeper:
         Raises:
             StoreError: the store failed.
         """
-        alive = await owner_check(self._store)
         record = await self._store.pools.get(name)
-        if record is not None and self._can_keep(record) and await self._hold(record, alive):
-            await self._tend(record, alive)
+        if record is None or not self._can_keep(record):
+            return
+        if await self._hold(record, await owner_check(self._store, [record.holder] if record.holder else [])):
+            await self._tend(record)
 
     def _can_keep(self, record: PoolRecord) -> bool:
         """Whether this control plane was given the secret settings the pool was made with:
@@ -137,7 +139,7 @@ class PoolKeeper:
         logger.info("pool %s: kept here now (was %s)", record.name, record.holder or "nobody's")
         return True
 
-    async def _tend(self, record: PoolRecord, alive: Callable[[str], bool | None]) -> None:
+    async def _tend(self, record: PoolRecord) -> None:
         name = record.name
         try:
             provider = await self._nodes.provider(
@@ -147,6 +149,7 @@ class PoolKeeper:
             await self._store.pools.note_failure(name, first_line(error), _MAX_BACKOFF)
             return
         nodes = await self._store.pools.nodes(name)
+        alive = await owner_check(self._store, [node.owner for node in nodes if node.state is _P.INTENT])
         ready = {node.id for node in nodes if node.state is _P.READY}
         for gone in [i for i, (pool, _) in self._made.items() if pool == name and i not in ready]:
             self._forget(gone)  # claimed elsewhere, or destroyed

@@ -189,11 +189,12 @@ class Pools:
     async def _statuses(
         self, records: Sequence[PoolRecord], counts: Mapping[str, dict[str, int]]
     ) -> builtins.list[PoolStatus]:
-        alive = await owner_check(self._store)
+        holders = {record.holder for record in records if record.holder}
+        alive = await owner_check(self._store, holders)
         clock = await self._store.clock_ms()
         names = {}
-        for holder in {record.holder for record in records if record.holder}:
-            lease = await self._store.lease(holder.removeprefix(LEASE_PREFIX))
+        for holder in holders:
+            lease = await self._store.leases.get(holder.removeprefix(LEASE_PREFIX))
             names[holder] = lease.holder if lease is not None else None
         return [_status_of(record, counts.get(record.name, {}), alive, clock, names) for record in records]
 

@@ -9,7 +9,9 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import NodeGoneError, NodeprovError
+import anyio
+
+from ..errors import NodeGoneError, NodeprovError, first_line
 from ..node import GarbageReport, NodeProvider
 from ..node.keeper import kept_state
 from ..store import POOL_HELD, NodeRecord, NodeRecordState, PoolNodeState, RunRecord, Store, now
@@ -17,6 +19,7 @@ from .events import RunFinished
 from .journal import event_record
 from .lease import Lease, owner_check
 from .nodes import Nodes
+from .retention import check_retention, prune_forever
 from .run import snapshot_of
 from .state import LIVE_STATES, RESUMABLE_STATES, RunState
 
@@ -52,12 +55,14 @@ class Reconciler:
         *,
         driven: Callable[[str], bool],
         adopt: Callable[[RunRecord], Awaitable[bool]] | None = None,
+        retention: float | None = None,
     ) -> None:
         self._store = store
         self._lease = lease
         self._nodes = nodes
         self._driven = driven
         self._adopt = adopt  # takes over a running run whose agent is kept; whether it did
+        self._retention = check_retention(retention)
 
     async def reconcile(self) -> ReconcileReport:
         """See :meth:`Orchestrator.reconcile`.
@@ -66,8 +71,9 @@ class Reconciler:
             StoreError: the store failed.
         """
         report = ReconcileReport()
-        alive = await owner_check(self._store)
-        for record in await self._store.runs(states=tuple(LIVE_STATES)):
+        live = await self._store.runs(states=tuple(LIVE_STATES))
+        alive = await owner_check(self._store, {record.owner for record in live})
+        for record in live:
             if self._driven(record.id):
                 continue
             if record.owner != self._lease.owner and alive(record.owner) is not False:
@@ -109,7 +115,18 @@ class Reconciler:
         await self._store.clear_stale_pause_requests(
             tuple(s for s in RunState if s not in (RunState.STARTING, RunState.RUNNING))
         )
+        await self._store.leases.compact(LIVE_STATES)
         return report
+
+    async def keep_clean(self, interval: float) -> None:
+        """For as long as the control plane runs: reconcile every ``interval`` seconds (0:
+        never), and prune the store with the retention given whenever it is due (see
+        :func:`~nodeprov.runs.retention.prune_forever`)."""
+        async with anyio.create_task_group() as tg:
+            if interval > 0:
+                tg.start_soon(every, interval, self.reconcile, "reconcile")
+            if self._retention is not None:
+                tg.start_soon(prune_forever, self._store, self._retention)
 
     async def _agent_lives(self, record: RunRecord) -> bool:
         """Whether the kept agent of ``record`` runs on (or ended its turn, unread) on its
@@ -211,3 +228,16 @@ class Reconciler:
                 await self._store.set_node_state(info.node_id, _N.DESTROYED)
                 await self._store.pools.move(info.node_id, POOL_HELD, PoolNodeState.DESTROYED)
         return report
+
+
+async def every(interval: float, step: Callable[[], Awaitable[Any]], name: str) -> None:
+    """Run ``step`` every ``interval`` seconds, for ever; a failure is logged in one line (a
+    traceback for what nodeprov did not expect) and tried again at the next."""
+    while True:
+        await anyio.sleep(interval)
+        try:
+            await step()
+        except NodeprovError as error:
+            logger.warning("%s failed; trying again in %g s: %s", name, interval, first_line(error))
+        except Exception:
+            logger.exception("%s failed; trying again in %g s", name, interval)

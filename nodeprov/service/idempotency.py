@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..runs.lease import owner_check
+from ..runs.lease import owner_lives
 from ..store import IdempotencyRecord, Store
 from .auth import Principal
 from .problems import ServiceError
@@ -74,7 +74,7 @@ async def claim_key(
         )
     if record.state == "done":
         return Claim(record, done=True)
-    gone = record.holder != holder and (await owner_check(store))(record.holder) is False
+    gone = record.holder != holder and await owner_lives(store, record.holder) is False
     if gone and await store.idempotency.take_over(principal.id, key, holder_was=record.holder, holder=holder):
         return Claim(record, done=False)  # its replica died: the work is ours, under the same id
     raise ServiceError(

@@ -9,7 +9,7 @@ import binascii
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import ConfigError
 from ..node import NodeConfig
@@ -31,6 +31,28 @@ __all__ = [
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        """Text with NUL is refused wherever it is: neither store may hold it."""
+        if (where := _nul_in(value)) is not None:
+            raise ValueError(f"{where or 'a value'} holds a NUL character")
+        return value
+
+
+def _nul_in(value: Any, where: str = "") -> str | None:
+    """Where in a JSON value a text (a key too) holds NUL; ``None`` when none does."""
+    if isinstance(value, str):
+        return where if "\x00" in value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        path = f"{where}.{key}" if where else str(key)
+        if isinstance(key, str) and "\x00" in key:
+            return path
+        if (found := _nul_in(item, path)) is not None:
+            return found
+    return None
 
 
 class ErrorBody(BaseModel):

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import fields
-from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -30,11 +28,15 @@ import anyio
 
 from ..errors import ConfigError, StoreError, TokenError
 from ..prompts import ImageBlock
-from ._db import DEFAULT_STATEMENT_TIMEOUT, Database, PostgresDatabase, SQLiteDatabase, Statements
+from ._db import DEFAULT_RETRY_FOR, DEFAULT_STATEMENT_TIMEOUT, Database, Row, Statements, Transaction
+from ._postgres import PostgresDatabase
+from ._rows import as_record, columns, insert, marks, new_id, now
 from ._schema import migrate
+from ._sqlite import SQLiteDatabase
 from .entries import EntryBatch, EntryKey, EntryStore, KeyedEntry, entry_key, keyed
 from .idempotency import IdempotencyRecord, IdempotencyStore
 from .images import ImageStore
+from .leases import LeaseStore, lease_id_of
 from .pools import HELD as POOL_HELD
 from .pools import PoolNodeRecord, PoolNodeState, PoolRecord, PoolStore
 from .records import (
@@ -46,6 +48,7 @@ from .records import (
     SessionRecord,
     SnapshotRecord,
 )
+from .retention import PruneReport, Retention
 from .tokens import SCOPES, TokenEntry, TokenRecord, TokenStore, add_to_tokens_file, read_tokens_file
 
 __all__ = [
@@ -60,12 +63,15 @@ __all__ = [
     "ImageStore",
     "KeyedEntry",
     "LeaseRecord",
+    "LeaseStore",
     "NodeRecord",
     "NodeRecordState",
     "PoolNodeRecord",
     "PoolNodeState",
     "PoolRecord",
     "PoolStore",
+    "PruneReport",
+    "Retention",
     "RunRecord",
     "SessionRecord",
     "SnapshotRecord",
@@ -79,6 +85,9 @@ __all__ = [
     "default_store_path",
     "entry_key",
     "keyed",
+    "lease_id_of",
+    "new_id",
+    "now",
     "read_tokens_file",
 ]
 
@@ -89,49 +98,14 @@ def default_store_path() -> Path:
     return Path(state) / "nodeprov" / "nodeprov.db"
 
 
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(8)}"
-
-
-def _record(cls: type[Any], row: tuple[Any, ...] | None) -> Any:
-    if row is None:
-        return None
-    values = dict(zip([f.name for f in fields(cls)], row, strict=True))
-    for name in ("node_kept", "released"):
-        if name in values:
-            values[name] = bool(values[name])
-    if cls is NodeRecord:
-        values["state"] = NodeRecordState(values["state"])
-    return cls(**values)
-
-
-def _marks(values: tuple[Any, ...]) -> str:
-    return ", ".join("?" for _ in values)
-
-
-def _insert(table: str, record: Any) -> tuple[str, tuple[Any, ...]]:
-    """The statement and values that insert a record dataclass into ``table``."""
-    values = tuple(getattr(record, f.name) for f in fields(record))
-    values = tuple(int(v) if isinstance(v, bool) else v for v in values)  # INTEGER columns on both backends
-    return f"INSERT INTO {table} ({_columns(type(record))}) VALUES ({_marks(values)})", values
-
-
-async def _open_database(url: str, statement_timeout: float) -> Database:
+async def _open_database(url: str, statement_timeout: float, retry_for: float) -> Database:
     if url.startswith("sqlite:///"):
         path = Path("/" + url.removeprefix("sqlite://").lstrip("/"))
         own = path == default_store_path()  # nodeprov's own directory: private whatever it was
-        return await SQLiteDatabase.open(path, statement_timeout, private_directory=own)
+        return await SQLiteDatabase.open(path, statement_timeout, retry_for, private_directory=own)
     if url.startswith(("postgresql://", "postgres://")):
-        return await PostgresDatabase.open(url, statement_timeout)
+        return await PostgresDatabase.open(url, statement_timeout, retry_for)
     raise ConfigError(f"unknown store URL {url!r}: use sqlite:///PATH or postgresql://...")
-
-
-def _columns(cls: type[Any]) -> str:
-    return ", ".join(f.name for f in fields(cls))
 
 
 class _Parts:
@@ -160,6 +134,11 @@ class _Parts:
         return IdempotencyStore(self.db)
 
     @cached_property
+    def retention(self) -> Retention:
+        """What is deleted so that nothing grows for ever (see :mod:`nodeprov.store.retention`)."""
+        return Retention(self.db)
+
+    @cached_property
     def transcripts(self) -> EntryStore:
         """The agents' session state, as entries (see :mod:`nodeprov.store.entries`)."""
         return EntryStore(self.db)
@@ -172,10 +151,17 @@ class Store(_Parts):
     runs out of time, and :class:`~nodeprov.errors.TokenError` for a bad resume token.
     """
 
-    def __init__(self, db: Database, url: str, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        db: Database,
+        url: str,
+        statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+        retry_for: float = DEFAULT_RETRY_FOR,
+    ) -> None:
         self.db = db
         self.url = url
         self._statement_timeout = statement_timeout
+        self._retry_for = retry_for
         # Lease renewals get a connection of their own, opened by the first: queued behind
         # a busy control plane's writes, a renewal could come too late and lose the lease.
         self._heartbeats: Database | None = None
@@ -184,21 +170,32 @@ class Store(_Parts):
 
     @classmethod
     async def open(
-        cls, url: str | None = None, *, statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
+        cls,
+        url: str | None = None,
+        *,
+        statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+        retry_for: float = DEFAULT_RETRY_FOR,
     ) -> Store:
         """Open (and migrate) ``sqlite:///PATH``, ``postgresql://...``, or the default file.
 
-        ``statement_timeout`` bounds every transaction, in seconds.
+        ``statement_timeout`` bounds every transaction, in seconds. ``retry_for`` is how long
+        a store that becomes unavailable once opened (a dropped connection, a restarting
+        server, a writer holding the lock) is tried again before a call fails, in seconds.
+
+        Raises:
+            ConfigError: the URL is not a store's.
+            StoreError: the store cannot be opened (reached, made, trusted), or it was
+                written by a newer nodeprov.
         """
         if url is None:
             url = f"sqlite:///{default_store_path()}"
-        db = await _open_database(url, statement_timeout)
+        db = await _open_database(url, statement_timeout, retry_for)
         try:
             await migrate(db)
         except BaseException:
             await db.aclose()
             raise
-        return cls(db, url, statement_timeout)
+        return cls(db, url, statement_timeout, retry_for)
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -211,12 +208,17 @@ class Store(_Parts):
             finally:
                 await self.db.aclose()
 
+    @cached_property
+    def leases(self) -> LeaseStore:
+        """Control planes' leases (a renewal on a connection of its own)."""
+        return LeaseStore(self.db, self._heartbeat_db)
+
     async def _heartbeat_db(self) -> Database:
         async with self._heartbeats_opening:
             if self._closed:
                 raise StoreError("the store is closed")
             if self._heartbeats is None:
-                self._heartbeats = await _open_database(self.url, self._statement_timeout)
+                self._heartbeats = await _open_database(self.url, self._statement_timeout, self._retry_for)
             return self._heartbeats
 
     async def __aenter__(self) -> Self:
@@ -233,26 +235,30 @@ class Store(_Parts):
         """The workspace's active session for agent ``provider``, made if needed. Switching
         the workspace to another agent provider archives the old session (never deletes it)
         and starts a new one."""
-        async with self.db.transaction() as tx:
+        stamp, fresh = now(), new_id("ses")
+
+        async def find_or_start(tx: Transaction) -> SessionRecord:
             await tx.execute(
                 "INSERT INTO workspaces (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
-                (workspace_id, now()),
+                (workspace_id, stamp),
             )
             row = await tx.fetchall(
-                f"SELECT {_columns(SessionRecord)} FROM sessions WHERE workspace_id = ? AND state = 'active'",
+                f"SELECT {columns(SessionRecord)} FROM sessions WHERE workspace_id = ? AND state = 'active'",
                 (workspace_id,),
             )
-            current: SessionRecord | None = _record(SessionRecord, row[0] if row else None)
+            current: SessionRecord | None = as_record(SessionRecord, row[0] if row else None)
             if current is not None and current.provider == provider:
                 return current
             if current is not None:
                 await tx.execute(
                     "UPDATE sessions SET state = 'archived', archived_at = ? WHERE id = ?",
-                    (now(), current.id),
+                    (stamp, current.id),
                 )
-            session = SessionRecord(new_id("ses"), workspace_id, provider, None, "active", now(), None)
-            await tx.execute(*_insert("sessions", session))
+            session = SessionRecord(fresh, workspace_id, provider, None, "active", stamp, None)
+            await tx.execute(*insert("sessions", session))
             return session
+
+        return await self.db.transact(find_or_start)
 
     async def set_provider_session_id(self, session_id: str, provider_session_id: str) -> None:
         await self.db.execute(
@@ -262,17 +268,20 @@ class Store(_Parts):
     async def sessions(self, workspace_id: str | None = None) -> list[SessionRecord]:
         where, params = ("WHERE workspace_id = ?", (workspace_id,)) if workspace_id else ("", ())
         rows = await self.db.fetchall(
-            f"SELECT {_columns(SessionRecord)} FROM sessions {where} ORDER BY created_at", params
+            f"SELECT {columns(SessionRecord)} FROM sessions {where} ORDER BY created_at", params
         )
-        return [_record(SessionRecord, row) for row in rows]
+        return [as_record(SessionRecord, row) for row in rows]
 
     # -- runs --------------------------------------------------------------------------
 
     async def create_run(self, run: RunRecord, images: Sequence[ImageBlock] = ()) -> None:
         """Store a new run, and the images its prompt names, in one transaction."""
-        async with self.db.transaction() as tx:
-            await ImageStore.put_in(tx, images)
-            await tx.execute(*_insert("runs", run))
+
+        async def create(tx: Transaction) -> None:
+            await tx.execute(*insert("runs", run))
+            await ImageStore.put_in(tx, images, run_id=run.id)
+
+        await self.db.transact(create)
 
     async def update_run(
         self,
@@ -293,7 +302,7 @@ class Store(_Parts):
         sql = f"UPDATE runs SET {assignments}, updated_at = ? WHERE id = ?"
         params: list[Any] = [*changes.values(), now(), run_id]
         if expect_states:
-            sql += f" AND state IN ({_marks(tuple(expect_states))})"
+            sql += f" AND state IN ({marks(tuple(expect_states))})"
             params += list(expect_states)
         if expect_owner is not None:
             sql += " AND owner = ?"
@@ -308,16 +317,16 @@ class Store(_Parts):
         return [(str(row[0]), str(row[1])) for row in rows]
 
     async def run(self, run_id: str) -> RunRecord | None:
-        row = await self.db.fetchone(f"SELECT {_columns(RunRecord)} FROM runs WHERE id = ?", (run_id,))
-        record: RunRecord | None = _record(RunRecord, row)
+        row = await self.db.fetchone(f"SELECT {columns(RunRecord)} FROM runs WHERE id = ?", (run_id,))
+        record: RunRecord | None = as_record(RunRecord, row)
         return record
 
     async def runs(self, *, states: tuple[str, ...] = ()) -> list[RunRecord]:
-        where = f"WHERE state IN ({_marks(states)})" if states else ""
+        where = f"WHERE state IN ({marks(states)})" if states else ""
         rows = await self.db.fetchall(
-            f"SELECT {_columns(RunRecord)} FROM runs {where} ORDER BY created_at", states
+            f"SELECT {columns(RunRecord)} FROM runs {where} ORDER BY created_at", states
         )
-        return [_record(RunRecord, row) for row in rows]
+        return [as_record(RunRecord, row) for row in rows]
 
     async def run_counts(self) -> dict[str, int]:
         """How many runs are in each state (states with none are absent)."""
@@ -337,7 +346,7 @@ class Store(_Parts):
         """Withdraw the pause requests of runs in ``states`` (nobody will serve them)."""
         return await self.db.execute(
             f"UPDATE runs SET pause_request = NULL WHERE pause_request IS NOT NULL"
-            f" AND state IN ({_marks(tuple(states))})",
+            f" AND state IN ({marks(tuple(states))})",
             tuple(states),
         )
 
@@ -378,14 +387,14 @@ class Store(_Parts):
         params: list[Any] = [state, *([int(keep_for * 1000)] if keep_for is not None else []), now(), node_id]
         moved = await self.db.execute(
             f"UPDATE nodes SET state = ?, keep_until_ms = {until}, updated_at = ?"
-            f" WHERE id = ? AND state IN ({_marks(tuple(expect))})",
+            f" WHERE id = ? AND state IN ({marks(tuple(expect))})",
             [*params, *expect],
         )
         return moved == 1
 
     async def node(self, node_id: str) -> NodeRecord | None:
-        row = await self.db.fetchone(f"SELECT {_columns(NodeRecord)} FROM nodes WHERE id = ?", (node_id,))
-        record: NodeRecord | None = _record(NodeRecord, row)
+        row = await self.db.fetchone(f"SELECT {columns(NodeRecord)} FROM nodes WHERE id = ?", (node_id,))
+        record: NodeRecord | None = as_record(NodeRecord, row)
         return record
 
     async def nodes(
@@ -394,13 +403,13 @@ class Store(_Parts):
         """The nodes in ``states`` (of run ``run_id`` only, when given), oldest first."""
         states = tuple(states)
         _check_node_state(*states)
-        sql = f"SELECT {_columns(NodeRecord)} FROM nodes WHERE state IN ({_marks(states)})"
+        sql = f"SELECT {columns(NodeRecord)} FROM nodes WHERE state IN ({marks(states)})"
         params: list[Any] = list(states)
         if run_id is not None:
             sql += " AND run_id = ?"
             params.append(run_id)
         rows = await self.db.fetchall(sql + " ORDER BY created_at", params)
-        return [_record(NodeRecord, row) for row in rows]
+        return [as_record(NodeRecord, row) for row in rows]
 
     async def node_counts(self) -> dict[str, int]:
         """How many runs' nodes the store holds (being made, live or kept), by provider."""
@@ -414,64 +423,6 @@ class Store(_Parts):
         row = await self.db.fetchone(f"SELECT {self.db.now_ms}")
         assert row is not None
         return int(row[0])
-
-    # -- leases ------------------------------------------------------------------------
-
-    async def acquire_lease(self, holder: str, ttl: float) -> LeaseRecord:
-        """A new lease for ``holder`` (a description: host, pid, command), alive for ``ttl``
-        seconds unless renewed."""
-        lease_id = new_id("lease")
-        now_ms = self.db.now_ms
-        async with self.db.transaction() as tx:
-            await tx.execute(
-                "INSERT INTO leases (id, holder, created_at, heartbeat_ms, expires_ms, released)"
-                f" VALUES (?, ?, ?, {now_ms}, {now_ms} + ?, 0)",
-                (lease_id, holder, now(), int(ttl * 1000)),
-            )
-            rows = await tx.fetchall(f"SELECT {_columns(LeaseRecord)} FROM leases WHERE id = ?", (lease_id,))
-        lease: LeaseRecord = _record(LeaseRecord, rows[0])
-        return lease
-
-    async def renew_lease(self, lease_id: str, ttl: float) -> bool:
-        """Extend a live lease by ``ttl`` seconds from now. ``False``: it had expired or was
-        released, and whatever it owned may already be another control plane's to clean.
-        Runs on a connection of its own, never queued behind the store's other statements."""
-        db = await self._heartbeat_db()
-        now_ms = db.now_ms
-        renewed = await db.execute(
-            f"UPDATE leases SET heartbeat_ms = {now_ms}, expires_ms = {now_ms} + ?"
-            f" WHERE id = ? AND released = 0 AND expires_ms > {now_ms}",
-            (int(ttl * 1000), lease_id),
-        )
-        return renewed == 1
-
-    async def release_lease(self, lease_id: str) -> None:
-        """End a lease now: what it still owns is left to reconcile."""
-        await self.db.execute(
-            f"UPDATE leases SET released = 1, expires_ms = {self.db.now_ms} WHERE id = ?", (lease_id,)
-        )
-
-    async def lease_liveness(self) -> dict[str, bool]:
-        """Every lease this store knows, by id: whether it lives (neither expired nor
-        released, by the database's clock). A lease missing here is another store's: whether
-        its holder lives cannot be told from this one."""
-        rows = await self.db.fetchall(
-            f"SELECT id, CASE WHEN released = 0 AND expires_ms > {self.db.now_ms} THEN 1 ELSE 0 END"
-            " FROM leases"
-        )
-        return {str(row[0]): bool(row[1]) for row in rows}
-
-    async def live_leases(self) -> set[str]:
-        """Ids of the leases that are neither expired nor released, by the database's clock."""
-        rows = await self.db.fetchall(
-            f"SELECT id FROM leases WHERE released = 0 AND expires_ms > {self.db.now_ms}"
-        )
-        return {str(row[0]) for row in rows}
-
-    async def lease(self, lease_id: str) -> LeaseRecord | None:
-        row = await self.db.fetchone(f"SELECT {_columns(LeaseRecord)} FROM leases WHERE id = ?", (lease_id,))
-        lease: LeaseRecord | None = _record(LeaseRecord, row)
-        return lease
 
     # -- run events ----------------------------------------------------------------------
 
@@ -493,7 +444,7 @@ class Store(_Parts):
         """
         if not events and not transcripts:
             return
-        sql = f"INSERT INTO run_events ({_columns(EventRecord)}) VALUES (?, ?, ?, ?, ?)"
+        sql = f"INSERT INTO run_events ({columns(EventRecord)}) VALUES (?, ?, ?, ?, ?)"
         sql += " ON CONFLICT (run_id, seq) DO NOTHING"
         rows = [(e.run_id, e.seq, e.kind, e.at, e.body) for e in events]
 
@@ -508,11 +459,11 @@ class Store(_Parts):
     async def events(self, run_id: str, *, after: int = 0, limit: int = 1000) -> list[EventRecord]:
         """The run's events with ``seq`` above ``after``, in order, at most ``limit``."""
         rows = await self.db.fetchall(
-            f"SELECT {_columns(EventRecord)} FROM run_events"
+            f"SELECT {columns(EventRecord)} FROM run_events"
             " WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (run_id, after, limit),
         )
-        return [_record(EventRecord, row) for row in rows]
+        return [as_record(EventRecord, row) for row in rows]
 
     async def last_event_seq(self, run_id: str) -> int:
         row = await self.db.fetchone("SELECT MAX(seq) FROM run_events WHERE run_id = ?", (run_id,))
@@ -521,7 +472,7 @@ class Store(_Parts):
     # -- snapshots ---------------------------------------------------------------------
 
     async def save_snapshot(self, snapshot: SnapshotRecord) -> None:
-        await self.db.execute(*_insert("snapshots", snapshot))
+        await self.db.execute(*insert("snapshots", snapshot))
 
     async def claim_snapshot(self, token: str) -> SnapshotRecord:
         """Take a resume token: exactly once, even with several control planes racing.
@@ -529,18 +480,23 @@ class Store(_Parts):
         Raises:
             TokenError: the token is unknown or was used already.
         """
-        async with self.db.transaction() as tx:
+        stamp = now()
+
+        async def claim(tx: Transaction) -> tuple[int, list[Row]]:
             taken = await tx.execute(
-                "UPDATE snapshots SET used_at = ? WHERE token = ? AND used_at IS NULL", (now(), token)
+                "UPDATE snapshots SET used_at = ? WHERE token = ? AND used_at IS NULL", (stamp, token)
             )
             rows = await tx.fetchall(
-                f"SELECT {_columns(SnapshotRecord)} FROM snapshots WHERE token = ?", (token,)
+                f"SELECT {columns(SnapshotRecord)} FROM snapshots WHERE token = ?", (token,)
             )
+            return taken, rows
+
+        taken, rows = await self.db.transact(claim)
         if not rows:
             raise TokenError("unknown resume token")
         if taken != 1:
             raise TokenError(f"resume token of run {rows[0][1]} was used already")
-        snapshot: SnapshotRecord = _record(SnapshotRecord, rows[0])
+        snapshot: SnapshotRecord = as_record(SnapshotRecord, rows[0])
         return snapshot
 
     async def use_snapshots(self, run_id: str) -> int:
@@ -553,17 +509,17 @@ class Store(_Parts):
     async def peek_snapshot(self, token: str) -> SnapshotRecord | None:
         """A snapshot by token, without taking it."""
         row = await self.db.fetchone(
-            f"SELECT {_columns(SnapshotRecord)} FROM snapshots WHERE token = ?", (token,)
+            f"SELECT {columns(SnapshotRecord)} FROM snapshots WHERE token = ?", (token,)
         )
-        snapshot: SnapshotRecord | None = _record(SnapshotRecord, row)
+        snapshot: SnapshotRecord | None = as_record(SnapshotRecord, row)
         return snapshot
 
     async def snapshots(self, run_id: str) -> list[SnapshotRecord]:
         rows = await self.db.fetchall(
-            f"SELECT {_columns(SnapshotRecord)} FROM snapshots WHERE run_id = ? ORDER BY created_at",
+            f"SELECT {columns(SnapshotRecord)} FROM snapshots WHERE run_id = ? ORDER BY created_at",
             (run_id,),
         )
-        return [_record(SnapshotRecord, row) for row in rows]
+        return [as_record(SnapshotRecord, row) for row in rows]
 
 
 def _check_node_state(*states: NodeRecordState) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from ._db import Database
+from ..errors import StoreError
+from ._db import Database, Transaction
 
 _SERIAL = {
     "sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT",
@@ -13,9 +16,11 @@ _SERIAL = {
 
 _BLOB = {"sqlite": "BLOB", "postgres": "BYTEA"}
 
-# Each migration is a list of statements; {serial} is the dialect's auto-increment key,
-# {blob} its type of binary data.
-MIGRATIONS: list[list[str]] = [
+# Each migration is a list of statements ({serial} is the dialect's auto-increment key, {blob}
+# its type of binary data) and of functions that run statements of their own. A migration,
+# once released, is never changed: what changes comes as a new one.
+Step = str | Callable[[Transaction], Awaitable[None]]
+MIGRATIONS: list[list[Step]] = [
     [
         """CREATE TABLE workspaces (
             id TEXT PRIMARY KEY,
@@ -203,22 +208,97 @@ MIGRATIONS: list[list[str]] = [
 ]
 
 
+async def _image_refs(tx: Transaction) -> None:
+    """Fill ``image_refs`` from the runs' prompts and the images their resumes were given
+    (``run.started`` events), so that retention deletes no image a run still names."""
+    refs: set[tuple[str, str]] = set()
+    for run_id, blocks in await tx.fetchall("SELECT id, prompt_blocks FROM runs WHERE prompt_blocks != '[]'"):
+        refs.update((block["sha256"], run_id) for block in json.loads(blocks) if block.get("type") == "image")
+    started = "SELECT run_id, body FROM run_events WHERE kind = 'run.started' AND body LIKE ?"
+    for run_id, body in await tx.fetchall(started, ("%sha256%",)):
+        refs.update((image["sha256"], run_id) for image in json.loads(body).get("images") or ())
+    for sha256, run_id in sorted(refs):
+        await tx.execute(
+            "INSERT INTO image_refs (sha256, run_id) VALUES (?, ?) ON CONFLICT DO NOTHING", (sha256, run_id)
+        )
+
+
+MIGRATIONS.append(
+    [
+        # What retention and the hot paths look up (tests/test_store_plans.py): dead leases by
+        # expiry, runs by owner, by state and age, by session; snapshots by run; pool nodes by
+        # provisioner and by state; pools by holder; sessions, workspaces and images by age.
+        "CREATE INDEX leases_expires ON leases(expires_ms)",
+        "CREATE INDEX runs_owner_state ON runs(owner, state)",
+        "DROP INDEX runs_state",
+        "CREATE INDEX runs_state_updated ON runs(state, updated_at)",
+        "CREATE INDEX runs_agent_session ON runs(project_key, agent_session_id)",
+        "CREATE INDEX snapshots_run ON snapshots(run_id)",
+        "CREATE INDEX pool_nodes_owner ON pool_nodes(owner)",
+        "CREATE INDEX pool_nodes_state ON pool_nodes(state, updated_at)",
+        "CREATE INDEX pools_holder ON pools(holder)",
+        "CREATE INDEX sessions_created ON sessions(created_at)",
+        "CREATE INDEX workspaces_created ON workspaces(created_at)",
+        "CREATE INDEX images_created ON images(created_at)",
+        "CREATE INDEX sessions_workspace ON sessions(workspace_id)",
+        "CREATE INDEX runs_session ON runs(session_id)",
+        "CREATE INDEX idempotency_keys_holder ON idempotency_keys(holder) WHERE state = 'pending'",
+        # Which runs name which image (their prompt, their resumes' messages): an image no
+        # run names is retention's to delete.
+        """CREATE TABLE image_refs (
+            sha256 TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            PRIMARY KEY (sha256, run_id))""",
+        "CREATE INDEX image_refs_run ON image_refs(run_id)",
+        _image_refs,
+        # Facts about the store itself (when it was last pruned, say), by key.
+        "CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    ]
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema this code writes: a store of a later one is refused."""
+
+
 async def migrate(db: Database) -> int:
-    """Apply what is missing; safe when several processes start at once. Returns the version."""
-    async with db.transaction() as tx:
+    """Apply what is missing, in one transaction; safe when several processes start at once.
+    Returns the version.
+
+    Raises:
+        StoreError: the store was written by a newer nodeprov (its schema is later than
+            :data:`SCHEMA_VERSION`), or the database failed.
+    """
+
+    async def upgrade(tx: Transaction) -> None:
         if db.dialect == "postgres":
             await tx.execute("SELECT pg_advisory_xact_lock(7453001)")  # one migrator at a time
         await tx.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)"
         )
         done = {row[0] for row in await tx.fetchall("SELECT version FROM schema_migrations")}
-        for version, statements in enumerate(MIGRATIONS, start=1):
+        if done and max(done) > SCHEMA_VERSION:
+            raise StoreError(
+                f"the store at {db.where} has schema {max(done)}, newer than this nodeprov's"
+                f" ({SCHEMA_VERSION}): upgrade nodeprov to use it"
+            )
+        for version, steps in enumerate(MIGRATIONS, start=1):
             if version in done:
                 continue
-            for statement in statements:
-                await tx.execute(statement.format(serial=_SERIAL[db.dialect], blob=_BLOB[db.dialect]))
+            for step in steps:
+                if isinstance(step, str):
+                    await tx.execute(step.format(serial=_SERIAL[db.dialect], blob=_BLOB[db.dialect]))
+                else:
+                    await step(tx)
             await tx.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                 (version, datetime.now(UTC).isoformat()),
             )
-    return len(MIGRATIONS)
+
+    await db.transact(upgrade)
+    return SCHEMA_VERSION
+
+
+async def schema_version(db: Database) -> int:
+    """The schema version the store is at."""
+    row = await db.fetchone("SELECT MAX(version) FROM schema_migrations")
+    return int(row[0]) if row and row[0] is not None else 0

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 from .. import _json
-from ._db import Database, Statements
+from ._db import Database, Statements, Transaction
 
 __all__ = [
     "EntryBatch",
@@ -230,7 +230,8 @@ class EntryStore:
         """Delete what ``key`` holds; a main transcript takes its subagents' transcripts and
         its summary with it."""
         project, session, subpath = key["project_key"], key["session_id"], _subpath(key)
-        async with self._db.transaction() as tx:
+
+        async def delete(tx: Transaction) -> None:
             if subpath:
                 await tx.execute(
                     "DELETE FROM transcript_entries WHERE project_key = ? AND session_id = ? AND subpath = ?",
@@ -241,6 +242,8 @@ class EntryStore:
                 await tx.execute(
                     f"DELETE FROM {table} WHERE project_key = ? AND session_id = ?", (project, session)
                 )
+
+        await self._db.transact(delete)
 
     async def subpaths(self, key: EntryKey) -> list[str]:
         """The ``subpath`` values stored beside ``key``'s main transcript, sorted."""

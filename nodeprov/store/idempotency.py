@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
 from ..errors import ConfigError
-from ._db import Database
+from ._db import Database, Transaction
 
 __all__ = ["IdempotencyRecord", "IdempotencyStore"]
 
@@ -67,16 +67,20 @@ class IdempotencyStore:
             raise ConfigError(f"an idempotency key is 1 to {_MAX_KEY_LENGTH} printable ASCII characters")
         if kind not in _KINDS:
             raise ConfigError(f"unknown idempotency key kind {kind!r} (known: {', '.join(_KINDS)})")
-        async with self._db.transaction() as tx:
+        stamp = _timestamp(datetime.now(UTC))
+
+        async def reserve(tx: Transaction) -> tuple[IdempotencyRecord, bool]:
             made = await tx.execute(
                 f"INSERT INTO idempotency_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, 'pending', NULL, ?)"
                 " ON CONFLICT (scope, key) DO NOTHING",
-                (scope, key, kind, fingerprint, resource_id, holder, _timestamp(datetime.now(UTC))),
+                (scope, key, kind, fingerprint, resource_id, holder, stamp),
             )
             rows = await tx.fetchall(
                 f"SELECT {_COLUMNS} FROM idempotency_keys WHERE scope = ? AND key = ?", (scope, key)
             )
-        return IdempotencyRecord(*rows[0]), made == 1
+            return IdempotencyRecord(*rows[0]), made == 1
+
+        return await self._db.transact(reserve)
 
     async def complete(self, scope: str, key: str, response: str) -> None:
         """Mark a pending key done with ``response``, the JSON its request answered (replayed

@@ -20,20 +20,26 @@ class ImageStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def put(self, images: Sequence[ImageBlock]) -> None:
-        """Keep ``images`` (an image stored already is left as it is)."""
+    async def put(self, images: Sequence[ImageBlock], *, run_id: str) -> None:
+        """Keep ``images``, named by run ``run_id`` (an image stored already is kept once)."""
         if images:
-            async with self._db.transaction() as tx:
-                await self.put_in(tx, images)
+            await self._db.transact(lambda tx: self.put_in(tx, images, run_id=run_id))
 
     @staticmethod
-    async def put_in(tx: Transaction, images: Sequence[ImageBlock]) -> None:
-        """:meth:`put`, as part of the transaction ``tx``."""
+    async def put_in(tx: Transaction, images: Sequence[ImageBlock], *, run_id: str) -> None:
+        """:meth:`put`, as part of the transaction ``tx``. An image stored already has its time
+        set anew: retention, deleting what no run names and is old, must wait for the run
+        this transaction records (and takes the row's lock, on PostgreSQL, until it has)."""
+        stamp = datetime.now(UTC).isoformat(timespec="microseconds")
         for image in images:
             await tx.execute(
                 "INSERT INTO images (sha256, media_type, size, data, created_at) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (sha256) DO NOTHING",
-                (image.sha256, image.media_type, image.size, image.data, datetime.now(UTC).isoformat()),
+                "ON CONFLICT (sha256) DO UPDATE SET created_at = excluded.created_at",
+                (image.sha256, image.media_type, image.size, image.data, stamp),
+            )
+            await tx.execute(
+                "INSERT INTO image_refs (sha256, run_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                (image.sha256, run_id),
             )
 
     async def get(self, hashes: Collection[str]) -> dict[str, ImageBlock]:

@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import ConfigError, RunStateError
-from ._db import Database, Row
+from ._db import Database, Row, Transaction
 
 __all__ = ["PoolNodeRecord", "PoolNodeState", "PoolRecord", "PoolStore"]
 
@@ -119,11 +119,14 @@ class PoolStore:
         Raises:
             ConfigError: a pool of that name exists (being removed too).
         """
-        async with self._db.transaction() as tx:
+        values = tuple(getattr(record, f.name) for f in fields(PoolRecord))
+
+        async def create(tx: Transaction) -> None:
             if await tx.fetchall("SELECT 1 FROM pools WHERE name = ?" + self._lock, (record.name,)):
                 raise ConfigError(f"pool {record.name!r} exists already")
-            values = tuple(getattr(record, f.name) for f in fields(PoolRecord))
             await tx.execute(f"INSERT INTO pools ({_columns(PoolRecord)}) VALUES ({_marks(values)})", values)
+
+        await self._db.transact(create)
 
     async def get(self, name: str) -> PoolRecord | None:
         row = await self._db.fetchone(f"SELECT {_columns(PoolRecord)} FROM pools WHERE name = ?", (name,))
@@ -170,16 +173,17 @@ class PoolStore:
 
     async def delete_if_empty(self, name: str) -> bool:
         """Delete a pool being removed that holds no node any more. Returns whether it did."""
-        async with self._db.transaction() as tx:
+
+        async def delete(tx: Transaction) -> bool:
             if await tx.fetchall(
                 f"SELECT 1 FROM pool_nodes WHERE pool = ? AND state IN ({_marks(HELD)})", (name, *HELD)
             ):
                 return False
             await tx.execute("DELETE FROM pool_nodes WHERE pool = ?", (name,))
-            deleted: int = await tx.execute(
-                "DELETE FROM pools WHERE name = ? AND state = 'removing'", (name,)
-            )
+            deleted = await tx.execute("DELETE FROM pools WHERE name = ? AND state = 'removing'", (name,))
             return deleted == 1
+
+        return await self._db.transact(delete)
 
     async def note_failure(self, name: str, error: str, backoff: float) -> None:
         """A refill failed: say why, and that the holder tries again in ``backoff`` seconds."""
@@ -221,7 +225,9 @@ class PoolStore:
     async def add_intent(self, name: str, node_id: str, holder: str) -> bool:
         """Record a node about to be provisioned for the pool, if ``holder`` holds the pool,
         it is active, and its held nodes are fewer than its size. Returns whether it did."""
-        async with self._db.transaction() as tx:
+        stamp = _now()
+
+        async def add(tx: Transaction) -> bool:
             rows = await tx.fetchall(
                 "SELECT holder, state, size FROM pools WHERE name = ?" + self._lock, (name,)
             )
@@ -235,9 +241,11 @@ class PoolStore:
             await tx.execute(
                 f"INSERT INTO pool_nodes ({_columns(PoolNodeRecord)})"
                 " VALUES (?, ?, 'intent', ?, NULL, NULL, ?)",
-                (node_id, name, holder, _now()),
+                (node_id, name, holder, stamp),
             )
-        return True
+            return True
+
+        return await self._db.transact(add)
 
     async def made_ready(self, node_id: str) -> bool:
         """A provisioned node is ready, if its pool is still active. Returns whether it is:
@@ -270,7 +278,9 @@ class PoolStore:
             RunStateError: there is no such pool, or it is being removed.
         """
         skip = " FOR UPDATE SKIP LOCKED" if self._db.dialect == "postgres" else ""
-        async with self._db.transaction() as tx:
+        stamp = _now()
+
+        async def claim(tx: Transaction) -> str | None:
             pools = await tx.fetchall("SELECT state, max_age FROM pools WHERE name = ?", (name,))
             if not pools or pools[0][0] != "active":
                 raise RunStateError(f"pool {name!r} {'is being removed' if pools else 'does not exist'}")
@@ -282,7 +292,6 @@ class PoolStore:
             if not found:
                 return None
             node_id = str(found[0][0])
-            stamp = _now()
             if not await tx.execute(
                 "UPDATE pool_nodes SET state = 'claimed', run_id = ?, updated_at = ?"
                 " WHERE id = ? AND state = 'ready'",
@@ -294,7 +303,9 @@ class PoolStore:
                 " VALUES (?, ?, ?, 'live', ?, ?)",
                 (node_id, provider, run_id, stamp, stamp),
             )
-        return node_id
+            return node_id
+
+        return await self._db.transact(claim)
 
     async def expired(self, name: str, max_age: float) -> list[PoolNodeRecord]:
         """The pool's ready nodes older than ``max_age`` seconds (the database's clock)."""

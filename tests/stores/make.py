@@ -44,7 +44,7 @@ async def until_said(run: Run) -> None:
 
 async def make(url: str, work: Path) -> dict[str, Any]:
     fake = fake_agent_command(work)
-    local = {"provider": "local", "provider_settings": {"root": str(work / "nodes")}}
+    local: dict[str, Any] = {"provider": "local", "provider_settings": {"root": str(work / "nodes")}}
 
     def agent(*steps: dict[str, Any]) -> dict[str, Any]:
         return {"cli_path": fake, "env": {"NODEPROV_FAKE_AGENT": json.dumps(list(steps))}}
@@ -73,12 +73,12 @@ async def make(url: str, work: Path) -> dict[str, Any]:
             pool = Pool(name="warm", provider="local", provider_settings={"root": str(work / "pool")}, size=1)
             await plane.pools.create(pool)
             with anyio.fail_after(60):
-                while (await plane.pools.get("warm")).ready < 1:
+                while (await plane.pools.get("warm")).ready < 1:  # noqa: ASYNC110 - the store
                     await anyio.sleep(0.05)
             claimed = await plane.start("from the pool", pool="warm", options=agent({"text": "warm"}))
             assert await claimed.wait() == "ok", claimed.error
             with anyio.fail_after(60):  # refilled
-                while (await plane.pools.get("warm")).ready < 1:
+                while (await plane.pools.get("warm")).ready < 1:  # noqa: ASYNC110 - the store
                     await anyio.sleep(0.05)
             for run, snapshot in (
                 (finished, None),
@@ -110,7 +110,12 @@ async def make(url: str, work: Path) -> dict[str, Any]:
         )
         manifest["idempotency"] = ["token:" + token.id, "key-1", finished.id]
         manifest["transcript_entries"] = {
-            run_id: len(await store.transcripts.load({"project_key": facts["project_key"], "session_id": facts["session"]}) or [])
+            run_id: len(
+                await store.transcripts.load(
+                    {"project_key": facts["project_key"], "session_id": facts["session"]}
+                )
+                or []
+            )
             for run_id, facts in manifest["runs"].items()
             if facts["session"]
         }
