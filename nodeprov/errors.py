@@ -30,6 +30,8 @@ errors, ...) into this tree at their boundary, so a caller never catches a platf
 
 from __future__ import annotations
 
+import logging
+
 __all__ = [
     "AgentError",
     "AgentExitError",
@@ -53,6 +55,7 @@ __all__ = [
     "TokenError",
     "first_line",
     "leaf",
+    "log_failure",
 ]
 
 
@@ -159,6 +162,16 @@ def first_line(error: BaseException | str) -> str:
     if not text:
         return "" if isinstance(error, str) else type(error).__name__
     return text.splitlines()[0].split(" (fields: ")[0]
+
+
+def log_failure(logger: logging.Logger, error: BaseException, what: str, *args: object) -> None:
+    """Log ``what`` (a %-format with ``args``) failed because of ``error``: one line for an
+    error of nodeprov's own (the store away, a provider refusing: expected, and retried),
+    a traceback for anything else (a bug to see)."""
+    if isinstance(leaf(error), NodeprovError):
+        logger.warning(f"{what}: %s", *args, first_line(leaf(error)))
+    else:
+        logger.error(what, *args, exc_info=error)
 
 
 def leaf(error: BaseException) -> BaseException:

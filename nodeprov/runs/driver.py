@@ -14,7 +14,7 @@ import anyio
 
 from ..agents import Agent, AgentSession, Result
 from ..agents.registry import imported
-from ..errors import DeadlineError, NodeprovError, RunStateError, StoreError
+from ..errors import DeadlineError, NodeprovError, RunStateError, StoreError, log_failure
 from ..node import LABEL_EXPIRES_AT, NodeHandle
 from ..node.keeper import Detached, KeepOptions, Reattached
 from ..prompts import prompt_images, prompt_text
@@ -426,8 +426,8 @@ class Driver:
                     await self._save_state(drive)
                 await self._release(drive)
                 await self._move(drive, RunState.FAILED, error=error[:2000])
-            except Exception:
-                logger.exception("could not record the failure of run %s", run.id)
+            except Exception as failure:  # noqa: BLE001 - logged (log_failure)
+                log_failure(logger, failure, "could not record the failure of run %s", run.id)
 
     async def _close(self, drive: Drive) -> None:
         """Report the end of this drive: the last event, flushed. A detached drive's run goes

@@ -14,7 +14,7 @@ import anyio
 
 from .._json import loads
 from ..agents import StateKey
-from ..errors import RunStateError
+from ..errors import RunStateError, log_failure
 from ..store import EntryBatch, EventRecord, Store, entry_key, now
 from ..store.entries import Fold
 from .events import RunEvent, RunFinished, event_from_json
@@ -83,8 +83,8 @@ class Journal:
             await anyio.sleep(_DURABLE_GATHER if self.durable_readers else _FLUSH_GATHER)  # a batch gathers
             try:
                 await self.flush()
-            except Exception:
-                logger.exception("could not write run events; trying again")
+            except Exception as error:  # noqa: BLE001 - logged (log_failure)
+                log_failure(logger, error, "could not write run events; trying again")
                 self._waiting.set()
                 await anyio.sleep(1)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from ..errors import NodeGoneError, NodeprovError, first_line
+from ..errors import NodeGoneError, NodeprovError, first_line, log_failure
 from ..node import NodeConfig, NodeHandle, NodeProvider
 from ..store import PoolNodeRecord, PoolNodeState, PoolRecord, Store
 from .lease import Lease, owner_check
@@ -78,8 +78,10 @@ class PoolKeeper:
                 self._woken, self._after_claim = anyio.Event(), False
                 try:
                     await self.keep_round()
-                except Exception:
-                    logger.exception("keeping the pools failed; trying again in %g s", self._interval)
+                except Exception as error:  # noqa: BLE001 - logged (log_failure)
+                    log_failure(
+                        logger, error, "keeping the pools failed; trying again in %g s", self._interval
+                    )
         finally:
             # The channels opened ahead on the nodes made here end with this control plane.
             made, self._made = list(self._made.values()), {}
@@ -282,8 +284,8 @@ async def _logged(work: Callable[[], Awaitable[None]], pool: str) -> None:
     """A pool task whose failure (the store away) is logged: the next round tries again."""
     try:
         await work()
-    except Exception:
-        logger.exception("pool %s: a task failed; the next round tries again", pool)
+    except Exception as error:  # noqa: BLE001 - logged (log_failure)
+        log_failure(logger, error, "pool %s: a task failed; the next round tries again", pool)
 
 
 def node_from_template(stored: str, owner: str) -> NodeConfig:

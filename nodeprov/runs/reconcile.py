@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from ..errors import NodeGoneError, NodeprovError, first_line
+from ..errors import NodeGoneError, NodeprovError, log_failure
 from ..node import GarbageReport, NodeProvider
 from ..node.keeper import kept_state
 from ..store import POOL_HELD, NodeRecord, NodeRecordState, PoolNodeState, RunRecord, Store, now
@@ -237,7 +237,5 @@ async def every(interval: float, step: Callable[[], Awaitable[Any]], name: str) 
         await anyio.sleep(interval)
         try:
             await step()
-        except NodeprovError as error:
-            logger.warning("%s failed; trying again in %g s: %s", name, interval, first_line(error))
-        except Exception:
-            logger.exception("%s failed; trying again in %g s", name, interval)
+        except Exception as error:  # noqa: BLE001 - logged (log_failure)
+            log_failure(logger, error, "%s failed; trying again in %g s", name, interval)

@@ -16,7 +16,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from fastapi import Request
 
 from ..agents.registry import SCRIPTED, agent_class, agent_names, import_soon, on_model
-from ..errors import NodeprovError
+from ..errors import NodeprovError, log_failure
 from ..fleet import Fleet, secret_settings_from_env
 from ..node import NodeHandle
 from ..registry import provider_class, provider_names
@@ -140,8 +140,8 @@ class Service:
         while True:
             try:
                 await self.store.idempotency.purge(self.config.idempotency_ttl)
-            except Exception:
-                logger.exception("could not forget old idempotency keys; trying again later")
+            except Exception as error:  # noqa: BLE001 - logged (log_failure)
+                log_failure(logger, error, "could not forget old idempotency keys; trying again later")
             await anyio.sleep(_PURGE_INTERVAL)
 
 

@@ -249,11 +249,11 @@ class PostgresDatabase(Database):
         """``error`` of a transaction that did not commit, as :mod:`._db` takes it."""
         if isinstance(error, ConfigError | StoreError | UnavailableError):
             return error
-        why = f"PostgreSQL store {self.where}: {first_line(error)}"
         if isinstance(error, TimeoutError):
-            return UnavailableError(f"{why}: no answer within {self.statement_timeout:g} s")
+            return UnavailableError(f"no answer within {self.statement_timeout:g} s")
         if isinstance(error, OSError) or _transient(error, connection):
-            return UnavailableError(why)
+            return UnavailableError(first_line(error))  # the retries say which store
+        why = f"PostgreSQL store {self.where}: {first_line(error)}"
         if getattr(error, "sqlstate", None) == "57014":
             return StoreError(f"{why} (a statement ran out of time)")
         return StoreError(why)
@@ -290,7 +290,7 @@ class PostgresDatabase(Database):
         try:
             writer = self._writer_connection()
         except (psycopg.Error, OSError) as error:
-            return [UnavailableError(f"PostgreSQL store {self.where}: {first_line(error)}")] * len(batch)
+            return [UnavailableError(first_line(error))] * len(batch)
 
         def rollback() -> None:
             if not (writer.closed or writer.broken):
@@ -300,7 +300,7 @@ class PostgresDatabase(Database):
             # The works are idempotent by their keys: a batch lost even as it committed is
             # written again, and what it stored already is skipped.
             if isinstance(error, psycopg.Error | OSError) and _transient(error, writer):
-                return UnavailableError(f"PostgreSQL store {self.where}: {first_line(error)}")
+                return UnavailableError(first_line(error))
             return None
 
         try:
