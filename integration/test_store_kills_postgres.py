@@ -107,3 +107,47 @@ async def test_runs_ride_out_connections_the_server_ends(postgres_url: str, tmp_
     assert landed == KILLS
     assert totals["duplicates"] == totals["entries without their event"] == 0
     assert totals["events without their entry"] == 0
+
+
+async def _run_through_a_cut(postgres_url: str, tmp_path: Path, cut_for: float) -> Run:
+    """A run on a store reached through a relay that is cut for ``cut_for`` seconds while the
+    agent talks; the store is tried again for 3 s."""
+    from .test_service_store_outage import _proxied
+
+    steps = [{"stream": [40, 100, 0.05]}, {"text": "done"}]
+    options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
+    async with (
+        _proxied(postgres_url) as (proxy, url),
+        await Store.open(url, retry_for=3.0) as store,
+        Orchestrator(store, reconcile_interval=0, retention=None) as plane,
+    ):
+        run = await plane.start(
+            "task", provider="local", provider_settings={"root": str(tmp_path / "nodes")}, options=options
+        )
+        with anyio.fail_after(60):
+            async for event in run.events():
+                if event.kind == "agent.message":
+                    break
+        proxy.cut()
+        await anyio.sleep(cut_for)  # the outage itself: what is under test is what a run makes of it
+        proxy.restore()
+        with anyio.fail_after(60):
+            await run.wait()
+        return run
+
+
+async def test_a_run_rides_out_a_store_outage_shorter_than_its_bound(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    run = await _run_through_a_cut(postgres_url, tmp_path, 1.0)
+    assert (run.outcome, run.error) == ("ok", None)
+
+
+async def test_a_run_fails_when_the_store_is_away_past_its_bound_and_says_so(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    run = await _run_through_a_cut(postgres_url, tmp_path, 6.0)
+    assert run.outcome == "error"
+    assert run.error is not None
+    assert "was unavailable for 3 s" in run.error, run.error
+    assert "\n" not in run.error

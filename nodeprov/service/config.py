@@ -75,6 +75,21 @@ class ServiceConfig(Settings):
     idempotency_ttl: float = Field(
         default=86400.0, gt=0, description="How long an Idempotency-Key is remembered, in seconds."
     )
+    retention: float | None = Field(
+        default=30 * 86400.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Seconds a run that is over (paused, finished, failed) stays in the store once nothing "
+        "touches it; then it is deleted with its events, snapshots, transcript and images (one replica of "
+        "those sharing the store prunes, at most hourly). None: everything is kept.",
+    )
+    store_retry: float = Field(
+        default=60.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Seconds a store that stops answering (a dropped connection, a restarting server) is "
+        "tried again before a call fails; a run fails only past it, and says so.",
+    )
 
     @field_validator("agent_grace", mode="before")
     @classmethod

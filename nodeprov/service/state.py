@@ -109,7 +109,7 @@ class Service:
     async def running(cls, config: ServiceConfig) -> AsyncIterator[Service]:
         async with AsyncExitStack() as stack:
             await anyio.to_thread.run_sync(_import_agents_soon)
-            store = await Store.open(config.store)
+            store = await Store.open(config.store, retry_for=config.store_retry)
             stack.push_async_callback(store.aclose)
             orchestrator = Orchestrator(
                 store,
@@ -119,6 +119,7 @@ class Service:
                 shutdown_timeout=config.shutdown_timeout,
                 agent_grace=config.agent_grace,
                 keep_pools=config.keep_pools,
+                retention=config.retention,
                 # What runs never store, for a dead replica's runs that this one reconciles.
                 provider_settings=await anyio.to_thread.run_sync(secret_settings_from_env, None),
             )
