@@ -7,6 +7,18 @@ nodes.
 
 Each figure is paired in one run (direct first, then kept, alternating), and reported with its
 spread over ``--runs``.
+
+    python -m bench.keeper --footprint [--providers local docker] [--turns 200]
+
+What a kept agent leaves (issue 43): one that writes 1 MiB of stdout for each 1 KB line of
+stdin, for ``--turns`` turns (200 MiB), then takes 2,000 lines of 1 KB and three 5 MiB ones
+(said back, a word each): the peak size of its keeper's directory on the node (``du``,
+sampled every 50 ms), of the stdin the control plane holds
+(:attr:`~nodeprov.node.keeper.KeptProcess.unfed`) and of the control plane's memory
+(``tracemalloc``, over the turns); next to the same with ``keep_read=None`` (the node keeps
+all the output, as before issue 43; ``in.log`` is freed all the same, where it kept it all
+before) and, for stdin, what was sent (all of which the control plane held before: a frame
+went only once an attach found it in the node's log, at a re-attach).
 """
 
 from __future__ import annotations
@@ -14,7 +26,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import tracemalloc
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -22,7 +36,7 @@ import anyio
 from nodeprov import NodeHandle, get_provider
 from nodeprov.node.keeper import Detached, KeepOptions, Reattached, keep
 from nodeprov.spawn import SpawnedProcess, SpawnOptions
-from nodeprov.testing.conformance.keeper import DROP_ATTACH
+from nodeprov.testing.conformance.keeper import DROP_ATTACH, disk_usage
 
 _IMAGE = "nodeprov-test-without-ps:latest"
 # Prints its start's clock (ns) then one line per 10 ms with the clock: latency = receipt - stamp.
@@ -148,6 +162,98 @@ async def reattach_time(node: NodeHandle) -> float:
     return took
 
 
+_MIB = 1 << 20
+# A line of stdin that starts "turn" is a turn: 1 MiB of stdout; another is said back (its
+# first word).
+_TURNS = """while IFS= read -r line; do
+  case $line in turn*) yes "${line%% *}" | head -c 1048576 ;; *) printf '%s\\n' "${line%% *}" ;; esac
+done"""
+
+
+@dataclass
+class Footprint:
+    """What a run of :data:`_TURNS` left, at its peaks (bytes)."""
+
+    disk_turns: int = 0  # the keeper's directory while it wrote its stdout
+    traced_turns: int = 0  # the control plane's traced memory meanwhile
+    disk_input: int = 0  # the keeper's directory while it took its stdin
+    held: int = 0  # stdin the control plane held
+    held_at_end: int = 0  # ... once every line was said back
+    sent: int = 0  # stdin sent
+
+
+async def footprint(node: NodeHandle, turns: int, keep_read: int | None) -> Footprint:
+    """What a run of :data:`_TURNS` leaves: ``turns`` turns, then a burst of stdin."""
+    options = KeepOptions(grace=30, keep_read=keep_read)
+    kept = await keep(node, SpawnOptions("/bin/sh", ["-c", _TURNS]), options)
+    found, disk, received = Footprint(), [0], [0]
+
+    async def sample() -> None:
+        while True:
+            disk[0] = max(disk[0], await disk_usage(node, kept))
+            found.held = max(found.held, kept.unfed)
+            await anyio.sleep(0.05)
+
+    async def read() -> None:  # all along: what was fed is heard with stdout
+        async for chunk in kept.stdout:
+            received[0] += len(chunk)
+
+    async def until(done: Callable[[], bool]) -> None:
+        with anyio.fail_after(120):
+            while not done():  # noqa: ASYNC110 - the kept process's counters: no event to wait on
+                await anyio.sleep(0.005)
+
+    async def send(line: bytes) -> None:
+        await kept.stdin.send(line)
+        found.sent, found.held = found.sent + len(line), max(found.held, kept.unfed)
+
+    async with kept, anyio.create_task_group() as tg:
+        tg.start_soon(sample)
+        tracemalloc.start()
+        try:
+            tg.start_soon(read)
+            for turn in range(turns):
+                await send(b"turn%d %s\n" % (turn, b"x" * 1000))
+                await until(lambda: received[0] >= (turn + 1) * _MIB)  # noqa: B023 - awaited here
+            found.traced_turns = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        found.disk_turns, disk[0] = disk[0], 0
+        lines = [b"%d %s\n" % (i, b"y" * 1016) for i in range(2000)]
+        lines += [b"image%d %s\n" % (i, b"z" * (5 * _MIB)) for i in range(3)]
+        for line in lines:
+            await send(line)
+        said = turns * _MIB + sum(len(line.split(b" ", 1)[0]) + 1 for line in lines)
+        await until(lambda: received[0] >= said and not kept.unfed)
+        found.held_at_end, found.disk_input = kept.unfed, disk[0]
+        await kept.stdin.aclose()
+        tg.cancel_scope.cancel()
+    return found
+
+
+async def footprints(provider_name: str, turns: int, keep_read: int | None) -> list[str]:
+    settings: dict[str, Any] = (
+        {"image": _IMAGE, "network_mode": "host", "pull": "never"} if provider_name == "docker" else {}
+    )
+    provider = get_provider(provider_name, **settings)
+    async with await provider.provision() as node:
+        now = await footprint(node, turns, KeepOptions().keep_read if keep_read is None else keep_read)
+        before = await footprint(node, turns, None)
+    name, mib = provider_name, _MIB
+    return [
+        f"| {name} | keeper dir on the node, peak over {turns} MiB of stdout in {turns} turns | "
+        f"{now.disk_turns / mib:.1f} MiB | {before.disk_turns / mib:.1f} MiB |",
+        f"| {name} | control plane's traced memory, peak over those turns | "
+        f"{now.traced_turns / mib:.2f} MiB | {before.traced_turns / mib:.2f} MiB |",
+        f"| {name} | keeper dir, peak over 2,000 lines of 1 KB and 3 of 5 MiB on stdin | "
+        f"{now.disk_input / mib:.1f} MiB | {before.disk_input / mib:.1f} MiB |",
+        f"| {name} | stdin the control plane holds, peak | "
+        f"{now.held / mib:.2f} MiB | {now.sent / mib:.2f} MiB |",
+        f"| {name} | stdin the control plane holds once all was said back | "
+        f"{now.held_at_end / mib:.2f} MiB | {now.sent / mib:.2f} MiB |",
+    ]
+
+
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -208,6 +314,13 @@ async def bench(provider_name: str, mib: int, lines: int, runs: int) -> list[str
 
 
 async def main(arguments: argparse.Namespace) -> None:
+    if arguments.footprint:
+        print("| node | figure | now | keep_read=None (stdin: all sent) |\n|---|---|---|---|")
+        for name in arguments.providers:
+            keep_read = None if arguments.keep_read is None else int(arguments.keep_read * _MIB)
+            for row in await footprints(name, arguments.turns, keep_read):
+                print(row, flush=True)
+        return
     print("| node | figure | median | spread | goal |\n|---|---|---|---|---|")
     for name in arguments.providers:
         for row in await bench(name, arguments.mib, arguments.lines, arguments.runs):
@@ -222,4 +335,11 @@ if __name__ == "__main__":
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--lines", type=int, default=350)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--footprint", action="store_true", help="what a kept agent leaves (issue 43)")
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument(
+        "--keep-read",
+        type=float,
+        help="MiB the node keeps behind the reader (default: the keeper's; a run's: 64)",
+    )
     anyio.run(main, parser.parse_args())

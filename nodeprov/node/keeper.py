@@ -4,8 +4,10 @@ node, :func:`reattach` finds it again, and :class:`KeptProcess` is the
 channel drops.
 
 The keeper needs a POSIX ``sh``, GNU coreutils (``tail --pid``, ``stat``, ``date``,
-``touch``, ``mkfifo``), ``setsid``, ``awk`` and ``grep`` on the node, nothing else. It lives
-in a private directory (0700) on the node:
+``touch``, ``mkfifo``), ``setsid`` and ``fallocate`` (util-linux, beside ``setsid``),
+``awk`` and ``grep`` on the node, nothing else, and a filesystem that punches holes in files
+(ext4, xfs, btrfs, tmpfs, overlayfs on them; a keeper on one that cannot does not start). It
+lives in a private directory (0700) on the node:
 
 - ``out`` and ``err``: the journals of the process's stdout and stderr, appended as it
   writes; an attach reads them from a byte offset and follows them (``tail -f``: woken by
@@ -13,7 +15,9 @@ in a private directory (0700) on the node:
   overlayfs), so nothing the process said is lost while no channel is there;
 - ``in``: a FIFO, the process's stdin, fed from ``in.log`` by one long-lived ``awk`` that
   writes each frame's payload once, in order of the frames' ids: what a control plane sent
-  twice across a drop reaches the process once;
+  twice across a drop reaches the process once; after each frame, a note in ``fed`` (its
+  id, and how far ``in.log`` was read), which the attach reports to the control plane: it
+  holds each frame only until then;
 - ``lease``: touched every few seconds by a live attach. When nothing touched it for
   ``grace`` seconds (no control plane attached), or at the node's ``expires_at``, the keeper
   sends the process group SIGTERM, ``term_grace`` seconds later SIGKILL, and sweeps what the
@@ -21,6 +25,17 @@ in a private directory (0700) on the node:
   never unsupervised for ever;
 - ``pid``, ``rc`` (the exit status, and why: ``exit``, ``lease`` or ``ttl``), ``attach`` (the
   processes of the current attach, which the next attach ends first: one writer at a time).
+
+Nothing there grows for ever: what was fed of ``in.log`` and what the control plane has read
+of ``out`` and ``err`` (less :attr:`KeepOptions.keep_read` bytes behind the reader, for an
+attach from before there) is freed as it goes, by punching holes (``fallocate -p``), so
+every byte keeps its offset: ``tail -f`` and an attach from an offset go on as before. The
+journals' *bases*, below which their bytes are gone, are kept in ``base.0`` and ``base.1``;
+an attach from below the base of stdout fails (:class:`~nodeprov.errors.NodeGoneError`),
+one from below that of stderr starts at its base. A kept process's directory holds at most
+:data:`JOURNAL_CAP` bytes beyond its output not yet read and its input not yet fed, once the
+node has freed what it was told to (a ``fallocate`` behind the reader). The control plane
+holds, of the process, the stdin frames not yet heard fed (:attr:`KeptProcess.unfed`).
 
 Once the process has ended and its last bytes were read, the control plane releases the
 directory; a keeper nobody releases removes it ``grace`` seconds after the last attach.
@@ -42,15 +57,17 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from ..errors import CommandNotFoundError, ConfigError, NodeGoneError, NodeprovError, SpawnError
-from ..exec.keeper import ATTACH, EXIT, FEED, KEEPER, STATUS, TAG, WRITE
+from ..exec.keeper import ATTACH, FEED, FREE, KEEPER, REPORT, STATUS, TAG, TRIM_STEP, WRITE
 from ..exec.preamble import SIGNAL_GROUP
 from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy
+from .kept_io import ACK_STEP, KEEP_READ, Acks, Frames, KeptOutput, KeptStdin
 from .ownership import LABEL_EXPIRES_AT
 
 if TYPE_CHECKING:
     from .handle import NodeHandle
 
 __all__ = [
+    "JOURNAL_CAP",
     "ChannelWatch",
     "Detached",
     "KeepOptions",
@@ -64,12 +81,19 @@ __all__ = [
 
 logger = logging.getLogger("nodeprov")
 
-_FRAME = 65536  # payload bytes a stdin frame carries at most: awk copies a long line once per 4 KiB
 _CHANNEL_POLICY = StopPolicy(eof_grace=0.0, term_grace=0.0, kill_grace=2.0)
 _POLL = 0.5  # seconds between looks at the node while waiting for an exit nobody reads
 _FIRST_LOOKS = (0.02, 0.05, 0.1, 0.2)  # sooner: a process told to stop exits within milliseconds
 _REPORT_LIMIT = 4096
 _START_WAIT = 10  # seconds an attach waits for the keeper it started to start the process
+_ATTACH_ENV = {"NP_WRITE": WRITE, "NP_FREE": FREE, "NP_REPORT": REPORT}
+
+JOURNAL_CAP = 2 * KEEP_READ + 2 * ACK_STEP + 2 * TRIM_STEP
+"""Bytes a keeper's directory holds at most (a few KiB more: its small files, the block a
+hole ends in) beyond the output not yet read and the input not yet fed, with the default
+``keep_read`` (each more byte of it is one more of stdout and of stderr): of each journal,
+``keep_read`` behind the reader and a step of acknowledgement; of ``in.log`` and the
+feeder's notes, a step each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +126,13 @@ class KeepOptions:
     dropped channel is tried again, with backoff, before the streams fail with
     :class:`~nodeprov.errors.NodeGoneError`. ``may_reattach``: asked before each attempt (a
     control plane that lost the run says no). ``watch``: told of each drop and re-attach.
+    ``keep_read``: bytes of stdout and of stderr the node keeps behind what this handle has
+    read, for an attach from before there (another control plane that reads a turn again
+    from its start); the node frees the rest (None: it keeps it all, and its journals grow
+    with the output).
 
     Raises (at construction) :class:`~nodeprov.errors.ConfigError` for a grace under 2 s, or
-    one that is not finite.
+    one that is not finite, or a negative ``keep_read``.
     """
 
     grace: float = 180.0
@@ -113,10 +141,13 @@ class KeepOptions:
     reattach_within: float = 60.0
     may_reattach: Callable[[], Awaitable[bool]] | None = None
     watch: ChannelWatch | None = None
+    keep_read: int | None = KEEP_READ
 
     def __post_init__(self) -> None:
         if not 2 <= self.grace < math.inf or not 0 <= self.term_grace < math.inf:
             raise ConfigError(f"a keeper's grace must be 2 s or more, not {self.grace:g}")
+        if self.keep_read is not None and self.keep_read < 0:
+            raise ConfigError(f"keep_read must be 0 or more bytes, not {self.keep_read}")
 
     @property
     def renew_every(self) -> int:
@@ -217,7 +248,8 @@ async def reattach(
 
     Raises:
         NodeGoneError: the keeper is gone (released, or removed once nobody attached for its
-            grace), or the node is.
+            grace), or the node is; or the node freed the stdout before ``stdout_offset``
+            (read by another handle more than its ``keep_read`` ago).
         SpawnError: the node could not start the attach.
     """
     return await _reattach(node, keeper, settings or KeepOptions(), stdout_offset, stderr_offset)
@@ -244,21 +276,13 @@ async def _first_line(stream: ByteReceiveStream) -> bytes:
     return said
 
 
-def _frame(kind: bytes, ident: int, payload: bytes | None = None) -> bytes:
-    if payload is None:
-        return b"%s %d\n" % (kind, ident)
-    return b"%s %d %d %s\n" % (kind, ident, len(payload), payload)
-
-
-def _spelt(data: bytes) -> bytes:
-    return data.replace(b"%", b"%25").replace(b"\n", b"%0A")
-
-
 class KeptProcess(SpawnedProcess):
     """A process under a keeper (see the module), through an attach that is replaced when it
     drops: ``stdout`` and ``stderr`` go on from the byte where the dropped attach left them,
     and what was written to ``stdin`` is delivered once. ``keeper`` names it for
-    :func:`reattach`, with :attr:`stdout_offset` and :attr:`stderr_offset`.
+    :func:`reattach`, with :attr:`stdout_offset` and :attr:`stderr_offset`. Reading tells
+    the node what it may free (see the module); the stdin it holds is what the keeper has
+    not yet been heard to feed (:attr:`unfed`), which reading stdout hears.
 
     :meth:`terminate` and :meth:`kill` signal the process's group through a side exec;
     :meth:`aclose` stops it (stdin's end, then the stop policy's signals) and releases the
@@ -283,8 +307,8 @@ class KeptProcess(SpawnedProcess):
         self._generation = 0
         self._pushback = b""  # stdout that came with the attach's report
         self._offsets = [stdout_offset, stderr_offset]
-        self._sent: list[tuple[int, bytes]] = []  # frames not yet known to be in the log
-        self._next_id = 1
+        self._frames = Frames()
+        self._acks = Acks(settings.keep_read)
         self._returncode: int | None = None
         self._ended = anyio.Event()
         self._released = False
@@ -293,9 +317,9 @@ class KeptProcess(SpawnedProcess):
         self._write_lock = anyio.Lock()
         self._detached = False  # no channel any more: nothing is read or written
         self._left = False  # detached: left running, never signalled from here
-        self.stdin: ByteSendStream = _Stdin(self)
-        self.stdout: ByteReceiveStream = _Journal(self, 0)
-        self.stderr: ByteReceiveStream = _Journal(self, 1)
+        self.stdin: ByteSendStream = KeptStdin(self)
+        self.stdout: ByteReceiveStream = KeptOutput(self, 0)
+        self.stderr: ByteReceiveStream = KeptOutput(self, 1)
 
     @property
     def stdout_offset(self) -> int:
@@ -308,22 +332,31 @@ class KeptProcess(SpawnedProcess):
         return self._offsets[1]
 
     @property
+    def unfed(self) -> int:
+        """Bytes written to stdin (as frames) that the keeper has not yet been heard to feed
+        the process: what this handle holds to send again after a drop."""
+        return self._frames.held
+
+    @property
     def returncode(self) -> int | None:
         return self._returncode
 
     async def _attach(self, wait: int = 0) -> None:
-        """Open an attach from the current offsets and resend the frames its log lacks."""
+        """Open an attach from the current offsets and resend the frames its log lacks.
+
+        Raises NodeGoneError where the node freed stdout from before the offset."""
         offsets = [str(offset) for offset in self._offsets]
         renew = str(self.settings.renew_every)
         script = ["-c", ATTACH, "nodeprov-attach", self.keeper, *offsets, renew, str(wait)]
-        channel = await self.node.spawn(SpawnOptions("/bin/sh", script, env={"NP_WRITE": WRITE}))
+        channel = await self.node.spawn(SpawnOptions("/bin/sh", script, env=_ATTACH_ENV))
         channel.stop_policy = _CHANNEL_POLICY
         try:
             line, _, rest = (await _first_line(channel.stdout)).partition(b"\n")
-            self.pid, self._start, logged = self._attached(line)
-            self._next_id = max(self._next_id, logged + 1)
-            self._sent = [(ident, frame) for ident, frame in self._sent if ident > logged]
-            for _, frame in self._sent:
+            self.pid, self._start, logged, bases = self._attached(line)
+            # Stderr from before its base starts at the base: what was freed is not sent again.
+            self._offsets[1] = max(self._offsets[1], bases[1])
+            self._acks.rebase(bases)
+            for frame in self._frames.attached(logged):
                 await channel.stdin.send(frame)
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -331,8 +364,10 @@ class KeptProcess(SpawnedProcess):
             raise
         self._channel, self._generation, self._pushback = channel, self._generation + 1, rest
 
-    def _attached(self, line: bytes) -> tuple[int, str, int]:
-        """The attach's report: the process's pid and start time, the last frame id logged."""
+    def _attached(self, line: bytes) -> tuple[int, str, int, list[int]]:
+        """The attach's report: the process's pid and start time, the last frame id logged,
+        the bases of stdout and stderr (the bytes before them are freed). Raises
+        NodeGoneError where the keeper is gone, or stdout from before its offset."""
         said = line.removeprefix(TAG).decode(errors="replace")
         if said.startswith("failed "):
             raise _StartFailedError(said[7:])
@@ -340,8 +375,13 @@ class KeptProcess(SpawnedProcess):
             raise NodeGoneError(f"the keeper {self.keeper} on node {self.node.node_id} is gone")
         if not line.startswith(TAG + b"attached "):
             raise SpawnError(f"cannot attach to {self.keeper} on node {self.node.node_id}: {line[:200]!r}")
-        pid, start, last = said.removeprefix("attached ").split(" ")
-        return int(pid), start, int(last)
+        pid, start, last, out_base, err_base = said.removeprefix("attached ").split(" ")
+        if self._offsets[0] < int(out_base):
+            raise NodeGoneError(
+                f"the stdout of {self.keeper} on node {self.node.node_id} before byte {out_base} was "
+                f"read and freed: it cannot be read from byte {self._offsets[0]}"
+            )
+        return int(pid), start, int(last), [int(out_base), int(err_base)]
 
     async def _recover(self, generation: int, reason: str) -> None:
         """The attach of ``generation`` dropped: attach again, with backoff, unless another
@@ -385,6 +425,28 @@ class KeptProcess(SpawnedProcess):
                 f"re-attach in {anyio.current_time() - began:.1f} s"
             )
             raise self._failure
+
+    async def _acknowledge(self) -> None:
+        """Tell the node how far the output was read, when a step more was: it frees the
+        journals behind. Skipped while stdin is being written (the next read tells), and
+        once the process has ended (its directory goes whole)."""
+        bases = self._acks.due(self._offsets)
+        channel = self._channel
+        if bases is None or channel is None or self._returncode is not None:
+            return
+        try:
+            self._write_lock.acquire_nowait()
+        except anyio.WouldBlock:
+            return
+        try:
+            # Shielded: a line cut short would spoil the frame after it.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CHANNEL_POLICY.total + 1):
+                await channel.stdin.send(b"A %d %d\n" % (bases[0], bases[1]))
+                self._acks.sent(bases)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, NodeprovError):
+            pass  # the channel dropped: the reader finds out
+        finally:
+            self._write_lock.release()
 
     def _exited(self, status: str, why: str) -> None:
         if self._returncode is None:
@@ -476,125 +538,3 @@ async def _run(node: NodeHandle, options: SpawnOptions) -> bytes:
         said = await _first_line(process.stdout)
         await process.wait()
     return said
-
-
-class _Stdin(ByteSendStream):
-    """Frames with ids: each is kept until an attach finds it in the keeper's log, and sent
-    again on the attach after a drop (the keeper feeds each id once)."""
-
-    def __init__(self, process: KeptProcess) -> None:
-        self._process = process
-        self._ended = False
-
-    async def send(self, item: bytes) -> None:
-        if self._ended:
-            raise anyio.ClosedResourceError
-        if item:
-            await self._send([(b"D", _spelt(item[at : at + _FRAME])) for at in range(0, len(item), _FRAME)])
-
-    async def _send(self, frames: list[tuple[bytes, bytes | None]]) -> None:
-        process = self._process
-        async with process._write_lock:
-            data = []
-            for kind, payload in frames:
-                ident, process._next_id = process._next_id, process._next_id + 1
-                data.append(_frame(kind, ident, payload))
-                process._sent.append((ident, data[-1]))
-            while True:
-                channel, generation = process._channel, process._generation
-                if process._failure is not None:
-                    raise process._failure
-                if process._detached:
-                    raise anyio.ClosedResourceError
-                if channel is not None:
-                    try:
-                        await channel.stdin.send(b"".join(data))
-                        return
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, NodeprovError):
-                        pass
-                # A frame sent twice (resent by the attach, and here) is fed once.
-                await process._recover(generation, "its input could not be written")
-
-    async def send_eof(self) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        if self._process._returncode is None and not self._process._detached:
-            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, NodeprovError):
-                await self._send([(b"E", None)])
-
-
-class _Journal(ByteReceiveStream):
-    """The process's stdout (``which`` 0) or stderr (1) across attaches, each attach from the
-    offset the last one reached; stdout ends at the keeper's account of the exit."""
-
-    def __init__(self, process: KeptProcess, which: int) -> None:
-        self._process = process
-        self._which = which
-        self._held = b""  # stdout: what may be the start of the exit line
-        self._held_from = 0  # the attach it came from: a new one sends it again
-        self._done = False
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        process = self._process
-        while not self._done:
-            channel, generation = process._channel, process._generation
-            if process._detached:
-                raise anyio.EndOfStream  # this handle let go of the process (detach, close)
-            if channel is None:
-                await process._recover(generation, "no channel")
-                continue
-            if self._held_from != generation:
-                self._held, self._held_from = b"", generation
-            if self._which == 0 and process._pushback:
-                chunk, process._pushback = process._pushback, b""
-            else:
-                stream = channel.stdout if self._which == 0 else channel.stderr
-                try:
-                    chunk = await stream.receive(max_bytes)
-                except (
-                    anyio.EndOfStream,
-                    anyio.BrokenResourceError,
-                    anyio.ClosedResourceError,
-                    NodeprovError,
-                ):
-                    if self._which == 1 and process._returncode is not None:
-                        break
-                    if not process._detached:
-                        await process._recover(generation, "its output ended early")
-                    continue
-            data = chunk if self._which == 1 else self._take(chunk)
-            if data:
-                process._offsets[self._which] += len(data)
-                return data
-        if self._which == 0:
-            await process._release_keeper()
-        self._done = True
-        raise anyio.EndOfStream
-
-    def _take(self, chunk: bytes) -> bytes:
-        """Stdout's bytes in ``chunk``; the exit line, where stdout ends, ends the stream."""
-        buffer, self._held = self._held + chunk, b""
-        at = buffer.find(EXIT)
-        while at >= 0:
-            end = buffer.find(b"\n", at)
-            if end < 0:
-                self._held = buffer[at:]
-                return buffer[:at]
-            words = buffer[at + len(EXIT) : end].decode(errors="replace").split(" ")
-            if len(words) == 3 and words[1] == str(self._process._offsets[0] + at):
-                self._process._exited(words[0], words[2])
-                self._done = True
-                return buffer[:at]
-            at = buffer.find(EXIT, end)
-        partial = buffer.rfind(b"\x1e", max(0, len(buffer) - len(EXIT)))
-        if partial >= 0 and EXIT.startswith(buffer[partial:]):
-            self._held = buffer[partial:]
-            return buffer[:partial]
-        return buffer
-
-    async def aclose(self) -> None:
-        self._done = True

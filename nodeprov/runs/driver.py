@@ -453,6 +453,14 @@ class Driver:
                 await self._journal.flush()
 
 
+TAKEOVER_WINDOW = 64 << 20
+"""Bytes of a kept agent's output its node keeps behind what the control plane has read:
+a control plane taking the run over reads the turn again from its start (and skips what the
+store has), so a turn that said more than this can no longer be taken over (the run then
+ends as failed, resumable from the store). The node frees the rest: its journals stay
+bounded however long the turn."""
+
+
 def kept_agent(store: Store, lease: Lease, drive: Drive, grace: float | None) -> KeepOptions | None:
     """How ``drive``'s agent is kept (None: not kept, but guarded): its channel re-attached
     while this control plane still owns the run, each drop and re-attach an event."""
@@ -473,7 +481,7 @@ def kept_agent(store: Store, lease: Lease, drive: Drive, grace: float | None) ->
             return True  # the lease decides: a lost one aborts the run
         return record is not None and record.owner == lease.owner and RunState(record.state).live
 
-    return KeepOptions(grace=grace, watch=watch, may_reattach=still_ours)
+    return KeepOptions(grace=grace, watch=watch, may_reattach=still_ours, keep_read=TAKEOVER_WINDOW)
 
 
 async def _snapshot(store: Store, drive: Drive, kind: str, reason: str, *, keep_node: bool) -> SnapshotRecord:

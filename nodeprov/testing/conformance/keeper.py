@@ -1,7 +1,8 @@
 """The keeper part of the provider conformance suite: a process kept on the node
 (:func:`nodeprov.node.keeper.keep`) outlives its exec channel and the handle that started it,
-is re-attached without losing or repeating a byte, and is stopped by its keeper when nobody
-attaches for its grace, or at the node's expiry."""
+is re-attached without losing or repeating a byte, leaves on the node only what is not yet
+read or fed (and on the control plane only the stdin not yet fed), and is stopped by its
+keeper when nobody attaches for its grace, or at the node's expiry."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from nodeprov.errors import CommandNotFoundError, NodeGoneError
 from nodeprov.node import NodeHandle
-from nodeprov.node.keeper import Detached, KeepOptions, KeptProcess, Reattached, keep, reattach
+from nodeprov.node.keeper import JOURNAL_CAP, Detached, KeepOptions, KeptProcess, Reattached, keep, reattach
 from nodeprov.spawn import SpawnOptions
 
 from .kit import HOSTILE_STRINGS, AnyProvider, host_processes_matching, run, unique_marker, wait_until
@@ -36,6 +37,22 @@ async def drop_attach(node: NodeHandle, process: KeptProcess) -> None:
     drops as when the far end of a connection dies."""
     code, _, err = await run(node, "/bin/sh", "-c", DROP_ATTACH, "drop", process.keeper)
     assert code == 0, err
+
+
+async def disk_usage(node: NodeHandle, process: KeptProcess) -> int:
+    """Bytes the process's keeper directory takes on the node's disk (``du``: blocks, so a
+    freed byte counts nothing however far its file's size goes)."""
+    code, out, err = await run(node, "du", "-sk", "--", process.keeper)
+    assert code == 0, err
+    return int(out.split()[0]) * 1024
+
+
+async def read_exactly(process: KeptProcess, size: int) -> bytes:
+    """The next ``size`` bytes of the process's stdout (it must say that many)."""
+    said = bytearray()
+    while len(said) < size:
+        said += await process.stdout.receive(size - len(said))
+    return bytes(said)
 
 
 async def read_all_of(process: KeptProcess) -> tuple[bytes, bytes]:
@@ -125,6 +142,29 @@ class KeeperConformance:
             assert [line for line in lines if line.startswith("n ")] == [f"n {i}" for i in range(200)]
             assert process.returncode == 7
             assert [type(h) for h in heard] == [Detached, Reattached] * 4
+
+    async def test_what_was_read_and_fed_leaves_the_node_and_the_control_plane(
+        self, provider: AnyProvider
+    ) -> None:
+        size = 3 * JOURNAL_CAP // 2
+        script = 'yes nodeprov | head -c "$1"; exec cat'
+        frames = [b"%04d %s\n" % (i, b"%" * 200) for i in range(300)]
+        async with await provider.provision() as node:
+            process = await keep(node, SpawnOptions("/bin/sh", ["-c", script, "bounded", str(size)]))
+            async with process:
+                assert await read_exactly(process, size) == (b"nodeprov\n" * (size // 9 + 1))[:size]
+                for frame in frames:
+                    await process.stdin.send(frame)
+                assert await read_exactly(process, sum(map(len, frames))) == b"".join(frames)
+
+                async def freed() -> bool:
+                    return process.unfed == 0 and await disk_usage(node, process) <= JOURNAL_CAP
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(read_all_of, process)  # what was fed is heard with stdout
+                    assert await wait_until(freed, 30), (process.unfed, await disk_usage(node, process))
+                    await process.stdin.aclose()
+                assert await process.wait() == 0
 
     async def test_another_handle_reattaches_where_the_first_left(self, provider: AnyProvider) -> None:
         async with await provider.provision() as node:
