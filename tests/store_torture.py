@@ -445,14 +445,14 @@ async def _twice(store: Store, run_id: str, project: str | None, session: str | 
     events = await store.events(run_id, limit=1_000_000)
     if [e.seq for e in events] != list(range(1, len(events) + 1)):
         found.append(f"run {run_id}: events {[e.seq for e in events]}")
-    open_drive = False
+    ended = False  # a drive's end, twice, is a write repeated (a run killed before its start ends once)
     for event in events:
         if event.kind == "run.started":
-            open_drive = True
+            ended = False
         elif event.kind == "run.finished":
-            if not open_drive:
-                found.append(f"run {run_id}: run.finished {event.seq} ends no drive")
-            open_drive = False
+            if ended:
+                found.append(f"run {run_id}: run.finished {event.seq} ends a drive that had ended")
+            ended = True
     if project and session:
         entries = await store.transcripts.load({"project_key": project, "session_id": session}) or []
         uuids = [entry.get("uuid") for entry in entries if isinstance(entry, dict) and entry.get("uuid")]

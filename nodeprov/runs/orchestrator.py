@@ -84,7 +84,7 @@ from ..agents import AgentOptions
 from ..errors import ConfigError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeConfig, NodeProvider
 from ..prompts import Prompt, prompt_images
-from ..store import Store
+from ..store import Store, patience
 from .driver import Drive, Driver, Steps, Teardown
 from .events import RunEvent
 from .journal import Journal, RunEvents
@@ -232,7 +232,7 @@ class Orchestrator:
 
     def _spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
         assert self._tg is not None
-        self._tg.start_soon(task)
+        self._tg.start_soon(_unhurried, task)
 
     # -- starting and resuming ---------------------------------------------------------
 
@@ -411,7 +411,8 @@ class Orchestrator:
 
     async def _drive(self, drive: Drive, plan: Plan, steps: Steps | None = None) -> None:
         try:
-            await self._driver.drive(drive, plan, steps)
+            with patience(None):  # started for a caller in a hurry (a request), it rides outages out
+                await self._driver.drive(drive, plan, steps)
         finally:
             if self._runs.get(drive.run.id) is drive:
                 del self._runs[drive.run.id]
@@ -508,3 +509,10 @@ async def _pause_for_shutdown(run: Run) -> None:
     with suppress(NodeprovError):  # over, or pausing already: either way it ends
         await run.pause("system", "the control plane is shutting down")
     await run.wait()  # a pause under way (another caller's) ends too
+
+
+async def _unhurried(task: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """A run's own work, started for a caller in a hurry (a request) or not: it rides a store
+    outage out (:func:`~nodeprov.store.patience`)."""
+    with patience(None):
+        await task()

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..agents.registry import agent_names, describe_agent
 from ..errors import NodeprovError
+from ..store import patience
 from .auth import forbid
 from .config import ServiceConfig
 from .nodes import FILE_ROUTE
@@ -110,6 +111,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app.include_router(pools_router)
     app.add_middleware(_BodyLimit, max_body=config.max_body, max_file=config.max_file)
     app.add_middleware(_Counted)
+    app.add_middleware(_StorePatience, seconds=config.request_store_retry)
     return app
 
 
@@ -143,6 +145,19 @@ class _Counted:
             route = getattr(scope.get("route"), "path", "unmatched")
             if (state := getattr(scope.get("app"), "state", None)) is not None and hasattr(state, "service"):
                 state.service.metrics.requests.labels(scope["method"], route, str(status)).inc()
+
+
+class _StorePatience:
+    """A request waits for a store that stops answering ``seconds`` at most (then 503): the
+    runs it starts set their own (:func:`nodeprov.store.patience`)."""
+
+    def __init__(self, app: ASGIApp, *, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with patience(self.seconds if scope["type"] == "http" else None):
+            await self.app(scope, receive, send)
 
 
 class _TooLarge(HTTPException):

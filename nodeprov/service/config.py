@@ -90,6 +90,13 @@ class ServiceConfig(Settings):
         description="Seconds a store that stops answering (a dropped connection, a restarting server) is "
         "tried again before a call fails; a run fails only past it, and says so.",
     )
+    request_store_retry: float = Field(
+        default=5.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Seconds a request waits for a store that stops answering before it is answered 503 "
+        "(store_unavailable), at most store_retry: a client tries again, while the runs ride it out.",
+    )
 
     @field_validator("agent_grace", mode="before")
     @classmethod

@@ -28,7 +28,15 @@ import anyio
 
 from ..errors import ConfigError, StoreError, TokenError
 from ..prompts import ImageBlock
-from ._db import DEFAULT_RETRY_FOR, DEFAULT_STATEMENT_TIMEOUT, Database, Row, Statements, Transaction
+from ._db import (
+    DEFAULT_RETRY_FOR,
+    DEFAULT_STATEMENT_TIMEOUT,
+    Database,
+    Row,
+    Statements,
+    Transaction,
+    patience,
+)
 from ._postgres import PostgresDatabase
 from ._rows import as_record, columns, insert, marks, new_id, now
 from ._schema import migrate
@@ -88,6 +96,7 @@ __all__ = [
     "lease_id_of",
     "new_id",
     "now",
+    "patience",
     "read_tokens_file",
 ]
 

@@ -31,7 +31,9 @@ import logging
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -115,6 +117,22 @@ def check_params(params: Params) -> Params:
         if isinstance(value, str) and "\x00" in value:
             raise ConfigError("text with a NUL character cannot be stored")
     return params
+
+
+_patience: ContextVar[float | None] = ContextVar("nodeprov_store_patience", default=None)
+
+
+@contextmanager
+def patience(seconds: float | None) -> Iterator[None]:
+    """Within this block (and the tasks started in it), a call waits for a store that stops
+    answering at most ``seconds``, if that is less than the store's ``retry_for`` (None: the
+    store's own): a caller that someone waits on (an HTTP request) answers soon, while a
+    run rides the outage out. A run's own work sets None again."""
+    token = _patience.set(seconds)
+    try:
+        yield
+    finally:
+        _patience.reset(token)
 
 
 _generation = 0  # bumped in a child after fork(): a database of an earlier one is the parent's
@@ -243,18 +261,17 @@ class _Retrying:
     backoff: float = _FIRST_BACKOFF
 
     async def wait(self, error: BaseException) -> None:
-        """Wait before the next attempt; or raise StoreError once ``retry_for`` has passed."""
-        db, now = self.db, time.monotonic()
+        """Wait before the next attempt; or raise StoreError once ``retry_for`` (or the
+        caller's :func:`patience`) has passed."""
+        db, now, bound = self.db, time.monotonic(), self.bound()
         if db._outage_since is None:
             db._outage_since = now
             logger.warning(
                 "store %s unavailable (%s); trying again for up to %g s", db.where, error, db.retry_for
             )
-        if now - self.started >= db.retry_for:
-            raise StoreError(
-                f"the store at {db.where} was unavailable for {db.retry_for:g} s: {error}"
-            ) from None
-        await anyio.sleep(min(self.backoff, max(0.0, self.started + db.retry_for - now)))
+        if now - self.started >= bound:
+            raise StoreError(f"the store at {db.where} was unavailable for {bound:g} s: {error}") from None
+        await anyio.sleep(min(self.backoff, max(0.0, self.started + bound - now)))
         self.backoff = min(self.backoff * 2, _MAX_BACKOFF)
 
     async def learn_fate(self, lost: FateUnknownError) -> bool:
@@ -269,12 +286,17 @@ class _Retrying:
                 committed, lost = None, FateUnknownError(str(error), lost.ask)
             if committed is not None:
                 return committed
-            if time.monotonic() - self.started >= self.db.retry_for:
+            if time.monotonic() - self.started >= self.bound():
                 raise StoreError(
                     f"the store at {self.db.where} lost a transaction as it committed, and could not say"
-                    f" within {self.db.retry_for:g} s whether it did: {lost}"
+                    f" within {self.bound():g} s whether it did: {lost}"
                 )
             await self.wait(lost)
+
+    def bound(self) -> float:
+        """Seconds this call tries: the store's ``retry_for``, or less, the caller's patience."""
+        given = _patience.get()
+        return self.db.retry_for if given is None else min(self.db.retry_for, given)
 
     def done(self) -> None:
         db = self.db
