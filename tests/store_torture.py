@@ -98,6 +98,7 @@ class Torture:
             # renewal: soon, so that the service has two connections for most of its life.
             "NODEPROV_SERVE_CONFIG": json.dumps({"lease_ttl": 1.5}),
         }
+        self.pool = f"warm-{seed}"  # one store may see several seeds (a soak on PostgreSQL)
         self.service: str | None = None
         self.admin = ""  # the service's client token
 
@@ -149,7 +150,7 @@ class Torture:
         steps: list[dict[str, Any]] = (
             [{"stream": [30, 100, 0.05]}] if long else [{"stream": [5, 100, 0.0]}, {"text": "done"}]
         )
-        where = ["--pool", "warm"] if pool else ["-p", "local"]
+        where = ["--pool", self.pool] if pool else ["-p", "local"]
         grace = ["--agent-grace", str(_GRACE) if self.rng.random() < 0.5 else "0"]
         status, out = await self.spawn(
             "run --pool" if pool else "run", ["run", "task", *where, *self.agent(steps), *grace, "--json"]
@@ -317,7 +318,7 @@ class Torture:
     async def chaos(self) -> Ledger:
         async with await Store.open(self.url) as store:
             _, self.admin = await store.tokens.create("torture", ["read", "runs", "nodes", "admin"])
-        made = await self.spawn("pool create", ["pool", "create", "warm", "--size", "2", "--no-wait"])
+        made = await self.spawn("pool create", ["pool", "create", self.pool, "--size", "2", "--no-wait"])
         assert made[0] == 0, made
         async with anyio.create_task_group() as tg:
             await tg.start(self.serve)
@@ -404,7 +405,7 @@ def _processes_under(work: Path) -> list[int]:
     return found
 
 
-async def verify(url: str, ledger: Ledger) -> dict[str, Any]:
+async def verify(url: str, ledger: Ledger, pool: str) -> dict[str, Any]:
     """Everything acknowledged is there, nothing twice; the figures."""
     figures: dict[str, Any] = {"integrity": "n/a", "lost": 0, "duplicated": 0}
     if url.startswith("sqlite:///"):
@@ -431,8 +432,8 @@ async def verify(url: str, ledger: Ledger) -> dict[str, Any]:
                 lost.append(f"run {run_id} said paused, no snapshot")
         for record in await store.runs():
             duplicated += await _twice(store, record.id, record.project_key, record.agent_session_id)
-        if await store.pools.get("warm") is None:
-            lost.append("pool warm")
+        if await store.pools.get(pool) is None:
+            lost.append(f"pool {pool}")
     lost += ledger.misread  # at once, by another process: it may be there now, and yet was lost then
     figures.update(lost=len(lost), duplicated=len(duplicated), details=(lost + duplicated)[:10])
     return figures
@@ -468,7 +469,7 @@ async def torture(
     round_ = Torture(url, seed, seconds, work, python)
     ledger = await round_.chaos()
     await settle(python, work, round_.env)
-    figures = await verify(url, ledger)
+    figures = await verify(url, ledger, round_.pool)
     return {"seed": seed, **ledger.figures(), **figures}
 
 
