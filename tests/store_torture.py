@@ -119,7 +119,9 @@ class Torture:
         named = set()
         for line in out[: out.rfind(b"\n")].decode(errors="replace").splitlines():
             if line.startswith("{") and '"run_id"' in line:
-                named.add(json.loads(line)["run_id"])
+                with suppress(ValueError):
+                    if isinstance(run_id := json.loads(line).get("run_id"), str):
+                        named.add(run_id)
         self.ledger.seen_runs |= named
         return named
 
@@ -446,14 +448,17 @@ async def _twice(store: Store, run_id: str, project: str | None, session: str | 
     events = await store.events(run_id, limit=1_000_000)
     if [e.seq for e in events] != list(range(1, len(events) + 1)):
         found.append(f"run {run_id}: events {[e.seq for e in events]}")
-    ended = False  # a drive's end, twice, is a write repeated (a run killed before its start ends once)
+    # A drive's end written twice: two ends with no start between, and no resume begun
+    # between (a resume's drive killed before its start ends once, with no start).
+    resumed = [snapshot.used_at for snapshot in await store.snapshots(run_id) if snapshot.used_at]
+    ended: str | None = None  # when the drive ended, once it has
     for event in events:
         if event.kind == "run.started":
-            ended = False
+            ended = None
         elif event.kind == "run.finished":
-            if ended:
+            if ended is not None and not any(ended <= used <= event.at for used in resumed):
                 found.append(f"run {run_id}: run.finished {event.seq} ends a drive that had ended")
-            ended = True
+            ended = event.at
     if project and session:
         entries = await store.transcripts.load({"project_key": project, "session_id": session}) or []
         uuids = [entry.get("uuid") for entry in entries if isinstance(entry, dict) and entry.get("uuid")]

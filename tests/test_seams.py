@@ -17,7 +17,7 @@ from nodeprov import NodeConfig, get_provider
 from nodeprov.errors import ConfigError
 from nodeprov.node import LABEL_EXPIRES_AT
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run
-from nodeprov.store import SnapshotRecord, Store, now
+from nodeprov.store import EventRecord, RunRecord, SnapshotRecord, Store, now
 from nodeprov.testing.conformance import wait_until
 
 pytestmark = pytest.mark.anyio
@@ -355,3 +355,46 @@ def _nothing_works_in(tmp_path: Path) -> bool:
         if working and not zombie:
             return False
     return True
+
+
+# -- a drive's end is written once --------------------------------------------------------
+
+
+async def _orphan(store: Store, run_id: str, state: str, kinds: list[str]) -> None:
+    """A run in ``state`` left by a control plane that died, with events of ``kinds``."""
+    lease = await store.leases.acquire("a control plane that died", 60)
+    await store.leases.release(lease.id)
+    session = await store.active_session("ws", "claude")
+    record = RunRecord(
+        run_id, session.id, "ws", "task", "local", "{}", "{}", state, None, None, None,
+        None, None, f"lease:{lease.id}", None, now(), now(), "claude",
+    )  # fmt: skip
+    await store.create_run(record)
+    await store.append_events(
+        [EventRecord(run_id, seq, kind, now(), "{}") for seq, kind in enumerate(kinds, 1)]
+    )
+
+
+async def test_a_drive_that_wrote_its_end_and_died_before_its_state_moved_ends_once(store: Store) -> None:
+    """Its control plane stored the drive's ``run.finished`` and died before the run's state
+    moved (a replica stopping): reconcile ends the run, and writes no second end."""
+    await _orphan(store, "run-ended", "running", ["run.started", "node.ready", "run.finished"])
+    async with Orchestrator(store, reconcile_interval=0, retention=None) as plane:
+        assert "run-ended" in (await plane.reconcile()).ended
+    assert [e.kind for e in await store.events("run-ended")] == ["run.started", "node.ready", "run.finished"]
+    assert (await store.run("run-ended")).state == "failed"  # type: ignore[union-attr]
+
+
+async def test_a_resume_that_died_before_it_started_gets_its_end(store: Store) -> None:
+    """A paused run (its drive ended) was resumed by a control plane that died before the
+    drive's first event: reconcile writes the resumed drive's end."""
+    await _orphan(store, "run-resumed", "starting", ["run.started", "run.paused", "run.finished"])
+    snapshot = SnapshotRecord(
+        "tok-1", "run-resumed", None, False, "local", None, None, "paused", "human", "", now(), None, "claude"
+    )
+    await store.save_snapshot(snapshot)
+    await store.claim_snapshot("tok-1")  # the resume began
+    async with Orchestrator(store, reconcile_interval=0, retention=None) as plane:
+        assert "run-resumed" in (await plane.reconcile()).ended
+    kinds = [e.kind for e in await store.events("run-resumed")]
+    assert kinds == ["run.started", "run.paused", "run.finished", "run.finished"]

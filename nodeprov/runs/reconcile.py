@@ -195,8 +195,15 @@ class Reconciler:
         )
 
     async def _append_finished(self, record: RunRecord, state: RunState, error: str | None) -> None:
-        """The ``run.finished`` event a dead control plane could not write, so followers end."""
+        """The ``run.finished`` event a dead control plane could not write, so followers end;
+        none when its drive wrote its end before it could move the run's state (it died
+        between), unless a resume began since that end (its drive ends here, unstarted)."""
         seq = await self._store.last_event_seq(record.id) + 1
+        last = await self._store.events(record.id, after=seq - 2, limit=1)
+        if last and last[0].kind == RunFinished.kind:
+            resumed = [s.used_at for s in await self._store.snapshots(record.id) if s.used_at]
+            if not any(used >= last[0].at for used in resumed):
+                return
         event = RunFinished(
             run_id=record.id,
             seq=seq,
