@@ -17,7 +17,7 @@ from tests.store_torture import torture
 pytestmark = pytest.mark.anyio
 
 SEED = int(os.environ.get("NODEPROV_TEST_SEED", "1"))
-SECONDS = 30.0
+SECONDS = 20.0
 
 
 def check(figures: dict[str, Any]) -> None:
