@@ -8,7 +8,8 @@ import inspect
 import pytest
 
 from tests import test_retention as shared
-from tests.test_retention import MakeStore, store  # noqa: F401 - the fixture, fed by make_store below
+from tests.conftest import MakeStore
+from tests.test_retention import store  # noqa: F401 - the fixture, fed by make_store below
 
 from .test_store_postgres import _stores_at
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,21 @@ from nodeprov.testing.exception_check import exception_check_fixture
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+MakeStore = Callable[[bool], Awaitable[Store]]
+
+
+@pytest.fixture
+def make_store(tmp_path: Path) -> MakeStore:
+    """Open a store: an empty one (``fresh=True``), or one more on the same database (a
+    module on PostgreSQL overrides it: integration/test_store_postgres.py)."""
+    shared = f"sqlite:///{tmp_path}/shared.db"
+
+    async def make(fresh: bool) -> Store:
+        return await Store.open(f"sqlite:///{tmp_path}/{secrets.token_hex(4)}.db" if fresh else shared)
+
+    return make
 
 
 @pytest.fixture

@@ -6,8 +6,7 @@ at most hourly. integration/test_store_postgres.py runs these again on PostgreSQ
 from __future__ import annotations
 
 import json
-import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -34,27 +33,17 @@ from nodeprov.store import (
     now,
 )
 from nodeprov.testing.images import sample_png
+from tests.conftest import MakeStore
 
 pytestmark = pytest.mark.anyio
 
-MakeStore = Callable[[bool], Awaitable[Store]]
 OLD = (datetime.now(UTC) - timedelta(days=40)).isoformat(timespec="microseconds")
 MONTH = 30 * 86400.0
 
 
 @pytest.fixture
-def make_store(tmp_path: Path) -> MakeStore:
-    """Open a store: an empty one (``fresh=True``), or one more on the same database."""
-    shared = f"sqlite:///{tmp_path}/shared.db"
-
-    async def make(fresh: bool) -> Store:
-        return await Store.open(f"sqlite:///{tmp_path}/{secrets.token_hex(4)}.db" if fresh else shared)
-
-    return make
-
-
-@pytest.fixture
 async def store(make_store: MakeStore) -> AsyncIterator[Store]:
+    """An empty store of the test's own (``make_store``: tests/conftest.py's, or PostgreSQL's)."""
     async with await make_store(True) as opened:
         yield opened
 

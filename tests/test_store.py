@@ -7,9 +7,8 @@ import dataclasses
 import hashlib
 import math
 import re
-import secrets
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,22 +36,12 @@ from nodeprov.store import (
 from nodeprov.store._db import Statements
 from nodeprov.store.entries import Summary
 from nodeprov.testing.images import sample_png
+from tests.conftest import MakeStore
 
 pytestmark = pytest.mark.anyio
 
 
-MakeStore = Callable[[bool], Awaitable[Store]]
-
-
-@pytest.fixture
-def make_store(tmp_path: Path) -> MakeStore:
-    """Open a store: an empty one (``fresh=True``), or one more on the same database."""
-    shared = f"sqlite:///{tmp_path}/shared.db"
-
-    async def make(fresh: bool) -> Store:
-        return await Store.open(f"sqlite:///{tmp_path}/{secrets.token_hex(4)}.db" if fresh else shared)
-
-    return make
+__all__ = ["MakeStore", "store"]  # for integration/test_store_postgres.py, with its make_store
 
 
 @pytest.fixture
