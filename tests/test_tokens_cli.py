@@ -50,6 +50,7 @@ def test_a_token_is_made_listed_and_revoked(tmp_path: Path) -> None:
             "scopes": ["read", "runs"],
             "created_at": record.created_at,
             "revoked_at": None,
+            "tenant": "default",
         }
     ]
     for shown in (table, listed):
@@ -72,8 +73,8 @@ def test_create_json_gives_the_secret_once(tmp_path: Path) -> None:
     made = runner.invoke(app, ["tokens", "create", "ops", "--scope", "admin", "--json", *store])
     assert made.exit_code == 0, made.stderr
     body = json.loads(made.stdout)
-    assert set(body) == {"id", "name", "scopes", "token"}
-    assert (body["name"], body["scopes"]) == ("ops", ["admin"])
+    assert set(body) == {"id", "name", "scopes", "tenant", "token"}
+    assert (body["name"], body["scopes"], body["tenant"]) == ("ops", ["admin"], "default")
     record = _authenticate(store[1], body["token"])
     assert record is not None
     assert record.id == body["id"]
@@ -128,6 +129,7 @@ def test_create_file_adds_the_hash_to_a_tokens_file_and_prints_the_secret_once(t
     refused = runner.invoke(app, ["tokens", "create", "ci", "--scope", "runs", "--file", str(tokens)])
     assert refused.exit_code == 2
     assert refused.stdout == ""
+    fields = '"name", "scopes", "sha256" (and "tenant")'
     assert refused.stderr.splitlines() == [
-        f'error: tokens file {tokens}, entry 0: an entry has exactly the fields "name", "scopes" and "sha256"'
+        f"error: tokens file {tokens}, entry 0: an entry has the fields {fields}"
     ]

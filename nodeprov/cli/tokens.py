@@ -11,7 +11,7 @@ from typing import Annotated
 import anyio
 import typer
 
-from ..store import SCOPES, TokenRecord, add_to_tokens_file
+from ..store import DEFAULT_TENANT, SCOPES, TokenRecord, add_to_tokens_file
 from .app import JsonOption, StoreOption, app, errors, fail, open_store
 from .render import emit, err, out, print_table, when
 
@@ -26,12 +26,19 @@ app.add_typer(tokens_app)
 
 
 @tokens_app.command()
-def create(
+def create(  # noqa: PLR0917 - one parameter per command-line option
     name: Annotated[str, typer.Argument(help="What the token is for (a person, a CI job).")],
     scope: Annotated[
         list[str] | None,
         typer.Option(help=f"What the token may do: {', '.join(SCOPES)}. Repeatable; at least one."),
     ] = None,
+    tenant: Annotated[
+        str,
+        typer.Option(
+            help="The tenant (a team, a project) the token acts for: it reaches that tenant's runs, "
+            "nodes and pools alone (admin: every tenant's)."
+        ),
+    ] = DEFAULT_TENANT,
     store: StoreOption = None,
     file: Annotated[
         Path | None,
@@ -47,22 +54,36 @@ def create(
 
     async def make() -> tuple[TokenRecord, str]:
         async with await open_store(store) as opened:
-            return await opened.tokens.create(name, scope or ())
+            return await opened.tokens.create(name, scope or (), tenant)
 
     with errors():
         if file is not None:
-            entry, secret = add_to_tokens_file(file, name, scope or ())
-            made = {"name": entry.name, "scopes": list(entry.scopes), "file": str(file)}
-            said = f"token {entry.name!r} ({', '.join(entry.scopes)}) added to {file}"
+            entry, secret = add_to_tokens_file(file, name, scope or (), tenant)
+            made = {
+                "name": entry.name,
+                "scopes": list(entry.scopes),
+                "tenant": entry.tenant,
+                "file": str(file),
+            }
+            said = f"token {entry.name!r} ({_described(entry.scopes, entry.tenant)}) added to {file}"
         else:
             record, secret = anyio.run(make)
-            made = {"id": record.id, "name": record.name, "scopes": list(record.scopes)}
-            said = f"token {record.id} ({', '.join(record.scopes)})"
+            made = {
+                "id": record.id,
+                "name": record.name,
+                "scopes": list(record.scopes),
+                "tenant": record.tenant,
+            }
+            said = f"token {record.id} ({_described(record.scopes, record.tenant)})"
     if json_output:
         emit(made | {"token": secret})
         return
     err.print(f"{said}: its secret is shown this once, keep it now", soft_wrap=True, markup=False)
     out.print(secret, soft_wrap=True, markup=False)
+
+
+def _described(scopes: tuple[str, ...], tenant: str) -> str:
+    return ", ".join(scopes) + (f"; tenant {tenant}" if tenant != DEFAULT_TENANT else "")
 
 
 @tokens_app.command()
@@ -80,11 +101,12 @@ def ls(store: StoreOption = None, json_output: JsonOption = False) -> None:
             emit(dataclasses.asdict(record) | {"scopes": list(record.scopes)})
         return
     print_table(
-        ["token", "name", "scopes", "created", "revoked"],
+        ["token", "name", "tenant", "scopes", "created", "revoked"],
         [
             [
                 record.id,
                 record.name,
+                record.tenant,
                 " ".join(record.scopes),
                 when(record.created_at),
                 when(record.revoked_at or ""),

@@ -50,7 +50,7 @@ __all__ = ["Pool", "PoolStatus", "Pools"]
 
 logger = logging.getLogger("nodeprov.pools")
 
-_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+_NAME = re.compile(r"([a-z0-9][a-z0-9-]{0,39}\.)?[a-z0-9][a-z0-9-]{0,39}")  # "TENANT." (the API's)
 
 
 class Pool(BaseModel):
@@ -58,7 +58,10 @@ class Pool(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(description="Lowercase letters, digits and '-', at most 40 characters.")
+    name: str = Field(
+        description="Lowercase letters, digits and '-', at most 40 characters (under a tenant's "
+        "prefix, 'TENANT.', where the HTTP API keeps a tenant's pools)."
+    )
     provider: str = Field(description="The provider of the pool's nodes.")
     provider_settings: dict[str, Any] = Field(
         default_factory=dict,

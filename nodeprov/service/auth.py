@@ -1,6 +1,8 @@
 """Who may call what: bearer tokens from the store (``nodeprov tokens create``), each with
-scopes. ``read`` reads everything; ``runs`` also starts, pauses and resumes runs; ``nodes``
-also provisions, destroys and works on nodes; ``admin`` may do all of it.
+scopes and acting for a tenant. ``read`` reads its tenant's runs, nodes and pools; ``runs``
+also starts, pauses and resumes runs; ``nodes`` also provisions, destroys and works on
+nodes and pools; ``admin`` may do all of it, to every tenant's. What another tenant made is
+not found (404), never forbidden: its ids are not confirmed.
 
 A service listening on loopback with no active token in its store is open (every caller is
 ``anonymous``, with every scope): a new user's first ``curl`` works. As soon as one token
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from ..store import Store
+from ..store import DEFAULT_TENANT, Store
 from .problems import ServiceError
 
 __all__ = ["ANONYMOUS", "Authenticator", "Principal"]
@@ -26,14 +28,25 @@ _OPEN_CHECK_INTERVAL = 2.0  # how long "no token exists" is believed before aski
 
 @dataclass(frozen=True)
 class Principal:
-    """The caller: ``id`` is its token's id (or ``anonymous``), ``scopes`` what it may do."""
+    """The caller: ``id`` is its token's id (or ``anonymous``), ``scopes`` what it may do,
+    ``tenant`` whom it acts for."""
 
     id: str
     name: str
     scopes: frozenset[str]
+    tenant: str = DEFAULT_TENANT
 
     def allows(self, scope: str) -> bool:
         return scope in self.scopes
+
+    def sees(self, tenant: str) -> bool:
+        """Whether what ``tenant`` owns is within this caller's reach (its own, or an admin's)."""
+        return tenant == self.tenant or self.allows("admin")
+
+    @property
+    def only(self) -> str | None:
+        """The tenant this caller's lists are limited to; ``None``: every one (an admin)."""
+        return None if self.allows("admin") else self.tenant
 
 
 ANONYMOUS = Principal("anonymous", "anonymous", frozenset({"read", "runs", "nodes", "admin"}))
@@ -71,7 +84,7 @@ class Authenticator:
         record = await self._store.tokens.authenticate(secret.strip())
         if record is None:
             raise _unauthorized("the token is unknown or revoked")
-        return Principal(record.id, record.name, granted(record.scopes))
+        return Principal(record.id, record.name, granted(record.scopes), record.tenant)
 
     async def _open(self) -> bool:
         if not self._open_on_no_tokens:

@@ -12,6 +12,17 @@ through. A client that disconnects stops the process; so does the request's ``ti
 
 Nodes made through the API are owned by ``service:nodeprov``, which no reaper judges gone:
 they outlive the replica that made them until destroyed or past their lifetime.
+
+**Whose a node is.** A node made through the API is its caller's tenant's (``store.owners``,
+written before the node is made), and only that tenant's callers (and an admin) find it;
+every other node (a run's, a pool's, the CLI's) is found by an admin alone, to list and
+look at: its files and processes are its run's, never the API's to read or run.
+
+**Files** are the workspace's: a path is taken from the node's workdir and must stay in it
+(no ``/proc``, no other process's environment, no credentials of the node's platform). The
+files routes and exec need the ``nodes`` scope (a node's files may hold what its processes
+were given); exec reaches the whole node, but a node holds only its own tenant's processes.
+A file's mode is permission bits alone: never setuid, setgid or sticky.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import posixpath
 import re
 from collections.abc import AsyncGenerator
 from contextlib import aclosing, nullcontext, suppress
@@ -29,18 +41,19 @@ from anyio.abc import ByteReceiveStream, ObjectSendStream, TaskStatus
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..errors import ConfigError, NodeGoneError, NodeprovError
+from ..errors import ConfigError, NodeGoneError, NodePathError, NodeprovError
 from ..fleet import readiness
-from ..node import NodeHandle, NodeInfo
+from ..node import LABEL_EXPIRES_AT, NodeHandle, NodeInfo
 from ..spawn import SpawnedProcess, SpawnOptions
 from ..store import new_id
-from .auth import forbid
+from .auth import Principal, forbid
 from .idempotency import claim_key, fingerprint
 from .problems import ServiceError
 from .runs import Caller, IdempotencyKey
 from .schemas import ErrorBody, ExecBody, NodeBody
 from .state import Service, service_of
 from .streams import PumpedResponse
+from .tenancy import node_tenant
 
 __all__ = ["FILE_ROUTE", "router"]
 
@@ -124,12 +137,19 @@ async def provision(
     config = body.node.config(
         owner=service.owner, default_ttl=service.config.node_ttl, node_id=node_id, key=provision_key
     )
+    expires = config.resource_labels().get(LABEL_EXPIRES_AT)
+    owner = await service.store.owners.add(
+        "node", config.node_id, who.tenant, provider=body.provider, expires_at=expires
+    )
+    if owner.tenant != who.tenant:  # an id another tenant's retry holds: never touched
+        raise ServiceError(409, "node_exists", f"node {config.node_id} exists already")
     try:
         node = await provider.provision(config)
     except BaseException:
-        if key is not None:
-            with anyio.CancelScope(shield=True):
-                await service.store.idempotency.forget(who.id, key)  # undone: a retry starts afresh
+        with anyio.CancelScope(shield=True):
+            await service.store.owners.remove("node", config.node_id)  # undone: nothing is left
+            if key is not None:
+                await service.store.idempotency.forget(who.id, key)  # a retry starts afresh
         raise
     service.remember(node)
     answer = node_body(node)
@@ -149,16 +169,32 @@ async def list_nodes(request: Request, who: Caller, provider: ProviderQuery = No
         service.check_provider(provider)
     nodes, notes, failures = await service.fleet.list_nodes(provider)
     offered = service.allowed_providers()
+    mine = None if who.allows("admin") else await service.store.owners.of("node", who.tenant)
     return {
-        "nodes": [_info_body(info) for info in nodes if info.provider in offered],
+        "nodes": [
+            _info_body(info)
+            for info in nodes
+            if info.provider in offered and (mine is None or info.node_id in mine)
+        ],
         "notes": [note for note in notes if note.split(":")[0] in offered],
         "failures": [failure for failure in failures if failure.split(":")[0] in offered],
     }
 
 
-async def _find(service: Service, node_id: str, provider: str | None) -> NodeHandle:
+async def _find(
+    service: Service, who: Principal, node_id: str, provider: str | None, *, any_node: bool = False
+) -> NodeHandle:
     """The node, from ``provider``, or the one this replica last found it on, or whichever
-    offered provider has it (asking each in turn costs a call to every platform)."""
+    offered provider has it (asking each in turn costs a call to every platform); if it is
+    within the caller's reach (see the module): one the API made for its tenant, or any
+    node for an admin ``any_node`` lets look at.
+
+    Raises:
+        NodeGoneError: no such node, or not within reach (never confirmed to exist).
+    """
+    tenant = await node_tenant(service.store, node_id)
+    if not (who.sees(tenant) if tenant is not None else any_node and who.allows("admin")):
+        raise NodeGoneError(f"no node {node_id}")
     if provider is not None:
         service.check_provider(provider)
     elif (known := service.node_providers.get(node_id)) is not None:
@@ -177,7 +213,7 @@ async def get_node(
 ) -> dict[str, Any]:
     """A node."""
     forbid(who, "read")
-    return node_body(await _find(service_of(request), node_id, provider))
+    return node_body(await _find(service_of(request), who, node_id, provider, any_node=True))
 
 
 @router.delete("/nodes/{node_id}", responses={404: {"model": ErrorBody}})
@@ -187,8 +223,9 @@ async def destroy(
     """Destroy a node and everything on it."""
     forbid(who, "nodes")
     service = service_of(request)
-    node = await _find(service, node_id, provider)
+    node = await _find(service, who, node_id, provider)
     await node.destroy()
+    await service.store.owners.remove("node", node_id)
     service.metrics.nodes_made.labels(node.provider, "destroy").inc()
     return node_body(node) | {"destroyed": True}
 
@@ -209,10 +246,10 @@ async def download(
     path: Annotated[str, Query(description="The file on the node (relative: from its workdir).")],
     provider: ProviderQuery = None,
 ) -> Response:
-    """A file of the node, streamed."""
-    forbid(who, "read")
-    node = await _find(service_of(request), node_id, provider)
-    node.node_path(path)  # a path outside the node: 400
+    """A file of the node's workdir, streamed."""
+    forbid(who, "nodes")
+    node = await _find(service_of(request), who, node_id, provider)
+    _in_workdir(node, path)  # elsewhere: 400
 
     async def pump(sink: ObjectSendStream[bytes], task_status: TaskStatus[None]) -> None:
         async with node.read_file(path) as chunks:  # a missing file: 404, before the answer starts
@@ -234,13 +271,17 @@ async def upload(
     *,
     who: Caller,
     path: Annotated[str, Query(description="Where on the node (relative: from its workdir).")],
-    mode: Annotated[str, Query(pattern="^[0-7]{3,4}$", description="Octal file mode.")] = "0600",
+    mode: Annotated[
+        str,
+        Query(pattern="^0?[0-7]{3}$", description="Octal permission bits (never setuid, setgid or sticky)."),
+    ] = "0600",
     provider: ProviderQuery = None,
 ) -> dict[str, Any]:
-    """Write the request body to a file of the node, streamed (replaced whole, or not at all)."""
+    """Write the request body to a file of the node's workdir, streamed (replaced whole, or
+    not at all)."""
     forbid(who, "nodes")
-    node = await _find(service_of(request), node_id, provider)
-    full = node.node_path(path)
+    node = await _find(service_of(request), who, node_id, provider)
+    full = _in_workdir(node, path)
     size = 0
 
     async def chunks() -> AsyncGenerator[bytes]:
@@ -269,7 +310,7 @@ async def exec_on(
     """Run a command on the node; its output streams back as JSON lines, then its exit status
     (see the module)."""
     forbid(who, "nodes")
-    node = await _find(service_of(request), node_id, provider)
+    node = await _find(service_of(request), who, node_id, provider)
     try:
         options = SpawnOptions(body.command[0], body.command[1:], cwd=body.cwd, env=body.env)
     except ValueError as error:
@@ -316,6 +357,21 @@ async def _relay(process: SpawnedProcess, stdin: str | None, sink: ObjectSendStr
 def _stop_at_once(process: SpawnedProcess) -> None:
     """Stop ``process`` as its stop policy says, without the grace it would give its stdin."""
     process.stop_policy = dataclasses.replace(process.stop_policy, eof_grace=0.0)
+
+
+def _in_workdir(node: NodeHandle, path: str) -> str:
+    """``path`` on the node (see :meth:`NodeHandle.node_path`), if it is in its workdir.
+
+    Raises:
+        NodePathError: it is not (or is refused by the node).
+    """
+    full = node.node_path(path)
+    workdir = posixpath.normpath(node.workdir)
+    if full != workdir and not full.startswith(workdir.rstrip("/") + "/"):
+        raise NodePathError(
+            f"{path!r} is outside node {node.node_id}'s workdir ({workdir}): files are the workspace's"
+        )
+    return full
 
 
 def _line(value: dict[str, Any]) -> bytes:

@@ -13,21 +13,24 @@ from fastapi.responses import JSONResponse
 from ..errors import ConfigError
 from ..fleet import settings_from_env
 from ..runs import Pool, PoolStatus
-from .auth import forbid
+from .auth import Principal, forbid
 from .problems import ServiceError
 from .runs import Caller
 from .schemas import ErrorBody, PoolIn
 from .state import service_of
+from .tenancy import pool_name, pool_shown, pool_visible
 
 __all__ = ["pool_body", "router"]
 
 router = APIRouter(prefix="/v1", responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}})
 
 
-def pool_body(status: PoolStatus) -> dict[str, Any]:
-    """A pool as the API shows it: its template (stored settings, never a secret) and state."""
+def pool_body(who: Principal, status: PoolStatus) -> dict[str, Any]:
+    """A pool as the API shows ``who`` it: its template (stored settings, never a secret),
+    its state, and its name as the caller knows it."""
     config = status.pool.node_config
     return status.as_json() | {
+        "name": pool_shown(who, status.pool.name),
         "settings": status.pool.provider_settings,
         "node": {
             "ttl_seconds": config.ttl.total_seconds() if config and config.ttl else None,
@@ -43,11 +46,12 @@ async def create_pool(request: Request, body: PoolIn, who: Caller) -> JSONRespon
     forbid(who, "nodes")
     service = service_of(request)
     service.check_provider(body.provider)
-    if await service.store.pools.get(body.name) is not None:
+    name = pool_name(who, body.name)
+    if await service.store.pools.get(name) is not None:
         raise ServiceError(409, "pool_exists", f"pool {body.name!r} exists already")
     settings = await anyio.to_thread.run_sync(settings_from_env, body.provider, body.settings)
     pool = Pool(
-        name=body.name,
+        name=name,
         provider=body.provider,
         provider_settings=settings,
         node_config=body.node.config(owner="pool", default_ttl=service.config.node_ttl),
@@ -55,14 +59,15 @@ async def create_pool(request: Request, body: PoolIn, who: Caller) -> JSONRespon
         max_age=body.max_age,
         refill_concurrency=body.refill_concurrency,
     )
-    return JSONResponse(pool_body(await service.orchestrator.pools.create(pool)), 201)
+    return JSONResponse(pool_body(who, await service.orchestrator.pools.create(pool)), 201)
 
 
 @router.get("/pools")
 async def list_pools(request: Request, who: Caller) -> list[dict[str, Any]]:
     """The warm pools, by name."""
     forbid(who, "read")
-    return [pool_body(status) for status in await service_of(request).orchestrator.pools.list()]
+    pools = await service_of(request).orchestrator.pools.list()
+    return [pool_body(who, status) for status in pools if pool_visible(who, status.pool.name)]
 
 
 @router.get("/pools/{name}", responses={404: {"model": ErrorBody}})
@@ -70,7 +75,7 @@ async def get_pool(request: Request, name: str, who: Caller) -> dict[str, Any]:
     """A warm pool: ready and starting nodes, who keeps it, and why a refill failed."""
     forbid(who, "read")
     try:
-        return pool_body(await service_of(request).orchestrator.pools.get(name))
+        return pool_body(who, await service_of(request).orchestrator.pools.get(pool_name(who, name)))
     except ConfigError:
         raise ServiceError(404, "pool_not_found", f"no pool {name!r}") from None
 
@@ -86,7 +91,7 @@ async def remove_pool(
     they are; 202 while its keeper still destroys them."""
     forbid(who, "nodes")
     try:
-        gone = await service_of(request).orchestrator.pools.remove(name, wait=wait)
+        gone = await service_of(request).orchestrator.pools.remove(pool_name(who, name), wait=wait)
     except ConfigError:
         raise ServiceError(404, "pool_not_found", f"no pool {name!r}") from None
     return Response(status_code=204 if gone else 202)

@@ -16,13 +16,14 @@ from ..errors import ConfigError, RunStateError
 from ..fleet import secret_settings_from_env, settings_from_env
 from ..prompts import prompt_text
 from ..runs import Run, RunState
-from ..store import RunRecord, SnapshotRecord, new_id
+from ..store import DEFAULT_TENANT, RunRecord, SessionRecord, SnapshotRecord, new_id
 from .auth import Principal, forbid
 from .events import event_stream
 from .idempotency import claim_key, fingerprint
 from .problems import ServiceError
 from .schemas import ErrorBody, PauseIn, ResumeIn, RunIn, prompt_of
 from .state import Service, service_of
+from .tenancy import pool_name, run_visible, workspace_name, workspace_shown, workspace_visible
 
 __all__ = ["router"]
 
@@ -45,12 +46,16 @@ IdempotencyKey = Annotated[
 ]
 
 
-def run_body(record: RunRecord, snapshots: list[SnapshotRecord] | None = None) -> dict[str, Any]:
-    """A run as the API shows it: its record less what only control planes use, with its
-    JSON fields parsed; with ``snapshots``, whether and how it may be resumed."""
+def run_body(
+    who: Principal, record: RunRecord, snapshots: list[SnapshotRecord] | None = None
+) -> dict[str, Any]:
+    """A run as the API shows ``who`` it: its record less what only control planes use, with
+    its JSON fields parsed and its workspace as the caller names it; with ``snapshots``,
+    whether and how it may be resumed."""
     body: dict[str, Any] = {
         k: v for k, v in dataclasses.asdict(record).items() if k not in ("node_settings", "pause_request")
     }
+    body["workspace_id"] = workspace_shown(who, record.workspace_id)
     for field in ("agent_options", "node_config", "prompt_blocks", "node_secret_fields"):
         body[field] = json.loads(body[field])
     body["settings"] = json.loads(record.node_settings)
@@ -64,9 +69,10 @@ def run_body(record: RunRecord, snapshots: list[SnapshotRecord] | None = None) -
     return body
 
 
-async def _load(service: Service, run_id: str) -> RunRecord:
+async def _load(service: Service, who: Principal, run_id: str) -> RunRecord:
+    """The run, if it is within the caller's reach (another tenant's is not found)."""
     record = await service.store.run(run_id)
-    if record is None:
+    if record is None or not await run_visible(service.store, who, run_id):
         raise ServiceError(404, "run_not_found", f"no run {run_id}")
     return record
 
@@ -85,7 +91,7 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
     """Start a run on a new node, or one claimed from a warm pool; returns at once (follow its events)."""
     forbid(who, "runs")
     service = service_of(request)
-    name, stored = await _provider_of(service, body)
+    name, stored = await _provider_of(service, who, body)
     service.check_provider(name)
     provider = await service.fleet.provider(name, stored | body.settings)
     options = _options(body, body.model)
@@ -111,8 +117,10 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
             holder=service.orchestrator.owner,
         )
         if (existing := await service.store.run(claim.resource_id)) is not None:
-            return JSONResponse(run_body(existing), 200, headers={"Idempotent-Replayed": "true"})
+            return JSONResponse(run_body(who, existing), 200, headers={"Idempotent-Replayed": "true"})
         run_id = claim.resource_id
+    if who.tenant != DEFAULT_TENANT:  # owned before it exists: no moment sees it as another's
+        await service.store.owners.add("run", run_id, who.tenant)
     prompt = prompt_of(body.prompt)
     if body.pool is None:
         settings = await anyio.to_thread.run_sync(settings_from_env, name, body.settings)
@@ -125,12 +133,12 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
         return await service.orchestrator.start(
             prompt,
             provider=body.provider,
-            pool=body.pool,
+            pool=None if body.pool is None else pool_name(who, body.pool),
             pool_wait=body.pool_wait,
             provider_settings=settings,
             agent=agent,
             options=on_model,
-            workspace=body.workspace,
+            workspace=workspace_name(who, body.workspace),
             node_config=None
             if body.pool
             else body.node.config(owner=service.orchestrator.owner, default_ttl=service.config.node_ttl),
@@ -143,16 +151,18 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
     try:
         run = await service.start_on_model(body.model, agent, prompt_text(prompt), options, start)
     except BaseException:
-        if key is not None and await service.store.run(run_id) is None:
-            with anyio.CancelScope(shield=True):
-                await service.store.idempotency.forget(who.id, key)  # nothing was made: a retry starts afresh
+        with anyio.CancelScope(shield=True):
+            if await service.store.run(run_id) is None:  # nothing was made: a retry starts afresh
+                await service.store.owners.remove("run", run_id)
+                if key is not None:
+                    await service.store.idempotency.forget(who.id, key)
         raise
     if key is not None:
         await service.store.idempotency.complete(who.id, key, json.dumps({"run_id": run.id}))
-    return JSONResponse(run_body(await _load(service, run.id)), 201)
+    return JSONResponse(run_body(who, await _load(service, who, run.id)), 201)
 
 
-async def _provider_of(service: Service, body: RunIn) -> tuple[str, dict[str, Any]]:
+async def _provider_of(service: Service, who: Principal, body: RunIn) -> tuple[str, dict[str, Any]]:
     """The provider of a run to start, and the settings stored for it (a pool's)."""
     if (body.provider is None) == (body.pool is None):
         raise ConfigError("a run names a provider or a pool, not both")
@@ -161,7 +171,7 @@ async def _provider_of(service: Service, body: RunIn) -> tuple[str, dict[str, An
         return body.provider, {}
     if body.node.model_fields_set:
         raise ConfigError("a run from a pool gets a node of the pool's template: give no `node`")
-    record = await service.store.pools.get(body.pool)
+    record = await service.store.pools.get(pool_name(who, body.pool))
     if record is None:
         raise ServiceError(404, "pool_not_found", f"no pool {body.pool!r}")
     return record.provider, json.loads(record.provider_settings)
@@ -176,8 +186,11 @@ async def list_runs(
 ) -> list[dict[str, Any]]:
     """Runs, oldest first."""
     forbid(who, "read")
-    records = await service_of(request).store.runs(states=tuple(s.value for s in state or ()))
-    return [run_body(r) for r in records if workspace is None or r.workspace_id == workspace]
+    records = await service_of(request).store.runs(
+        states=tuple(s.value for s in state or ()), tenant=who.only
+    )
+    named = None if workspace is None else workspace_name(who, workspace)
+    return [run_body(who, r) for r in records if named is None or r.workspace_id == named]
 
 
 @router.get("/runs/{run_id}", responses={404: {"model": ErrorBody}})
@@ -185,8 +198,8 @@ async def get_run(request: Request, run_id: str, who: Caller) -> dict[str, Any]:
     """A run, with its snapshots and whether it can be resumed."""
     forbid(who, "read")
     service = service_of(request)
-    record = await _load(service, run_id)
-    return run_body(record, await service.store.snapshots(run_id))
+    record = await _load(service, who, run_id)
+    return run_body(who, record, await service.store.snapshots(run_id))
 
 
 @router.post("/runs/{run_id}/pause", responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
@@ -195,22 +208,22 @@ async def pause_run(request: Request, run_id: str, body: PauseIn, who: Caller) -
     200 with the paused run (its ``resume_token``), or 202 when it is still pausing."""
     forbid(who, "runs")
     service = service_of(request)
-    record = await _load(service, run_id)
+    record = await _load(service, who, run_id)
     if not RunState(record.state).live:
         raise RunStateError(f"run {run_id} is {record.state}: only a live run can be paused")
     asked = await service.orchestrator.request_pause(run_id, body.kind, body.reason, keep_node=body.keep_node)
     with anyio.move_on_after(body.wait):
         while RunState(record.state).live:
             await anyio.sleep(_PAUSE_POLL)
-            record = await _load(service, run_id)
+            record = await _load(service, who, run_id)
     if RunState(record.state).live:
-        return JSONResponse(run_body(record), 202)
+        return JSONResponse(run_body(who, record), 202)
     snapshots = await service.store.snapshots(run_id)
     unused = [s for s in snapshots if s.used_at is None]
     if record.state != RunState.PAUSED or not unused:
         await service.orchestrator.withdraw_pause(run_id, asked)
         raise RunStateError(f"run {run_id} ended {record.outcome or record.state} before it could pause")
-    return JSONResponse(run_body(record, snapshots) | {"resume_token": unused[-1].token}, 200)
+    return JSONResponse(run_body(who, record, snapshots) | {"resume_token": unused[-1].token}, 200)
 
 
 @router.post("/runs/{run_id}/resume", responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
@@ -218,7 +231,7 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
     """Resume a paused (or failed) run with a message, on its kept node or a fresh one."""
     forbid(who, "runs")
     service = service_of(request)
-    record = await _load(service, run_id)
+    record = await _load(service, who, run_id)
     # The run's secret settings are never stored: the service's environment gives them again.
     secrets = await anyio.to_thread.run_sync(secret_settings_from_env, record.node_provider)
     model = body.model or json.loads(record.agent_options).get("model") or SCRIPTED
@@ -238,7 +251,7 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
     run = await service.start_on_model(
         model, record.agent, prompt_text(message), _options(body, model), resume
     )
-    return run_body(await _load(service, run.id))
+    return run_body(who, await _load(service, who, run.id))
 
 
 @router.get(
@@ -272,7 +285,7 @@ async def run_events(
     sequence). Comment lines keep an idle stream alive."""
     forbid(who, "read")
     service = service_of(request)
-    record = await _load(service, run_id)
+    record = await _load(service, who, run_id)
     if last_event_id is not None:
         try:
             after = int(last_event_id)
@@ -291,7 +304,9 @@ async def list_sessions(
 ) -> list[dict[str, Any]]:
     """Workspaces' agent sessions (archived ones too)."""
     forbid(who, "read")
-    return [dataclasses.asdict(s) for s in await service_of(request).store.sessions(workspace)]
+    named = None if workspace is None else workspace_name(who, workspace)
+    sessions = await service_of(request).store.sessions(named)
+    return [_session_body(who, s) for s in sessions if workspace_visible(who, s.workspace_id)]
 
 
 @router.get("/workspaces")
@@ -299,7 +314,8 @@ async def list_workspaces(request: Request, who: Caller) -> list[dict[str, Any]]
     """Workspaces: each one's active agent session and its runs' count."""
     forbid(who, "read")
     service = service_of(request)
-    return _workspaces(await service.store.sessions(), await service.store.runs())
+    sessions = [s for s in await service.store.sessions() if workspace_visible(who, s.workspace_id)]
+    return _workspaces(who, sessions, await service.store.runs(tenant=who.only))
 
 
 @router.get("/workspaces/{workspace}", responses={404: {"model": ErrorBody}})
@@ -307,21 +323,27 @@ async def get_workspace(request: Request, workspace: str, who: Caller) -> dict[s
     """A workspace: its sessions and its runs."""
     forbid(who, "read")
     service = service_of(request)
-    sessions = await service.store.sessions(workspace)
+    named = workspace_name(who, workspace)
+    sessions = await service.store.sessions(named) if workspace_visible(who, named) else []
     if not sessions:
         raise ServiceError(404, "workspace_not_found", f"no workspace {workspace}")
-    runs = [r for r in await service.store.runs() if r.workspace_id == workspace]
-    return _workspaces(sessions, runs)[0] | {
-        "sessions": [dataclasses.asdict(s) for s in sessions],
-        "runs": [run_body(r) for r in runs],
+    runs = [r for r in await service.store.runs(tenant=who.only) if r.workspace_id == named]
+    return _workspaces(who, sessions, runs)[0] | {
+        "sessions": [_session_body(who, s) for s in sessions],
+        "runs": [run_body(who, r) for r in runs],
     }
 
 
-def _workspaces(sessions: list[Any], runs: list[RunRecord]) -> list[dict[str, Any]]:
+def _session_body(who: Principal, session: SessionRecord) -> dict[str, Any]:
+    return dataclasses.asdict(session) | {"workspace_id": workspace_shown(who, session.workspace_id)}
+
+
+def _workspaces(who: Principal, sessions: list[SessionRecord], runs: list[RunRecord]) -> list[dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for session in sessions:
+        shown = workspace_shown(who, session.workspace_id)
         entry = found.setdefault(
-            session.workspace_id, {"id": session.workspace_id, "agent": None, "session_id": None, "runs": 0}
+            session.workspace_id, {"id": shown, "agent": None, "session_id": None, "runs": 0}
         )
         if session.state == "active":
             entry["agent"], entry["session_id"] = session.provider, session.id

@@ -40,7 +40,11 @@ async def add_file_tokens(config: ServiceConfig) -> None:
         return
     entries = read_tokens_file(config.tokens_file)
     async with await Store.open(config.store) as store:
-        added = [entry for entry in entries if await store.tokens.add(entry.name, entry.scopes, entry.sha256)]
+        added = [
+            entry
+            for entry in entries
+            if await store.tokens.add(entry.name, entry.scopes, entry.sha256, entry.tenant)
+        ]
     logger.info(
         "tokens file %s: %d tokens, %d of them new to the store", config.tokens_file, len(entries), len(added)
     )

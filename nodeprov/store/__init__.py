@@ -41,6 +41,7 @@ from ._postgres import PostgresDatabase
 from ._rows import as_record, columns, insert, marks, new_id, now
 from ._schema import migrate
 from ._sqlite import SQLiteDatabase
+from .api import AuditEntry, AuditStore, Owner, OwnerStore
 from .entries import EntryBatch, EntryKey, EntryStore, KeyedEntry, entry_key, keyed
 from .idempotency import IdempotencyRecord, IdempotencyStore
 from .images import ImageStore
@@ -57,11 +58,23 @@ from .records import (
     SnapshotRecord,
 )
 from .retention import PruneReport, Retention
-from .tokens import SCOPES, TokenEntry, TokenRecord, TokenStore, add_to_tokens_file, read_tokens_file
+from .tokens import (
+    DEFAULT_TENANT,
+    SCOPES,
+    TokenEntry,
+    TokenRecord,
+    TokenStore,
+    add_to_tokens_file,
+    check_tenant,
+    read_tokens_file,
+)
 
 __all__ = [
+    "DEFAULT_TENANT",
     "POOL_HELD",
     "SCOPES",
+    "AuditEntry",
+    "AuditStore",
     "EntryBatch",
     "EntryKey",
     "EntryStore",
@@ -74,6 +87,8 @@ __all__ = [
     "LeaseStore",
     "NodeRecord",
     "NodeRecordState",
+    "Owner",
+    "OwnerStore",
     "PoolNodeRecord",
     "PoolNodeState",
     "PoolRecord",
@@ -90,6 +105,7 @@ __all__ = [
     "TokenRecord",
     "TokenStore",
     "add_to_tokens_file",
+    "check_tenant",
     "default_store_path",
     "entry_key",
     "keyed",
@@ -141,6 +157,16 @@ class _Parts:
     def idempotency(self) -> IdempotencyStore:
         """The HTTP API's idempotency keys."""
         return IdempotencyStore(self.db)
+
+    @cached_property
+    def owners(self) -> OwnerStore:
+        """Which tenant owns what the HTTP API made (runs, nodes)."""
+        return OwnerStore(self.db)
+
+    @cached_property
+    def audit(self) -> AuditStore:
+        """Who did what through the HTTP API."""
+        return AuditStore(self.db)
 
     @cached_property
     def retention(self) -> Retention:
@@ -330,10 +356,18 @@ class Store(_Parts):
         record: RunRecord | None = as_record(RunRecord, row)
         return record
 
-    async def runs(self, *, states: tuple[str, ...] = ()) -> list[RunRecord]:
-        where = f"WHERE state IN ({marks(states)})" if states else ""
+    async def runs(self, *, states: tuple[str, ...] = (), tenant: str | None = None) -> list[RunRecord]:
+        """The runs in ``states`` (all, without), oldest first; with ``tenant``, those the
+        HTTP API made for it alone (see :class:`~nodeprov.store.api.OwnerStore`; the
+        library's and the CLI's are :data:`DEFAULT_TENANT`'s)."""
+        conditions = [f"state IN ({marks(states)})"] if states else []
+        params: list[Any] = list(states)
+        if tenant is not None:
+            conditions.append(OwnerStore.owned_by("run", "runs.id"))
+            params += [tenant, tenant]
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
         rows = await self.db.fetchall(
-            f"SELECT {columns(RunRecord)} FROM runs {where} ORDER BY created_at", states
+            f"SELECT {columns(RunRecord)} FROM runs {where} ORDER BY created_at", params
         )
         return [as_record(RunRecord, row) for row in rows]
 

@@ -256,6 +256,38 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    [
+        # Tenants (a team, a project) own what the HTTP API makes for them: the tokens that
+        # act for them, and (api_owners) their runs and nodes, a row each, written before
+        # the thing is made. What has no row (the library's, the CLI's) is "default"'s. A
+        # node's row goes with it, or past its lifetime; a run's with the run (retention).
+        "ALTER TABLE api_tokens ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'",
+        """CREATE TABLE api_owners (
+            kind TEXT NOT NULL,
+            id TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            provider TEXT,
+            created_at TEXT NOT NULL,
+            expires_at TEXT,
+            PRIMARY KEY (kind, id))""",
+        "CREATE INDEX api_owners_tenant ON api_owners(tenant, kind)",
+        "CREATE INDEX api_owners_expires ON api_owners(expires_at)",
+        # Who did what through the HTTP API, and when: kept as long as runs are.
+        """CREATE TABLE audit (
+            seq {serial},
+            at TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            token_id TEXT NOT NULL,
+            token_name TEXT NOT NULL,
+            action TEXT NOT NULL,
+            resource TEXT NOT NULL,
+            detail TEXT NOT NULL)""",
+        "CREATE INDEX audit_tenant ON audit(tenant, seq)",
+        "CREATE INDEX audit_at ON audit(at)",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema this code writes: a store of a later one is refused."""
 

@@ -3,16 +3,17 @@
 :meth:`Retention.prune` deletes the runs in the given states (the runs layer passes those
 nobody drives: paused, finished, failed) last changed before a cutoff, and whose nodes the
 store no longer holds, each with all it owns: its events, snapshots, node records, its
-claims of pool nodes, its references to images, and, once no run is left in them, its
-agent's transcript and summary and its workspace session (an archived one, or any left
-empty). Then the images no run names any more, the pool nodes long destroyed or claimed,
-and the idempotency keys past the cutoff. Dead leases are compacted apart
-(:meth:`~nodeprov.store.leases.LeaseStore.compact`), all the time.
+claims of pool nodes, its references to images, its owner row (the HTTP API's tenant),
+and, once no run is left in them, its agent's transcript and summary. Then what no run
+names any more: sessions and workspaces left empty, images, the pool nodes long destroyed
+or claimed, the idempotency keys, audit entries and API nodes' owner rows past the cutoff.
+Dead leases are compacted apart (:meth:`~nodeprov.store.leases.LeaseStore.compact`), all
+the time.
 
 Runs go in batches, each its own short transaction that takes its runs again under lock
 (a resume that moves one meanwhile wins: the run is left), so a store years old is pruned
-without holding up the control planes that share it. ``dry_run`` counts instead: each batch
-is deleted and rolled back.
+without holding up the control planes that share it. ``dry_run`` counts instead, in one
+transaction rolled back.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class PruneReport:
     images: int = 0
     pool_nodes: int = 0
     idempotency_keys: int = 0
+    audit: int = 0
     dry_run: bool = False
 
     def add(self, other: PruneReport) -> None:
@@ -154,6 +156,7 @@ class Retention:
             (*gone, *_SPENT_POOL_NODES),
         )
         await tx.execute(f"DELETE FROM image_refs WHERE {runs}", gone)
+        await tx.execute(f"DELETE FROM api_owners WHERE kind = 'run' AND id IN ({marks(gone)})", gone)
         report.runs += await tx.execute(f"DELETE FROM runs WHERE id IN ({marks(gone)})", gone)
         for project, agent_session in {(row[2], row[3]) for row in rows if row[2] and row[3]}:
             if await tx.fetchall(
@@ -193,6 +196,8 @@ class Retention:
         report.idempotency_keys += await tx.execute(
             "DELETE FROM idempotency_keys WHERE created_at < ?", (before,)
         )
+        report.audit += await tx.execute("DELETE FROM audit WHERE at < ?", (before,))
+        await tx.execute("DELETE FROM api_owners WHERE expires_at < ?", (before,))  # nodes long gone
 
     async def due(self, every: float) -> bool:
         """Whether this caller should prune now: at most once every ``every`` seconds per

@@ -6,10 +6,14 @@ plain SHA-256 cannot be reversed or guessed, so it is the right hash (as GitHub 
 its tokens); a slow password hash would only slow every request down. A token is looked
 up by its hash alone, through a unique index.
 
+A token acts for a *tenant* (a team, a project: :data:`DEFAULT_TENANT` unless given), which
+owns what the token makes through the API; another tenant's is out of its reach.
+
 A *tokens file* holds tokens as their hashes only (a JSON list of ``{"name", "scopes",
-"sha256"}``): ``nodeprov tokens create --file`` adds one, and ``nodeprov serve
---tokens-file`` adds its tokens to the store (:meth:`TokenStore.add`), so a deployment can
-keep them in a secret of its platform (a Kubernetes Secret) with no secret in it.
+"sha256"}``, and ``"tenant"`` where it is not the default): ``nodeprov tokens create
+--file`` adds one, and ``nodeprov serve --tokens-file`` adds its tokens to the store
+(:meth:`TokenStore.add`), so a deployment can keep them in a secret of its platform (a
+Kubernetes Secret) with no secret in it.
 """
 
 from __future__ import annotations
@@ -29,36 +33,62 @@ from typing import Any
 from ..errors import ConfigError
 from ._db import Database, Row
 
-__all__ = ["SCOPES", "TokenEntry", "TokenRecord", "TokenStore", "add_to_tokens_file", "read_tokens_file"]
+__all__ = [
+    "DEFAULT_TENANT",
+    "SCOPES",
+    "TokenEntry",
+    "TokenRecord",
+    "TokenStore",
+    "add_to_tokens_file",
+    "check_tenant",
+    "read_tokens_file",
+]
 
 SCOPES: tuple[str, ...] = ("read", "runs", "nodes", "admin")
 """What a token may be given leave to do (the HTTP API decides what each scope allows)."""
 
 _SECRET_PREFIX = "npt_"  # noqa: S105 - public: marks a nodeprov token (to a reader, a secret scanner)
-_COLUMNS = "id, name, scopes, created_at, revoked_at"
+DEFAULT_TENANT = "default"
+"""The tenant of what the library and the CLI make, and of a token given none."""
+
+_COLUMNS = "id, name, scopes, created_at, revoked_at, tenant"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_TENANT = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+
+
+def check_tenant(tenant: str) -> str:
+    """``tenant``, if it is a tenant's name: lowercase letters, digits and '-', at most 40.
+
+    Raises:
+        ConfigError: it is not.
+    """
+    if not _TENANT.fullmatch(tenant):
+        raise ConfigError(f"a tenant is lowercase letters, digits and '-', at most 40 characters: {tenant!r}")
+    return tenant
 
 
 @dataclass(frozen=True)
 class TokenEntry:
-    """A token of a tokens file: its name, its scopes and its secret's SHA-256 (hex)."""
+    """A token of a tokens file: its name, its scopes, its secret's SHA-256 (hex) and its tenant."""
 
     name: str
     scopes: tuple[str, ...]
     sha256: str
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True)
 class TokenRecord:
     """A token, without its secret: ``id`` is public (``tok-`` and 12 hex digits),
     ``scopes`` sorted, each one of :data:`SCOPES`; ``revoked_at`` is ``None`` while the
-    token is active."""
+    token is active; ``tenant`` is whom it acts for."""
 
     id: str
     name: str
     scopes: tuple[str, ...]
     created_at: str
     revoked_at: str | None
+    tenant: str = DEFAULT_TENANT
 
 
 class TokenStore:
@@ -68,20 +98,26 @@ class TokenStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def create(self, name: str, scopes: Collection[str]) -> tuple[TokenRecord, str]:
-        """A new token named ``name`` with ``scopes``: its record and its secret. The secret
-        is returned this once and kept nowhere; only its SHA-256 is stored.
+    async def create(
+        self, name: str, scopes: Collection[str], tenant: str = DEFAULT_TENANT
+    ) -> tuple[TokenRecord, str]:
+        """A new token named ``name`` with ``scopes``, acting for ``tenant``: its record and
+        its secret. The secret is returned this once and kept nowhere; only its SHA-256 is
+        stored.
 
         Raises:
             ConfigError: ``name`` is empty or blank, ``scopes`` is empty, one string rather
-                than a collection of them, or names a scope not in :data:`SCOPES`.
+                than a collection of them, or names a scope not in :data:`SCOPES`; ``tenant``
+                is not a tenant's name (:func:`check_tenant`).
         """
         secret = _new_secret()
-        record = await self.add(name, scopes, _digest(secret))
+        record = await self.add(name, scopes, _digest(secret), tenant)
         assert record is not None  # a new secret's hash is no other token's
         return record, secret
 
-    async def add(self, name: str, scopes: Collection[str], sha256: str) -> TokenRecord | None:
+    async def add(
+        self, name: str, scopes: Collection[str], sha256: str, tenant: str = DEFAULT_TENANT
+    ) -> TokenRecord | None:
         """Add a token known by its secret's SHA-256 alone (a tokens file's entry): its new
         record, or ``None`` when a token of that hash is there already, which is left as it
         is (its name and scopes kept, and revoked if it was).
@@ -98,11 +134,12 @@ class TokenStore:
             scopes=scopes,
             created_at=datetime.now(UTC).isoformat(timespec="microseconds"),
             revoked_at=None,
+            tenant=check_tenant(tenant),
         )
         added = await self._db.execute(
-            "INSERT INTO api_tokens (id, name, scopes, secret_sha256, created_at, revoked_at)"
-            " VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT (secret_sha256) DO NOTHING",
-            (record.id, record.name, json.dumps(record.scopes), sha256, record.created_at),
+            "INSERT INTO api_tokens (id, name, scopes, secret_sha256, created_at, revoked_at, tenant)"
+            " VALUES (?, ?, ?, ?, ?, NULL, ?) ON CONFLICT (secret_sha256) DO NOTHING",
+            (record.id, record.name, json.dumps(record.scopes), sha256, record.created_at, record.tenant),
         )
         return record if added == 1 else None
 
@@ -137,6 +174,9 @@ class TokenStore:
         """Whether any token is active (not revoked)."""
         found = await self._db.fetchone("SELECT 1 FROM api_tokens WHERE revoked_at IS NULL LIMIT 1")
         return found is not None
+
+
+_ENTRY_FIELDS = {"name", "scopes", "sha256", "tenant"}
 
 
 def _checked(name: str, scopes: Collection[str]) -> tuple[str, ...]:
@@ -175,11 +215,12 @@ def read_tokens_file(path: str | os.PathLike[str]) -> list[TokenEntry]:
     entries = []
     for index, item in enumerate(listed):
         where = f"tokens file {path}, entry {index}"
-        if not isinstance(item, dict) or set(item) != {"name", "scopes", "sha256"}:
-            raise ConfigError(f'{where}: an entry has exactly the fields "name", "scopes" and "sha256"')
+        if not isinstance(item, dict) or not {"name", "scopes", "sha256"} <= set(item) <= _ENTRY_FIELDS:
+            raise ConfigError(f'{where}: an entry has the fields "name", "scopes", "sha256" (and "tenant")')
         name, scopes, sha256 = item["name"], item["scopes"], item["sha256"]
-        if not isinstance(name, str) or not isinstance(scopes, list) or not isinstance(sha256, str):
-            raise ConfigError(f"{where}: name and sha256 are strings, scopes a list of them")
+        tenant = item.get("tenant", DEFAULT_TENANT)
+        if not all(isinstance(text, str) for text in (name, sha256, tenant)) or not isinstance(scopes, list):
+            raise ConfigError(f"{where}: name, sha256 and tenant are strings, scopes a list of them")
         if not all(isinstance(scope, str) for scope in scopes):
             raise ConfigError(f"{where}: scopes are strings")
         try:
@@ -188,12 +229,16 @@ def read_tokens_file(path: str | os.PathLike[str]) -> list[TokenEntry]:
             raise ConfigError(f"{where}: {error}") from None
         if not _SHA256.fullmatch(sha256):
             raise ConfigError(f"{where}: sha256 is 64 lowercase hex digits")
-        entries.append(TokenEntry(name, checked, sha256))
+        try:
+            check_tenant(tenant)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {error}") from None
+        entries.append(TokenEntry(name, checked, sha256, tenant))
     return entries
 
 
 def add_to_tokens_file(
-    path: str | os.PathLike[str], name: str, scopes: Collection[str]
+    path: str | os.PathLike[str], name: str, scopes: Collection[str], tenant: str = DEFAULT_TENANT
 ) -> tuple[TokenEntry, str]:
     """A new token added to the tokens file at ``path`` (made, mode 0600, if missing; else
     rewritten whole, by a rename): its entry and its secret, which is kept nowhere.
@@ -206,8 +251,12 @@ def add_to_tokens_file(
     target = Path(path)
     entries = read_tokens_file(target) if target.exists() else []
     secret = _new_secret()
-    entry = TokenEntry(name, checked, _digest(secret))
-    listed = [{"name": e.name, "scopes": list(e.scopes), "sha256": e.sha256} for e in [*entries, entry]]
+    entry = TokenEntry(name, checked, _digest(secret), check_tenant(tenant))
+    listed = [
+        {"name": e.name, "scopes": list(e.scopes), "sha256": e.sha256}
+        | ({"tenant": e.tenant} if e.tenant != DEFAULT_TENANT else {})
+        for e in [*entries, entry]
+    ]
     try:
         descriptor, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
         try:
@@ -229,6 +278,8 @@ def _digest(secret: str) -> str:
 
 
 def _token(row: Row) -> TokenRecord:
-    token_id, name, scopes, created_at, revoked_at = row
+    token_id, name, scopes, created_at, revoked_at, tenant = row
     listed: list[Any] = json.loads(scopes)
-    return TokenRecord(str(token_id), str(name), tuple(map(str, listed)), str(created_at), revoked_at)
+    return TokenRecord(
+        str(token_id), str(name), tuple(map(str, listed)), str(created_at), revoked_at, str(tenant)
+    )
