@@ -161,7 +161,9 @@ def _line(name: str, runs: int, sample: Sample) -> str:
 
 async def serve(tmp: Path) -> tuple[anyio.abc.Process, str]:
     (tmp / "nodes").mkdir(exist_ok=True)
-    env = {**os.environ, "NODEPROV_LOCAL_ROOT": str(tmp / "nodes"), "NODEPROV_SERVE_CONFIG": "{}"}
+    # The bench's agent is a scripted CLI, which the operator must allow a request to name.
+    config = json.dumps({"allow_options": ["claude.cli_path"]})
+    env = {**os.environ, "NODEPROV_LOCAL_ROOT": str(tmp / "nodes"), "NODEPROV_SERVE_CONFIG": config}
     process = await anyio.open_process(
         [sys.executable, "-m", "nodeprov", "serve", "--port", "0", "--store", f"sqlite:///{tmp}/serve.db"],
         env=env,

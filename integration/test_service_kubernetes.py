@@ -118,7 +118,10 @@ def for_the_test_cluster(
         container[probe]["httpGet"]["host"] = "127.0.0.1"  # not the pod's address: the host's
     env = {item["name"]: item for item in container["env"]}
     assert env["NODEPROV_KUBERNETES_IN_CLUSTER"]["value"] == "true"
+    # The test's scripted model is on this machine: the runs' agents are pointed at it.
+    config = json.loads(env["NODEPROV_SERVE_CONFIG"]["value"]) | {"allow_env": ["ANTHROPIC_BASE_URL"]}
     overrides = {
+        "NODEPROV_SERVE_CONFIG": json.dumps(config),
         "NODEPROV_KUBERNETES_IMAGE": image,
         "NODEPROV_KUBERNETES_IMAGE_PULL_POLICY": "Never",
         "NODEPROV_KUBERNETES_HOST_NETWORK": "true",

@@ -21,6 +21,9 @@ from nodeprov.testing import fake_agent_command
 
 _START_TIMEOUT = 60.0
 
+TEST_CONFIG: dict[str, Any] = {"allow_options": ["claude.cli_path", "codex.cli_path", "opencode.cli_path"]}
+"""What the tests' services allow beyond a caller's own: the test agents' executables."""
+
 
 @dataclass
 class Served:
@@ -55,7 +58,7 @@ async def serving(
     log = tmp_path / f"{name}.log"
     environ = {
         **os.environ,
-        "NODEPROV_SERVE_CONFIG": json.dumps(config or {}),
+        "NODEPROV_SERVE_CONFIG": json.dumps(TEST_CONFIG | (config or {})),
         "NODEPROV_LOCAL_ROOT": str(tmp_path / "nodes"),
         **(env or {}),
     }

@@ -80,7 +80,17 @@ prompts on a node: what an agent would ask for is refused."""
 class AgentOptions(Settings):
     """Base of every agent's options: frozen, unknown fields rejected. What a run keeps is
     :meth:`storable`: never ``env`` or any other field declared with
-    :func:`~nodeprov.secret_field`."""
+    :func:`~nodeprov.secret_field`.
+
+    :attr:`caller_options` names the options a caller of a service (``nodeprov serve``) may
+    give on its own: what the agent does and with which model. The others are the
+    operator's (the HTTP API refuses them unless its operator allows them): what runs as
+    the agent or beside it (``cli_path``, MCP servers) and where its model traffic goes (a
+    model provider's endpoint)."""
+
+    caller_options: ClassVar[frozenset[str]] = frozenset(
+        {"model", "permission", "env", "cwd", "output_schema", "no_output_timeout", "images", "ship_cli"}
+    )
 
     model: str | None = Field(default=None, description="Model id; default: the agent's own default.")
     permission: Permission = Field(default="edit", description="What the agent may do (see Permission).")

@@ -55,6 +55,26 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
             min=0,
         ),
     ] = None,
+    allow_setting: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A provider setting callers may give beyond their own (PROVIDER.NAME, e.g. "
+            "ec2.instance_type): endpoints, hosts, credentials and the host's paths are the "
+            "operator's otherwise. Repeatable."
+        ),
+    ] = None,
+    allow_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An agent option callers may give beyond their own (AGENT.NAME, e.g. claude.cli_path)."
+        ),
+    ] = None,
+    allow_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An agent environment variable callers may set that reroutes it (e.g. ANTHROPIC_BASE_URL)."
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (see the README's "The service"): nodes, runs, events as
     server-sent events. Stops gracefully on SIGTERM or Ctrl-C: each replica pauses the runs
@@ -76,6 +96,9 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
             "providers": tuple(provider) if provider else None,
             "node_ttl": node_ttl * 3600 if node_ttl is not None else None,
             "agent_grace": agent_grace,
+            "allow_settings": tuple(allow_setting) if allow_setting else None,
+            "allow_options": tuple(allow_option) if allow_option else None,
+            "allow_env": tuple(allow_env) if allow_env else None,
         }
         try:
             base = json.loads(os.environ.get(CONFIG_VARIABLE) or "{}")

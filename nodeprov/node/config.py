@@ -11,6 +11,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -164,7 +165,18 @@ class ProviderSettings(Settings):
     """Base of every provider's settings model (see :class:`~nodeprov.settings.Settings`):
     frozen, unknown fields rejected, secrets declared with :func:`secret_field`; a control
     plane stores :meth:`storable` and asks for :meth:`secrets_set` again when it needs them
-    (a resume)."""
+    (a resume).
+
+    :attr:`caller_settings` names the settings a caller of a service (``nodeprov serve``) may
+    set on its own: those that shape its node and nothing else (an image, resources,
+    timeouts). Every other one is the operator's (the HTTP API refuses it unless its
+    operator allows it): where the service connects and as whom (endpoints, hosts, ports,
+    credentials, trust in host keys), what of the service's own machine a node reaches
+    (paths, mounts, its environment, its network), and what costs money or escalates
+    (instance types, privileged placement, security contexts). A provider declares it; the
+    default is none."""
+
+    caller_settings: ClassVar[frozenset[str]] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,21 @@ class ServiceConfig(Settings):
         "beyond loopback, those whose nodes are this host itself (local).",
     )
     node_ttl: float = Field(default=86400.0, gt=0, description="Default lifetime of a node, in seconds.")
+    allow_settings: tuple[str, ...] = Field(
+        default=(),
+        description="Provider settings a caller may give beyond those its provider declares a caller's "
+        "(PROVIDER.NAME, e.g. ec2.instance_type): the others are the operator's.",
+    )
+    allow_options: tuple[str, ...] = Field(
+        default=(),
+        description="Agent options a caller may give beyond those its agent declares a caller's "
+        "(AGENT.NAME, e.g. claude.mcp_servers).",
+    )
+    allow_env: tuple[str, ...] = Field(
+        default=(),
+        description="Agent environment variables a caller may set that would reroute the agent's traffic "
+        "or load code into it (e.g. ANTHROPIC_BASE_URL).",
+    )
     max_body: int = Field(
         default=48 << 20, gt=0, description="Largest request body (JSON), in bytes: 413 above."
     )

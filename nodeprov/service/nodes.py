@@ -48,6 +48,7 @@ from ..spawn import SpawnedProcess, SpawnOptions
 from ..store import new_id
 from .auth import Principal, forbid
 from .idempotency import claim_key, fingerprint
+from .policy import check_settings
 from .problems import ServiceError
 from .runs import Caller, IdempotencyKey
 from .schemas import ErrorBody, ExecBody, NodeBody
@@ -118,6 +119,7 @@ async def provision(
     forbid(who, "nodes")
     service = service_of(request)
     service.check_provider(body.provider)
+    check_settings(body.provider, body.settings, service.config.allow_settings)
     provider = await service.fleet.provider(body.provider, body.settings)
     node_id, provision_key = None, None
     if key is not None:

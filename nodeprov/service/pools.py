@@ -14,6 +14,7 @@ from ..errors import ConfigError
 from ..fleet import settings_from_env
 from ..runs import Pool, PoolStatus
 from .auth import Principal, forbid
+from .policy import check_settings
 from .problems import ServiceError
 from .runs import Caller
 from .schemas import ErrorBody, PoolIn
@@ -46,6 +47,7 @@ async def create_pool(request: Request, body: PoolIn, who: Caller) -> JSONRespon
     forbid(who, "nodes")
     service = service_of(request)
     service.check_provider(body.provider)
+    check_settings(body.provider, body.settings, service.config.allow_settings)
     name = pool_name(who, body.name)
     if await service.store.pools.get(name) is not None:
         raise ServiceError(409, "pool_exists", f"pool {body.name!r} exists already")

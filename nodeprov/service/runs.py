@@ -20,6 +20,7 @@ from ..store import DEFAULT_TENANT, RunRecord, SessionRecord, SnapshotRecord, ne
 from .auth import Principal, forbid
 from .events import event_stream
 from .idempotency import claim_key, fingerprint
+from .policy import check_env, check_options, check_settings
 from .problems import ServiceError
 from .schemas import ErrorBody, PauseIn, ResumeIn, RunIn, prompt_of
 from .state import Service, service_of
@@ -93,6 +94,11 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
     service = service_of(request)
     name, stored = await _provider_of(service, who, body)
     service.check_provider(name)
+    config = service.config
+    check_settings(name, body.settings, config.allow_settings)
+    agent = route_model(None if body.model == SCRIPTED else body.model, body.agent)
+    check_options(agent, body.options, config.allow_options)
+    check_env(body.env, config.allow_env)
     provider = await service.fleet.provider(name, stored | body.settings)
     options = _options(body, body.model)
     if body.permission is None:
@@ -127,7 +133,6 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
     else:  # the pool's settings, and the secrets they never store
         secrets = await anyio.to_thread.run_sync(secret_settings_from_env, name)
         settings = secrets.get(name, {}) | body.settings
-    agent = route_model(None if body.model == SCRIPTED else body.model, body.agent)
 
     async def start(on_model: dict[str, Any]) -> Run:
         return await service.orchestrator.start(
@@ -232,6 +237,9 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
     forbid(who, "runs")
     service = service_of(request)
     record = await _load(service, who, run_id)
+    check_settings(record.node_provider, body.settings, service.config.allow_settings)
+    check_options(record.agent, body.options, service.config.allow_options)
+    check_env(body.env, service.config.allow_env)
     # The run's secret settings are never stored: the service's environment gives them again.
     secrets = await anyio.to_thread.run_sync(secret_settings_from_env, record.node_provider)
     model = body.model or json.loads(record.agent_options).get("model") or SCRIPTED

@@ -33,6 +33,13 @@ __all__ = ["ClaudeAgent", "ClaudeOptions", "config_dir"]
 class ClaudeOptions(AgentOptions):
     """Options of the ``claude`` agent (the Claude Code CLI)."""
 
+    caller_options: ClassVar[frozenset[str]] = AgentOptions.caller_options | {
+        "max_turns",
+        "allowed_tools",
+        "disallowed_tools",
+        "system_prompt",
+    }
+
     max_turns: int | None = Field(default=None, gt=0, description="Stop after this many agentic turns.")
     allowed_tools: list[str] = Field(default_factory=list, description="Tools allowed without asking.")
     disallowed_tools: list[str] = Field(default_factory=list, description="Tools the agent may not use.")

@@ -85,6 +85,12 @@ class CodespacesSettings(SshSessionSettings, SshNodeFields):
     GitHub keeps it, and the gh it is driven with. gh's own login is used unless ``token``
     is given (``GH_TOKEN``, ``gh auth login -s codespace``)."""
 
+    # Not the repository (the operator's account reaches its private ones), nor the machine
+    # (it costs), nor gh, its API or its token (where the operator's credentials go).
+    caller_settings: ClassVar[frozenset[str]] = frozenset(
+        {"ready_timeout", "spawn_timeout", "eof_grace", "term_grace"}
+    )
+
     repo: str = Field(pattern=r"^[^/\s]+/[^/\s]+$", description="Repository of the codespaces: OWNER/NAME.")
     machine: str = Field(
         min_length=1,

@@ -91,6 +91,11 @@ class DockerMount(BaseModel):
 class DockerSettings(ProviderSettings):
     """Settings of the Docker provider."""
 
+    # Not the engine, the network mode, mounts or the environment: the service's own host.
+    caller_settings: ClassVar[frozenset[str]] = frozenset(
+        {"image", "pull", "cpus", "memory", "user", "workdir", "ready_timeout", "eof_grace", "term_grace"}
+    )
+
     image: str | None = Field(default=None, description="Image of every node; needed to provision.")
     docker_host: str | None = Field(
         default=None,

@@ -62,6 +62,12 @@ class Ec2Settings(SshNodeSettings):
     SSH (see :class:`~nodeprov_ssh.SshNodeSettings`). Credentials are boto3's: the
     environment, ``profile``, the shared files, an instance role."""
 
+    # Not where (region, endpoint, network, addresses), not what it costs (instance type),
+    # not what it boots (image), nor how it is logged in to (keys, host keys).
+    caller_settings: ClassVar[frozenset[str]] = frozenset(
+        {"ready_timeout", "spawn_timeout", "eof_grace", "term_grace"}
+    )
+
     region: str | None = Field(
         default=None, description="AWS region; default: boto3's (AWS_REGION, the profile)."
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +29,24 @@ class Toleration(BaseModel):
 
 class KubernetesSettings(ProviderSettings):
     """Settings of the Kubernetes provider: where the cluster is, and what every node's pod is."""
+
+    # Not the cluster, namespace, placement, identity, security context, labels (network
+    # policies select by them), host network or host paths.
+    caller_settings: ClassVar[frozenset[str]] = frozenset(
+        {
+            "image",
+            "image_pull_policy",
+            "requests",
+            "limits",
+            "workdir",
+            "ready_timeout",
+            "unschedulable_timeout",
+            "spawn_timeout",
+            "termination_grace",
+            "eof_grace",
+            "term_grace",
+        }
+    )
 
     kubeconfig: str | None = Field(
         default=None,

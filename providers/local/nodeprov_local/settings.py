@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -23,6 +24,9 @@ def _default_root() -> Path:
 
 class LocalSettings(ProviderSettings):
     """Settings of the local provider."""
+
+    # Not the root, the PATH or the environment inherited: the service's own host.
+    caller_settings: ClassVar[frozenset[str]] = frozenset({"eof_grace", "term_grace"})
 
     root: Path = Field(
         default_factory=_default_root,

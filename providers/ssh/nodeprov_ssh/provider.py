@@ -76,6 +76,10 @@ class SshNodeSettings(SshLoginSettings, SshNodeFields):
 class SshSettings(SshNodeSettings):
     """Settings of the SSH provider: one host, and how to log in to it."""
 
+    # Not the host, how it is logged in to (user, keys, agent), trusted (host keys), nor
+    # where on it nodes go: where the operator's key and environment go.
+    caller_settings: ClassVar[frozenset[str]] = frozenset({"spawn_timeout", "eof_grace", "term_grace"})
+
     host: str = Field(description="Host name, address, or a Host alias of the OpenSSH configuration.")
 
 
