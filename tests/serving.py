@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -27,16 +28,18 @@ TEST_CONFIG: dict[str, Any] = {"allow_options": ["claude.cli_path", "codex.cli_p
 
 @dataclass
 class Served:
-    """A running service: its base ``url``, ``process``, store URL and stderr log."""
+    """A running service: its base ``url``, ``process``, store URL and stderr log; ``verify``:
+    what its clients trust (HTTPS)."""
 
     url: str
     process: Process
     store: str
     log: Path
+    verify: ssl.SSLContext | bool = True
 
     def client(self, token: str | None = None, **kwargs: Any) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30, **kwargs)
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30, verify=self.verify, **kwargs)
 
 
 @asynccontextmanager
@@ -48,11 +51,12 @@ async def serving(
     env: dict[str, str] | None = None,
     name: str = "serve",
     verbose: int = 1,
+    verify: ssl.SSLContext | bool = True,
 ) -> AsyncIterator[Served]:
     """Start ``nodeprov -v serve --port 0`` (``-vv`` with ``verbose=2``; a SQLite store in
     ``tmp_path`` unless ``store``), with ``config`` as NODEPROV_SERVE_CONFIG and local nodes
     under ``tmp_path/nodes``; stop it with SIGTERM on the way out (SIGKILL if it does not stop
-    in time)."""
+    in time). ``verify``: what to trust when it serves HTTPS."""
     store = store or f"sqlite:///{tmp_path}/service.db"
     (tmp_path / "nodes").mkdir(exist_ok=True)
     log = tmp_path / f"{name}.log"
@@ -86,13 +90,13 @@ async def serving(
                 except anyio.EndOfStream:
                     raise AssertionError(f"nodeprov serve did not start: {log.read_text()[-2000:]}") from None
             url = said.decode().split("listening on ", 1)[1].split()[0]
-            async with httpx.AsyncClient(base_url=url) as probe:
+            async with httpx.AsyncClient(base_url=url, verify=verify) as probe:
                 while True:
                     with suppress(httpx.TransportError):
                         if (await probe.get("/readyz")).status_code == 200:
                             break
                     await anyio.sleep(0.05)
-        yield Served(url, process, store, log)
+        yield Served(url, process, store, log, verify)
     finally:
         with anyio.CancelScope(shield=True):
             await stop(process)

@@ -242,7 +242,7 @@ class Torture:
         """``nodeprov serve``, started again whenever it is killed; and a client of it."""
         first = True
         while True:
-            process = await self.open("serve", ["serve", "--port", "0"])
+            process = await self.open("serve", ["serve", "--port", "0", "--allow-option", "claude.cli_path"])
             try:
                 assert process.stdout is not None
                 said = b""
@@ -283,9 +283,12 @@ class Torture:
             while True:
                 try:
                     made = await client.post("/v1/runs", json=body)
-                    if made.status_code != 201:
+                    if made.status_code == 503:  # the store is busy: the client tries again
                         await anyio.sleep(0.2)
                         continue
+                    if made.status_code != 201:
+                        self.ledger.misread.append(f"the service refused a run: {made.text[:200]}")
+                        return
                     run_id = made.json()["id"]
                     self.ledger.seen_runs.add(run_id)
                     state = await self.until_over(client, run_id)

@@ -64,7 +64,9 @@ async def test_the_files_tokens_are_added_once_and_a_revoked_one_stays_revoked(t
 async def test_a_tokens_file_lets_the_service_listen_beyond_loopback(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.json"
     tokens.write_text("[]")
-    config = ServiceConfig(host="0.0.0.0", store=f"sqlite:///{tmp_path}/s.db", tokens_file=str(tokens))
+    config = ServiceConfig(
+        host="0.0.0.0", behind_proxy=True, store=f"sqlite:///{tmp_path}/s.db", tokens_file=str(tokens)
+    )
     await add_file_tokens(config)
     with pytest.raises(ConfigError, match=r"refusing to listen on 0\.0\.0\.0 without tokens"):
         await check_exposure(config)

@@ -1,7 +1,7 @@
 """The ``nodeprov`` command line: a thin layer over the library (typer + rich).
 
 :mod:`.app` holds the app, error handling and shared options; :mod:`.runs`, :mod:`.nodes`,
-:mod:`.agents`, :mod:`.attach`, :mod:`.tokens` and :mod:`.store` the commands; :mod:`.render`
+:mod:`.agents`, :mod:`.attach`, :mod:`.tokens`, :mod:`.audit` and :mod:`.store` the commands; :mod:`.render`
 and :mod:`.events` what they print; :mod:`.drive` how ``run`` and ``resume`` drive a run.
 """
 
@@ -12,13 +12,13 @@ import os
 import sys
 from contextlib import suppress
 
-from . import agents, attach, nodes, pools, runs, serve, store, tokens
+from . import agents, attach, audit, nodes, pools, runs, serve, store, tokens
 from .app import app
 
 __all__ = ["app", "main"]
 
 # Importing the command modules registers their commands on the app.
-del agents, attach, nodes, pools, runs, serve, store, tokens
+del agents, attach, audit, nodes, pools, runs, serve, store, tokens
 
 
 def main() -> None:

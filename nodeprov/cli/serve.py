@@ -31,6 +31,26 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
             "at start, e.g. from a mounted Kubernetes Secret."
         ),
     ] = None,
+    tls_cert: Annotated[
+        str | None,
+        typer.Option(help="Serve HTTPS with this certificate (PEM; its chain after it), with --tls-key."),
+    ] = None,
+    tls_key: Annotated[str | None, typer.Option(help="The private key of --tls-cert (PEM).")] = None,
+    behind_proxy: Annotated[
+        bool | None,
+        typer.Option(
+            "--behind-proxy",
+            help="TLS ends at a proxy in front of this service (an Ingress, a mesh, a load balancer): "
+            "it may listen beyond loopback in plain HTTP.",
+        ),
+    ] = None,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An address or network (CIDR) of a proxy in front of this service, whose "
+            "X-Forwarded-For names the client (repeatable).",
+        ),
+    ] = None,
     workers: Annotated[
         int, typer.Option(help="Processes serving the one socket, each a replica of its own.")
     ] = 1,
@@ -93,6 +113,10 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
             "tokens_file": tokens_file,
             "host": host,
             "port": port,
+            "tls_cert": tls_cert,
+            "tls_key": tls_key,
+            "behind_proxy": behind_proxy,
+            "trusted_proxies": tuple(trusted_proxy) if trusted_proxy else None,
             "providers": tuple(provider) if provider else None,
             "node_ttl": node_ttl * 3600 if node_ttl is not None else None,
             "agent_grace": agent_grace,

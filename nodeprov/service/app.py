@@ -21,16 +21,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..agents.registry import agent_names, describe_agent
 from ..errors import NodeprovError
 from ..store import patience
+from .audit import router as audit_router
 from .auth import forbid
 from .config import ServiceConfig
 from .nodes import FILE_ROUTE
 from .nodes import router as nodes_router
 from .pools import router as pools_router
 from .problems import HANDLERS, problem_response
-from .runs import Caller
 from .runs import router as runs_router
 from .schemas import ErrorBody
-from .state import Service, service_of
+from .state import Caller, Service, service_of
 
 __all__ = ["CONFIG_VARIABLE", "app_from_environment", "create_app"]
 
@@ -109,6 +109,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app.include_router(nodes_router)
     app.include_router(runs_router)
     app.include_router(pools_router)
+    app.include_router(audit_router)
     app.add_middleware(_BodyLimit, max_body=config.max_body, max_file=config.max_file)
     app.add_middleware(_Counted)
     app.add_middleware(_StorePatience, seconds=config.request_store_retry)

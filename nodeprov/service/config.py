@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..settings import Settings
 
@@ -28,6 +28,22 @@ class ServiceConfig(Settings):
     )
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
     port: int = Field(default=8700, ge=0, le=65535, description="Port to listen on (0: any free one).")
+    tls_cert: str | None = Field(
+        default=None,
+        description="Serve HTTPS with this certificate file (PEM, its chain after it); needs tls_key.",
+    )
+    tls_key: str | None = Field(default=None, description="The private key of tls_cert (a PEM file).")
+    behind_proxy: bool = Field(
+        default=False,
+        description="TLS ends at a proxy in front of this service (an Ingress, a mesh, a load balancer): "
+        "it may listen beyond loopback in plain HTTP. Without it or TLS, it may not.",
+    )
+    trusted_proxies: tuple[str, ...] = Field(
+        default=(),
+        description="Addresses or networks (CIDR) of the proxies in front of this service, whose "
+        "X-Forwarded-For names the client: the address a failed authentication counts against. "
+        "Without them, every client behind a proxy is the proxy's one address.",
+    )
     providers: tuple[str, ...] | None = Field(
         default=None,
         description="The providers clients may use. Default: every installed one, less, when listening "
@@ -48,6 +64,15 @@ class ServiceConfig(Settings):
         default=(),
         description="Agent environment variables a caller may set that would reroute the agent's traffic "
         "or load code into it (e.g. ANTHROPIC_BASE_URL).",
+    )
+    auth_failures: int = Field(
+        default=20,
+        ge=1,
+        description="Failed attempts to authenticate a client address may make in auth_failure_window; "
+        "then it is refused (429) until the window ends.",
+    )
+    auth_failure_window: float = Field(
+        default=60.0, gt=0, allow_inf_nan=False, description="The window of auth_failures, in seconds."
     )
     max_body: int = Field(
         default=48 << 20, gt=0, description="Largest request body (JSON), in bytes: 413 above."
@@ -113,6 +138,19 @@ class ServiceConfig(Settings):
         "(store_unavailable), at most store_retry: a client tries again, while the runs ride it out.",
     )
 
+    @model_validator(mode="after")
+    def _key_with_cert(self) -> ServiceConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        return self
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _addresses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            ipaddress.ip_network(entry, strict=False)  # ValueError: not an address or network
+        return value
+
     @field_validator("agent_grace", mode="before")
     @classmethod
     def _zero_is_not_kept(cls, value: Any) -> Any:
@@ -122,6 +160,11 @@ class ServiceConfig(Settings):
     def loopback(self) -> bool:
         """Whether the service listens on loopback only."""
         return is_loopback(self.host)
+
+    @property
+    def tls(self) -> bool:
+        """Whether the service itself serves HTTPS."""
+        return self.tls_cert is not None
 
 
 def is_loopback(host: str) -> bool:

@@ -46,13 +46,14 @@ from ..fleet import readiness
 from ..node import LABEL_EXPIRES_AT, NodeHandle, NodeInfo
 from ..spawn import SpawnedProcess, SpawnOptions
 from ..store import new_id
+from .audit import command_of, note
 from .auth import Principal, forbid
 from .idempotency import claim_key, fingerprint
 from .policy import check_settings
 from .problems import ServiceError
-from .runs import Caller, IdempotencyKey
+from .runs import IdempotencyKey
 from .schemas import ErrorBody, ExecBody, NodeBody
-from .state import Service, service_of
+from .state import Caller, Service, service_of
 from .streams import PumpedResponse
 from .tenancy import node_tenant
 
@@ -145,6 +146,15 @@ async def provision(
     )
     if owner.tenant != who.tenant:  # an id another tenant's retry holds: never touched
         raise ServiceError(409, "node_exists", f"node {config.node_id} exists already")
+    await note(
+        request,
+        who,
+        "node.provision",
+        config.node_id,
+        provider=body.provider,
+        settings=sorted(body.settings),
+        env=sorted(body.node.env),
+    )
     try:
         node = await provider.provision(config)
     except BaseException:
@@ -226,6 +236,7 @@ async def destroy(
     forbid(who, "nodes")
     service = service_of(request)
     node = await _find(service, who, node_id, provider)
+    await note(request, who, "node.destroy", node_id, provider=node.provider)
     await node.destroy()
     await service.store.owners.remove("node", node_id)
     service.metrics.nodes_made.labels(node.provider, "destroy").inc()
@@ -252,6 +263,7 @@ async def download(
     forbid(who, "nodes")
     node = await _find(service_of(request), who, node_id, provider)
     _in_workdir(node, path)  # elsewhere: 400
+    await note(request, who, "node.read_file", node_id, path=path)
 
     async def pump(sink: ObjectSendStream[bytes], task_status: TaskStatus[None]) -> None:
         async with node.read_file(path) as chunks:  # a missing file: 404, before the answer starts
@@ -285,6 +297,7 @@ async def upload(
     node = await _find(service_of(request), who, node_id, provider)
     full = _in_workdir(node, path)
     size = 0
+    await note(request, who, "node.write_file", node_id, path=path, mode=mode)
 
     async def chunks() -> AsyncGenerator[bytes]:
         nonlocal size
@@ -317,6 +330,8 @@ async def exec_on(
         options = SpawnOptions(body.command[0], body.command[1:], cwd=body.cwd, env=body.env)
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    command = command_of(body.command)
+    await note(request, who, "node.exec", node_id, command=command, cwd=body.cwd, env=sorted(body.env))
 
     async def pump(sink: ObjectSendStream[bytes], task_status: TaskStatus[None]) -> None:
         async with await node.spawn(options) as process:  # not there: an error status, not a stream

@@ -13,12 +13,12 @@ from fastapi.responses import JSONResponse
 from ..errors import ConfigError
 from ..fleet import settings_from_env
 from ..runs import Pool, PoolStatus
+from .audit import note
 from .auth import Principal, forbid
 from .policy import check_settings
 from .problems import ServiceError
-from .runs import Caller
 from .schemas import ErrorBody, PoolIn
-from .state import service_of
+from .state import Caller, service_of
 from .tenancy import pool_name, pool_shown, pool_visible
 
 __all__ = ["pool_body", "router"]
@@ -51,6 +51,15 @@ async def create_pool(request: Request, body: PoolIn, who: Caller) -> JSONRespon
     name = pool_name(who, body.name)
     if await service.store.pools.get(name) is not None:
         raise ServiceError(409, "pool_exists", f"pool {body.name!r} exists already")
+    await note(
+        request,
+        who,
+        "pool.create",
+        name,
+        provider=body.provider,
+        size=body.size,
+        settings=sorted(body.settings),
+    )
     settings = await anyio.to_thread.run_sync(settings_from_env, body.provider, body.settings)
     pool = Pool(
         name=name,
@@ -92,8 +101,12 @@ async def remove_pool(
     """Remove a pool: no run claims from it any more, and its nodes are destroyed. 204 once
     they are; 202 while its keeper still destroys them."""
     forbid(who, "nodes")
+    stored = pool_name(who, name)
+    if await service_of(request).store.pools.get(stored) is None:
+        raise ServiceError(404, "pool_not_found", f"no pool {name!r}")
+    await note(request, who, "pool.remove", stored)
     try:
-        gone = await service_of(request).orchestrator.pools.remove(pool_name(who, name), wait=wait)
+        gone = await service_of(request).orchestrator.pools.remove(stored, wait=wait)
     except ConfigError:
         raise ServiceError(404, "pool_not_found", f"no pool {name!r}") from None
     return Response(status_code=204 if gone else 202)

@@ -8,7 +8,7 @@ import json
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from ..agents.registry import SCRIPTED, route_model
@@ -17,13 +17,14 @@ from ..fleet import secret_settings_from_env, settings_from_env
 from ..prompts import prompt_text
 from ..runs import Run, RunState
 from ..store import DEFAULT_TENANT, RunRecord, SessionRecord, SnapshotRecord, new_id
+from .audit import note
 from .auth import Principal, forbid
 from .events import event_stream
 from .idempotency import claim_key, fingerprint
 from .policy import check_env, check_options, check_settings
 from .problems import ServiceError
 from .schemas import ErrorBody, PauseIn, ResumeIn, RunIn, prompt_of
-from .state import Service, service_of
+from .state import Caller, Service, service_of
 from .tenancy import pool_name, run_visible, workspace_name, workspace_shown, workspace_visible
 
 __all__ = ["router"]
@@ -33,11 +34,6 @@ router = APIRouter(prefix="/v1", responses={401: {"model": ErrorBody}, 403: {"mo
 _PAUSE_POLL = 0.1
 
 
-async def caller(request: Request) -> Principal:
-    return await service_of(request).auth.principal(request)
-
-
-Caller = Annotated[Principal, Depends(caller)]
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -127,6 +123,20 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
         run_id = claim.resource_id
     if who.tenant != DEFAULT_TENANT:  # owned before it exists: no moment sees it as another's
         await service.store.owners.add("run", run_id, who.tenant)
+    await note(
+        request,
+        who,
+        "run.start",
+        run_id,
+        provider=name,
+        pool=body.pool,
+        agent=agent,
+        model=body.model,
+        workspace=body.workspace,
+        settings=sorted(body.settings),
+        options=sorted(body.options),
+        env=sorted(body.env),
+    )
     prompt = prompt_of(body.prompt)
     if body.pool is None:
         settings = await anyio.to_thread.run_sync(settings_from_env, name, body.settings)
@@ -216,6 +226,7 @@ async def pause_run(request: Request, run_id: str, body: PauseIn, who: Caller) -
     record = await _load(service, who, run_id)
     if not RunState(record.state).live:
         raise RunStateError(f"run {run_id} is {record.state}: only a live run can be paused")
+    await note(request, who, "run.pause", run_id, kind=body.kind, keep_node=body.keep_node)
     asked = await service.orchestrator.request_pause(run_id, body.kind, body.reason, keep_node=body.keep_node)
     with anyio.move_on_after(body.wait):
         while RunState(record.state).live:
@@ -244,6 +255,17 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
     secrets = await anyio.to_thread.run_sync(secret_settings_from_env, record.node_provider)
     model = body.model or json.loads(record.agent_options).get("model") or SCRIPTED
     message = prompt_of(body.message)
+    await note(
+        request,
+        who,
+        "run.resume",
+        run_id,
+        model=body.model,
+        keep_node=body.keep_node,
+        settings=sorted(body.settings),
+        options=sorted(body.options),
+        env=sorted(body.env),
+    )
 
     async def resume(on_model: dict[str, Any]) -> Run:
         return await service.orchestrator.resume_run(

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 from types import FrameType
 
@@ -51,14 +52,22 @@ async def add_file_tokens(config: ServiceConfig) -> None:
 
 
 async def check_exposure(config: ServiceConfig) -> None:
-    """Refuse to listen beyond loopback without a token in the store.
+    """Refuse to listen beyond loopback in plain HTTP (unless TLS ends at a proxy in front of
+    it: ``behind_proxy``), or without a token in the store.
 
     Raises:
-        ConfigError: ``config.host`` is not loopback and the store has no active token.
+        ConfigError: ``config.host`` is not loopback, and neither TLS nor ``behind_proxy`` is
+            set, or the store has no active token.
         StoreError: the store could not be read.
     """
     if config.loopback:
         return
+    if not config.tls and not config.behind_proxy:
+        raise ConfigError(
+            f"refusing to listen on {config.host} in plain HTTP, where tokens would cross the network "
+            "in clear: give --tls-cert and --tls-key, or --behind-proxy when TLS ends at a proxy in "
+            "front of this service"
+        )
     async with await Store.open(config.store) as store:
         if not await store.tokens.any_active():
             raise ConfigError(
@@ -82,6 +91,8 @@ def serve(config: ServiceConfig, *, workers: int = 1) -> None:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
     anyio.run(add_file_tokens, config)
     anyio.run(check_exposure, config)
+    if config.tls_cert is not None:
+        _check_certificate(config.tls_cert, config.tls_key)
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -95,10 +106,13 @@ def serve(config: ServiceConfig, *, workers: int = 1) -> None:
         "log_config": None,  # the CLI configures logging, never the library
         "lifespan": "on",
         "timeout_graceful_shutdown": config.shutdown_timeout,
-        "proxy_headers": False,
+        "proxy_headers": bool(config.trusted_proxies),
+        "forwarded_allow_ips": list(config.trusted_proxies),
+        "ssl_certfile": config.tls_cert,
+        "ssl_keyfile": config.tls_key,
     }
     bound = config.model_copy(update={"port": port})
-    print(f"listening on http://{config.host}:{port}", flush=True)
+    print(f"listening on {'https' if config.tls else 'http'}://{config.host}:{port}", flush=True)
     if workers == 1:
         server = uvicorn.Server(uvicorn.Config(create_app(bound), **options))  # type: ignore[arg-type]
         # Once stopped, uvicorn raises again the signal that stopped it: a stop on SIGTERM is
@@ -118,6 +132,15 @@ def serve(config: ServiceConfig, *, workers: int = 1) -> None:
         )
         Multiprocess(uv_config, sockets=[sock]).run()
     sys.stdout.flush()
+
+
+def _check_certificate(cert: str, key: str | None) -> None:
+    """Raises ConfigError unless ``cert`` and ``key`` load (before uvicorn tries, which would
+    fail in each worker with a traceback)."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(f"cannot use the TLS certificate {cert} with its key {key}: {error}") from None
 
 
 def _stopped(signum: int, frame: FrameType | None) -> None:

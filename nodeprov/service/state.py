@@ -9,11 +9,11 @@ import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
-from fastapi import Request
+from fastapi import Depends, Request
 
 from ..agents.registry import SCRIPTED, agent_class, agent_names, import_soon, on_model
 from ..errors import NodeprovError, log_failure
@@ -22,12 +22,12 @@ from ..node import NodeHandle
 from ..registry import provider_class, provider_names
 from ..runs import Orchestrator, Run
 from ..store import Store
-from .auth import Authenticator
+from .auth import Authenticator, Principal
 from .config import ServiceConfig
 from .metrics import Metrics
 from .problems import ServiceError
 
-__all__ = ["Service", "service_of"]
+__all__ = ["Caller", "Service", "service_of"]
 
 logger = logging.getLogger("nodeprov.service")
 
@@ -46,7 +46,12 @@ class Service:
         self.store = store
         self.orchestrator = orchestrator
         self.fleet = fleet
-        self.auth = Authenticator(store, open_on_no_tokens=config.loopback)
+        self.auth = Authenticator(
+            store,
+            open_on_no_tokens=config.loopback,
+            failures=config.auth_failures,
+            window=config.auth_failure_window,
+        )
         self.metrics = Metrics()
         self.node_providers: dict[str, str] = {}
         """The provider of each node this replica made or found, by id (a bounded memo)."""
@@ -165,3 +170,12 @@ def _import_agents_soon() -> None:
     for name in agent_names():
         with suppress(NodeprovError):
             import_soon(agent_class(name))
+
+
+async def caller(request: Request) -> Principal:
+    """Who sent ``request`` (see :mod:`.auth`)."""
+    return await service_of(request).auth.principal(request)
+
+
+Caller = Annotated[Principal, Depends(caller)]
+"""A route's parameter: the caller, authenticated."""
