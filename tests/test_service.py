@@ -18,6 +18,7 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
+from nodeprov.service import create_app
 from nodeprov.store import Store
 from tests.serving import fake_run, serving, sse_events
 
@@ -104,6 +105,32 @@ async def test_openapi_document_is_valid_and_names_every_route(tmp_path: Path) -
         ("/v1/workspaces/{workspace}", "GET"),
         ("/v1/audit", "GET"),
     }
+
+
+_NO_SCHEMA = {  # streams, and answers without a body
+    ("GET", "/metrics", "200"),
+    ("GET", "/v1/nodes/{node_id}/files", "200"),
+    ("POST", "/v1/nodes/{node_id}/exec", "200"),
+    ("GET", "/v1/runs/{run_id}/events", "200"),
+    ("GET", "/v1/runs/{run_id}/events", "204"),
+    ("DELETE", "/v1/pools/{name}", "202"),
+    ("DELETE", "/v1/pools/{name}", "204"),
+}
+
+
+def test_every_answer_in_the_openapi_document_has_a_schema() -> None:
+    """A route added without a response model (an empty or bare object schema) fails here."""
+    document = create_app().openapi()
+    untyped = set()
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            for code, response in operation["responses"].items():
+                schemas = [media.get("schema", {}) for media in response.get("content", {}).values()]
+                # a model, or a list of one: `dict[str, Any]` gives a bare {"type": "object"}
+                modelled = all("$ref" in s or "$ref" in s.get("items", {}) for s in schemas)
+                if code.startswith("2") and not (schemas and modelled):
+                    untyped.add((method.upper(), path, code))
+    assert untyped == _NO_SCHEMA
 
 
 async def test_a_run_starts_streams_its_events_and_ends_with_its_result(tmp_path: Path) -> None:

@@ -272,7 +272,7 @@ class Driver:
         run = drive.run
         provider = await self._nodes.provider(plan.provider, plan.provider_settings)
         reused, restored, pool = await self._source.get(drive, run.id, plan, provider)
-        assert drive.node is not None
+        assert drive.node is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         drive.events.emit(
             NodeReady, node_id=drive.node.node_id, reused=reused, transcript_restored=restored, pool=pool
         )
@@ -389,7 +389,7 @@ class Driver:
         """Save the pause's snapshot (once, even when settling is retried after a
         cancellation), release or keep the node, and end the run as paused."""
         pause = drive.pause
-        assert pause is not None
+        assert pause is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         if pause.saved is None:  # nothing to keep before provisioning, or past the node's lifetime
             keep_for = _keep_time(drive.node, pause.keep_for) if drive.node is not None else 0.0
             pause.keep_for = keep_for

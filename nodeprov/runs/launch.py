@@ -88,7 +88,7 @@ class Launcher:
             if node_config is not None:
                 raise ConfigError(f"a run from pool {pool!r} is made from the pool's node template")
             provider, settings, node_config = await self._pools.template(pool, settings)
-        assert provider is not None
+        assert provider is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         # Fail now, not in the background; store what another environment needs to find the node.
         checked = (await self._nodes.provider(provider, settings)).resolved_settings()
         model = options.model if isinstance(options, AgentOptions) else (options or {}).get("model")

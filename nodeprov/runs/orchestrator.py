@@ -206,7 +206,7 @@ class Orchestrator:
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        assert self._tg is not None
+        assert self._tg is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         self._teardown.shut_down()
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.shutdown_timeout * 0.8):
             async with anyio.create_task_group() as pausing:  # all at once: each may take seconds
@@ -231,7 +231,7 @@ class Orchestrator:
         return run_id in self._runs or run_id in self._launching
 
     def _spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        assert self._tg is not None
+        assert self._tg is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         self._tg.start_soon(_unhurried, task)
 
     # -- starting and resuming ---------------------------------------------------------
@@ -405,7 +405,7 @@ class Orchestrator:
         return drive.run
 
     def _drive_here(self, drive: Drive, plan: Plan, steps: Steps) -> None:
-        assert self._tg is not None
+        assert self._tg is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         self._runs[drive.run.id] = drive
         self._tg.start_soon(self._drive, drive, plan, steps)
 

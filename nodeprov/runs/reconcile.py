@@ -135,8 +135,8 @@ class Reconciler:
         the keeper has given up (no control plane came for its grace) the agent is gone, and
         the run ends as any other. Cannot tell (the provider failed): left be until the next
         reconcile."""
-        assert record.node_id is not None
-        assert record.agent_keeper is not None
+        assert record.node_id is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
+        assert record.agent_keeper is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         try:
             node = await (await self._nodes.provider_for(record)).attach(record.node_id)
             return await kept_state(node, record.agent_keeper) != "gone"

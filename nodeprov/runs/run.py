@@ -74,7 +74,7 @@ class Run:
         """Wait until nobody drives the run here; return its outcome (ok, paused, error), or
         ``detached`` when this control plane left it running (:meth:`Orchestrator.detach`)."""
         await self._events.wait_ended()
-        assert self.outcome is not None  # set before the drive ends
+        assert self.outcome is not None  # noqa: S101 - an invariant, not a check of input: set before the drive ends
         return self.outcome
 
     async def pause(

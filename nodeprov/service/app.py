@@ -21,11 +21,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..agents.registry import agent_names, describe_agent
 from ..errors import NodeprovError
 from ..store import patience
+from .answers import AgentOut, StatusOut
 from .audit import router as audit_router
 from .auth import forbid
 from .config import ServiceConfig
 from .nodes import FILE_ROUTE
 from .nodes import router as nodes_router
+from .openapi import document
 from .pools import router as pools_router
 from .problems import HANDLERS, problem_response
 from .runs import router as runs_router
@@ -44,13 +46,19 @@ _READY_TIMEOUT = 5.0
 meta = APIRouter()
 
 
-@meta.get("/healthz", include_in_schema=True)
+@meta.get(
+    "/healthz", response_model=None, responses={200: {"model": StatusOut, "description": "It answers: ok."}}
+)
 async def healthz() -> dict[str, str]:
     """The process answers (no token needed)."""
     return {"status": "ok"}
 
 
-@meta.get("/readyz", responses={503: {"model": ErrorBody}})
+@meta.get(
+    "/readyz",
+    response_model=None,
+    responses={200: {"model": StatusOut, "description": "It can serve: ready."}, 503: {"model": ErrorBody}},
+)
 async def readyz(request: Request) -> JSONResponse:
     """The process can serve: its store answers, and it is not stopping (no token needed)."""
     service = service_of(request)
@@ -72,19 +80,27 @@ async def metrics(request: Request, who: Caller) -> Response:
     return Response(await service.metrics.render(service.store), media_type="text/plain; version=0.0.4")
 
 
-@meta.get("/v1/agents")
+@meta.get(
+    "/v1/agents",
+    response_model=None,
+    responses={200: {"model": list[AgentOut], "description": "The agents."}},
+)
 async def list_agents(who: Caller) -> list[dict[str, Any]]:
     """The installed agents: their CLIs, the models routed to each, capabilities and models."""
     forbid(who, "read")
     return [describe_agent(name) for name in agent_names()]
 
 
-@meta.get("/v1/agents/{name}", responses={404: {"model": ErrorBody}})
-async def get_agent(name: str, who: Caller) -> dict[str, Any]:
+@meta.get(
+    "/v1/agents/{name}",
+    response_model=None,
+    responses={200: {"model": AgentOut, "description": "The agent."}, 404: {"model": ErrorBody}},
+)
+async def get_agent(name: str, who: Caller) -> dict[str, Any] | JSONResponse:
     """One agent."""
     forbid(who, "read")
     if name not in agent_names():
-        return problem_response(404, "agent_not_found", f"no agent {name!r}")  # type: ignore[return-value]
+        return problem_response(404, "agent_not_found", f"no agent {name!r}")
     return describe_agent(name)
 
 
@@ -113,6 +129,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app.add_middleware(_BodyLimit, max_body=config.max_body, max_file=config.max_file)
     app.add_middleware(_Counted)
     app.add_middleware(_StorePatience, seconds=config.request_store_retry)
+    app.openapi = lambda: document(app, config)  # type: ignore[method-assign]
     return app
 
 

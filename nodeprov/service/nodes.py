@@ -46,6 +46,7 @@ from ..fleet import readiness
 from ..node import LABEL_EXPIRES_AT, NodeHandle, NodeInfo
 from ..spawn import SpawnedProcess, SpawnOptions
 from ..store import new_id
+from .answers import DestroyedNodeOut, FileWrittenOut, NodeListOut, NodeOut, ProviderOut
 from .audit import command_of, note
 from .auth import Principal, forbid
 from .idempotency import claim_key, fingerprint
@@ -68,7 +69,11 @@ _PROBE_TIMEOUT = 10.0
 ProviderQuery = Annotated[str | None, Query(description="The node's provider (default: whichever has it).")]
 
 
-@router.get("/providers")
+@router.get(
+    "/providers",
+    response_model=None,
+    responses={200: {"model": list[ProviderOut], "description": "The providers."}},
+)
 async def list_providers(request: Request, who: Caller) -> list[dict[str, Any]]:
     """The providers this service offers, each probed (with the service's settings for it)."""
     forbid(who, "read")
@@ -84,7 +89,11 @@ async def list_providers(request: Request, who: Caller) -> list[dict[str, Any]]:
     return rows
 
 
-@router.get("/providers/{name}", responses={404: {"model": ErrorBody}})
+@router.get(
+    "/providers/{name}",
+    response_model=None,
+    responses={200: {"model": ProviderOut, "description": "The provider."}, 404: {"model": ErrorBody}},
+)
 async def get_provider(request: Request, name: str, who: Caller) -> dict[str, Any]:
     """One provider: its requirements, and whether it is ready."""
     forbid(who, "read")
@@ -112,7 +121,17 @@ def _info_body(info: NodeInfo) -> dict[str, Any]:
     }
 
 
-@router.post("/nodes", status_code=201, responses={409: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+@router.post(
+    "/nodes",
+    status_code=201,
+    response_model=None,
+    responses={
+        201: {"model": NodeOut, "description": "The node, provisioned."},
+        200: {"model": NodeOut, "description": "The node an earlier request with this Idempotency-Key made."},
+        409: {"model": ErrorBody},
+        422: {"model": ErrorBody},
+    },
+)
 async def provision(
     request: Request, body: NodeBody, who: Caller, key: IdempotencyKey = None
 ) -> JSONResponse:
@@ -171,7 +190,9 @@ async def provision(
     return JSONResponse(answer, 201)
 
 
-@router.get("/nodes")
+@router.get(
+    "/nodes", response_model=None, responses={200: {"model": NodeListOut, "description": "The nodes."}}
+)
 async def list_nodes(request: Request, who: Caller, provider: ProviderQuery = None) -> dict[str, Any]:
     """Nodes of every offered provider (or one): ``notes`` name providers not set up here,
     ``failures`` those that could not be asked."""
@@ -219,7 +240,11 @@ async def _find(
     return node
 
 
-@router.get("/nodes/{node_id}", responses={404: {"model": ErrorBody}})
+@router.get(
+    "/nodes/{node_id}",
+    response_model=None,
+    responses={200: {"model": NodeOut, "description": "The node."}, 404: {"model": ErrorBody}},
+)
 async def get_node(
     request: Request, node_id: str, who: Caller, provider: ProviderQuery = None
 ) -> dict[str, Any]:
@@ -228,7 +253,14 @@ async def get_node(
     return node_body(await _find(service_of(request), who, node_id, provider, any_node=True))
 
 
-@router.delete("/nodes/{node_id}", responses={404: {"model": ErrorBody}})
+@router.delete(
+    "/nodes/{node_id}",
+    response_model=None,
+    responses={
+        200: {"model": DestroyedNodeOut, "description": "The node, destroyed."},
+        404: {"model": ErrorBody},
+    },
+)
 async def destroy(
     request: Request, node_id: str, who: Caller, provider: ProviderQuery = None
 ) -> dict[str, Any]:
@@ -247,7 +279,7 @@ async def destroy(
     "/nodes/{node_id}/files",
     response_class=Response,
     responses={
-        200: {"content": {"application/octet-stream": {}}},
+        200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes."},
         400: {"model": ErrorBody},
         404: {"model": ErrorBody},
     },
@@ -277,7 +309,19 @@ async def download(
 @router.put(
     "/nodes/{node_id}/files",
     status_code=201,
-    responses={400: {"model": ErrorBody}, 413: {"model": ErrorBody}},
+    response_model=None,
+    responses={
+        201: {"model": FileWrittenOut, "description": "The file, written."},
+        400: {"model": ErrorBody},
+        413: {"model": ErrorBody},
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "The file's bytes (at most the service's max_file).",
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
 )
 async def upload(
     request: Request,
@@ -314,7 +358,11 @@ async def upload(
     "/nodes/{node_id}/exec",
     response_class=Response,
     responses={
-        200: {"content": {"application/x-ndjson": {}}},
+        200: {
+            "content": {"application/x-ndjson": {}},
+            "description": "JSON lines: {stream: stdout|stderr, data: BASE64} per chunk of output, then "
+            "{exit_code: N} (-SIGNAL when a signal killed it), or {error: timeout, message} past `timeout`.",
+        },
         404: {"model": ErrorBody},
         422: {"model": ErrorBody},
     },

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from ..errors import ConfigError
 from ..fleet import settings_from_env
 from ..runs import Pool, PoolStatus
+from .answers import PoolOut
 from .audit import note
 from .auth import Principal, forbid
 from .policy import check_settings
@@ -41,7 +42,16 @@ def pool_body(who: Principal, status: PoolStatus) -> dict[str, Any]:
     }
 
 
-@router.post("/pools", status_code=201, responses={409: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+@router.post(
+    "/pools",
+    status_code=201,
+    response_model=None,
+    responses={
+        201: {"model": PoolOut, "description": "The pool, to be filled."},
+        409: {"model": ErrorBody},
+        422: {"model": ErrorBody},
+    },
+)
 async def create_pool(request: Request, body: PoolIn, who: Caller) -> JSONResponse:
     """Make a warm pool; the service fills it in the background (follow ``ready``)."""
     forbid(who, "nodes")
@@ -73,7 +83,9 @@ async def create_pool(request: Request, body: PoolIn, who: Caller) -> JSONRespon
     return JSONResponse(pool_body(who, await service.orchestrator.pools.create(pool)), 201)
 
 
-@router.get("/pools")
+@router.get(
+    "/pools", response_model=None, responses={200: {"model": list[PoolOut], "description": "The pools."}}
+)
 async def list_pools(request: Request, who: Caller) -> list[dict[str, Any]]:
     """The warm pools, by name."""
     forbid(who, "read")
@@ -81,7 +93,11 @@ async def list_pools(request: Request, who: Caller) -> list[dict[str, Any]]:
     return [pool_body(who, status) for status in pools if pool_visible(who, status.pool.name)]
 
 
-@router.get("/pools/{name}", responses={404: {"model": ErrorBody}})
+@router.get(
+    "/pools/{name}",
+    response_model=None,
+    responses={200: {"model": PoolOut, "description": "The pool."}, 404: {"model": ErrorBody}},
+)
 async def get_pool(request: Request, name: str, who: Caller) -> dict[str, Any]:
     """A warm pool: ready and starting nodes, who keeps it, and why a refill failed."""
     forbid(who, "read")

@@ -9,6 +9,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Route
 
 from ..errors import (
     CommandNotFoundError,
@@ -77,12 +78,12 @@ def problem_response(
 
 
 async def _problem(request: Request, error: Exception) -> JSONResponse:
-    assert isinstance(error, ServiceError)
+    assert isinstance(error, ServiceError)  # noqa: S101 - narrows a type: an invariant, never a check of input
     return problem_response(error.status, error.code, error.message, error.headers)
 
 
 async def _nodeprov_error(request: Request, error: Exception) -> JSONResponse:
-    assert isinstance(error, NodeprovError)
+    assert isinstance(error, NodeprovError)  # noqa: S101 - narrows a type: an invariant, never a check of input
     status, code = status_of(error)
     if status >= 500:
         logger.warning("%s %s failed: %s", request.method, request.url.path, first_line(str(error)))
@@ -92,7 +93,7 @@ async def _nodeprov_error(request: Request, error: Exception) -> JSONResponse:
 async def _invalid_request(request: Request, error: Exception) -> JSONResponse:
     """A body that is not JSON, or does not fit its model: 422, the first problem on one line
     (never the input: it may hold a secret)."""
-    assert isinstance(error, RequestValidationError)
+    assert isinstance(error, RequestValidationError)  # noqa: S101 - narrows a type: an invariant, never a check of input
     first = error.errors()[0] if error.errors() else {}
     where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
     if first.get("type") == "json_invalid":
@@ -105,14 +106,23 @@ async def _invalid_request(request: Request, error: Exception) -> JSONResponse:
 
 
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
-    assert isinstance(error, HTTPException)
-    codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+    assert isinstance(error, HTTPException)  # noqa: S101 - narrows a type: an invariant, never a check of input
+    codes = {400: "unreadable", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+    headers = dict(error.headers or {})
+    if error.status_code == 405:  # every route of the path, not the first one's alone
+        headers["Allow"] = ", ".join(sorted(_methods(request)))
     return problem_response(
-        error.status_code,
-        codes.get(error.status_code, "http_error"),
-        str(error.detail),
-        dict(error.headers or {}),
+        error.status_code, codes.get(error.status_code, "http_error"), str(error.detail), headers
     )
+
+
+def _methods(request: Request) -> set[str]:
+    """The methods some route takes at ``request``'s path."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods or set()
+    return methods
 
 
 HANDLERS = {

@@ -17,6 +17,7 @@ from ..fleet import secret_settings_from_env, settings_from_env
 from ..prompts import prompt_text
 from ..runs import Run, RunState
 from ..store import DEFAULT_TENANT, RunRecord, SessionRecord, SnapshotRecord, new_id
+from .answers import PausedRunOut, RunDetailOut, RunOut, SessionOut, WorkspaceDetailOut, WorkspaceOut
 from .audit import note
 from .auth import Principal, forbid
 from .events import event_stream
@@ -32,6 +33,7 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1", responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}})
 
 _PAUSE_POLL = 0.1
+LAST_SEQ = 2**63 - 1  # the largest sequence number either store holds
 
 
 IdempotencyKey = Annotated[
@@ -83,7 +85,21 @@ def _options(body: RunIn | ResumeIn, model: str | None) -> dict[str, Any]:
     return options
 
 
-@router.post("/runs", status_code=201, responses={409: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+@router.post(
+    "/runs",
+    status_code=201,
+    response_model=None,
+    responses={
+        201: {"model": RunOut, "description": "The run, started."},
+        200: {
+            "model": RunOut,
+            "description": "The run an earlier request with this Idempotency-Key started.",
+        },
+        404: {"model": ErrorBody},
+        409: {"model": ErrorBody},
+        422: {"model": ErrorBody},
+    },
+)
 async def start_run(request: Request, body: RunIn, who: Caller, key: IdempotencyKey = None) -> JSONResponse:
     """Start a run on a new node, or one claimed from a warm pool; returns at once (follow its events)."""
     forbid(who, "runs")
@@ -182,7 +198,7 @@ async def _provider_of(service: Service, who: Principal, body: RunIn) -> tuple[s
     if (body.provider is None) == (body.pool is None):
         raise ConfigError("a run names a provider or a pool, not both")
     if body.pool is None:
-        assert body.provider is not None
+        assert body.provider is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         return body.provider, {}
     if body.node.model_fields_set:
         raise ConfigError("a run from a pool gets a node of the pool's template: give no `node`")
@@ -192,7 +208,9 @@ async def _provider_of(service: Service, who: Principal, body: RunIn) -> tuple[s
     return record.provider, json.loads(record.provider_settings)
 
 
-@router.get("/runs")
+@router.get(
+    "/runs", response_model=None, responses={200: {"model": list[RunOut], "description": "The runs."}}
+)
 async def list_runs(
     request: Request,
     who: Caller,
@@ -208,7 +226,11 @@ async def list_runs(
     return [run_body(who, r) for r in records if named is None or r.workspace_id == named]
 
 
-@router.get("/runs/{run_id}", responses={404: {"model": ErrorBody}})
+@router.get(
+    "/runs/{run_id}",
+    response_model=None,
+    responses={200: {"model": RunDetailOut, "description": "The run."}, 404: {"model": ErrorBody}},
+)
 async def get_run(request: Request, run_id: str, who: Caller) -> dict[str, Any]:
     """A run, with its snapshots and whether it can be resumed."""
     forbid(who, "read")
@@ -217,7 +239,16 @@ async def get_run(request: Request, run_id: str, who: Caller) -> dict[str, Any]:
     return run_body(who, record, await service.store.snapshots(run_id))
 
 
-@router.post("/runs/{run_id}/pause", responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
+@router.post(
+    "/runs/{run_id}/pause",
+    response_model=None,
+    responses={
+        200: {"model": PausedRunOut, "description": "The run, paused."},
+        202: {"model": RunOut, "description": "The run, still pausing after `wait` seconds."},
+        404: {"model": ErrorBody},
+        409: {"model": ErrorBody},
+    },
+)
 async def pause_run(request: Request, run_id: str, body: PauseIn, who: Caller) -> JSONResponse:
     """Pause a run, on whichever replica drives it. Waits up to ``wait`` seconds for the pause:
     200 with the paused run (its ``resume_token``), or 202 when it is still pausing."""
@@ -242,7 +273,15 @@ async def pause_run(request: Request, run_id: str, body: PauseIn, who: Caller) -
     return JSONResponse(run_body(who, record, snapshots) | {"resume_token": unused[-1].token}, 200)
 
 
-@router.post("/runs/{run_id}/resume", responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody}})
+@router.post(
+    "/runs/{run_id}/resume",
+    response_model=None,
+    responses={
+        200: {"model": RunOut, "description": "The run, resumed."},
+        404: {"model": ErrorBody},
+        409: {"model": ErrorBody},
+    },
+)
 async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller) -> dict[str, Any]:
     """Resume a paused (or failed) run with a message, on its kept node or a fresh one."""
     forbid(who, "runs")
@@ -302,12 +341,19 @@ async def run_events(
     *,
     who: Caller,
     after: Annotated[
-        int, Query(ge=0, description="Start after this sequence number (Last-Event-ID wins).")
+        int, Query(ge=0, le=LAST_SEQ, description="Start after this sequence number (Last-Event-ID wins).")
     ] = 0,
     follow: Annotated[
         bool, Query(description="Keep the stream open for new events while the run is driven.")
     ] = True,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            pattern="^[0-9]{1,19}$",
+            description="The last event's sequence number the client has (as `after`).",
+        ),
+    ] = None,
 ) -> Response:
     """The run's events as server-sent events: ``id`` is each event's sequence number, ``data``
     its JSON. A client that reconnects with ``Last-Event-ID`` gets exactly what it missed. The
@@ -317,18 +363,19 @@ async def run_events(
     service = service_of(request)
     record = await _load(service, who, run_id)
     if last_event_id is not None:
-        try:
-            after = int(last_event_id)
-        except ValueError:
-            raise ServiceError(
-                400, "bad_last_event_id", "Last-Event-ID must be an event's sequence number"
-            ) from None
+        if int(last_event_id) > LAST_SEQ:
+            raise ServiceError(422, "invalid", "Last-Event-ID is past any event's sequence number")
+        after = int(last_event_id)
     if not RunState(record.state).live and await service.store.last_event_seq(run_id) <= after:
         return Response(status_code=204)
     return event_stream(service, run_id, after=after, follow=follow)
 
 
-@router.get("/sessions")
+@router.get(
+    "/sessions",
+    response_model=None,
+    responses={200: {"model": list[SessionOut], "description": "The sessions."}},
+)
 async def list_sessions(
     request: Request, who: Caller, workspace: Annotated[str | None, Query()] = None
 ) -> list[dict[str, Any]]:
@@ -339,7 +386,11 @@ async def list_sessions(
     return [_session_body(who, s) for s in sessions if workspace_visible(who, s.workspace_id)]
 
 
-@router.get("/workspaces")
+@router.get(
+    "/workspaces",
+    response_model=None,
+    responses={200: {"model": list[WorkspaceOut], "description": "The workspaces."}},
+)
 async def list_workspaces(request: Request, who: Caller) -> list[dict[str, Any]]:
     """Workspaces: each one's active agent session and its runs' count."""
     forbid(who, "read")
@@ -348,7 +399,14 @@ async def list_workspaces(request: Request, who: Caller) -> list[dict[str, Any]]
     return _workspaces(who, sessions, await service.store.runs(tenant=who.only))
 
 
-@router.get("/workspaces/{workspace}", responses={404: {"model": ErrorBody}})
+@router.get(
+    "/workspaces/{workspace}",
+    response_model=None,
+    responses={
+        200: {"model": WorkspaceDetailOut, "description": "The workspace."},
+        404: {"model": ErrorBody},
+    },
+)
 async def get_workspace(request: Request, workspace: str, who: Caller) -> dict[str, Any]:
     """A workspace: its sessions and its runs."""
     forbid(who, "read")

@@ -28,6 +28,8 @@ __all__ = [
     "TextIn",
 ]
 
+_LONGEST = 366 * 86400  # the longest duration a body may give (a lifetime, a timeout), in seconds
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -106,6 +108,8 @@ class NodeIn(_Body):
     ttl_seconds: float | None = Field(
         default=None,
         gt=0,
+        le=_LONGEST,
+        allow_inf_nan=False,
         description="Hard lifetime in seconds; past it any reaper removes the node. "
         "Default: the service's (24 hours unless `nodeprov serve --node-ttl` says otherwise).",
     )
@@ -173,7 +177,13 @@ class ExecBody(_Body):
     stdin: str | None = Field(
         default=None, description="The process's whole standard input, base64. Default: none."
     )
-    timeout: float | None = Field(default=None, gt=0, description="Stop the process after this many seconds.")
+    timeout: float | None = Field(
+        default=None,
+        gt=0,
+        le=_LONGEST,
+        allow_inf_nan=False,
+        description="Stop the process after this many seconds.",
+    )
 
     @field_validator("stdin")
     @classmethod
@@ -225,10 +235,18 @@ class RunIn(_Body):
     )
     keep_node: bool = Field(default=False, description="Keep the node when the run pauses, for its resume.")
     timeout: float | None = Field(
-        default=None, gt=0, description="End the run as failed after this many seconds."
+        default=None,
+        gt=0,
+        le=_LONGEST,
+        allow_inf_nan=False,
+        description="End the run as failed after this many seconds.",
     )
     idle_timeout: float | None = Field(
-        default=None, gt=0, description="End the run as failed after this many seconds without progress."
+        default=None,
+        gt=0,
+        le=_LONGEST,
+        allow_inf_nan=False,
+        description="End the run as failed after this many seconds without progress.",
     )
     node: NodeIn = Field(default_factory=NodeIn)
 
@@ -245,7 +263,13 @@ class PoolIn(_Body):
         description="Provider settings, over the service environment's. Secret ones are never stored.",
     )
     size: int = Field(default=2, ge=0, le=1000, description="Ready nodes to keep.")
-    max_age: float = Field(default=3600.0, gt=0, description="Seconds a ready node waits at most.")
+    max_age: float = Field(
+        default=3600.0,
+        gt=0,
+        le=_LONGEST,
+        allow_inf_nan=False,
+        description="Seconds a ready node waits at most.",
+    )
     refill_concurrency: int = Field(default=2, ge=1, le=64, description="Nodes made at once.")
     node: NodeIn = Field(default_factory=NodeIn)
 
@@ -276,5 +300,5 @@ class ResumeIn(_Body):
         description="Provider settings over the run's stored ones (its secret ones again).",
     )
     keep_node: bool = Field(default=False, description="Keep the node when the run pauses again.")
-    timeout: float | None = Field(default=None, gt=0)
-    idle_timeout: float | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0, le=_LONGEST, allow_inf_nan=False)
+    idle_timeout: float | None = Field(default=None, gt=0, le=_LONGEST, allow_inf_nan=False)

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..agents.registry import SCRIPTED, agent_class, agent_names, import_soon, on_model
 from ..errors import NodeprovError, log_failure
@@ -27,7 +28,7 @@ from .config import ServiceConfig
 from .metrics import Metrics
 from .problems import ServiceError
 
-__all__ = ["Caller", "Service", "service_of"]
+__all__ = ["Caller", "Service", "offered_providers", "service_of"]
 
 logger = logging.getLogger("nodeprov.service")
 
@@ -103,11 +104,7 @@ class Service:
             raise ServiceError(422, "invalid", f"provider {name!r} is not offered by this service")
 
     def allowed_providers(self) -> list[str]:
-        if self.config.providers is not None:
-            return [name for name in self.config.providers if name in provider_names()]
-        if self.config.loopback:
-            return provider_names()
-        return [name for name in provider_names() if not _on_this_host(name)]
+        return offered_providers(self.config)
 
     @classmethod
     @asynccontextmanager
@@ -151,6 +148,15 @@ class Service:
             await anyio.sleep(_PURGE_INTERVAL)
 
 
+def offered_providers(config: ServiceConfig) -> list[str]:
+    """The providers a service of ``config`` offers its callers."""
+    if config.providers is not None:
+        return [name for name in config.providers if name in provider_names()]
+    if config.loopback:
+        return provider_names()
+    return [name for name in provider_names() if not _on_this_host(name)]
+
+
 def _on_this_host(name: str) -> bool:
     try:
         return bool(getattr(provider_class(name), "on_this_host", False))
@@ -160,7 +166,7 @@ def _on_this_host(name: str) -> bool:
 
 def service_of(request: Request) -> Service:
     service: Any = request.app.state.service
-    assert isinstance(service, Service)
+    assert isinstance(service, Service)  # noqa: S101 - narrows a type: an invariant, never a check of input
     return service
 
 
@@ -172,8 +178,18 @@ def _import_agents_soon() -> None:
             import_soon(agent_class(name))
 
 
-async def caller(request: Request) -> Principal:
-    """Who sent ``request`` (see :mod:`.auth`)."""
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A token from `nodeprov tokens create` (or a tokens file). A service on loopback "
+    "with no token in its store needs none, from this machine alone.",
+)
+
+
+async def caller(
+    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    """Who sent ``request`` (see :mod:`.auth`; ``_`` documents the scheme in the OpenAPI
+    document, the authenticator reads the header itself)."""
     return await service_of(request).auth.principal(request)
 
 

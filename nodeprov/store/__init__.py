@@ -464,7 +464,7 @@ class Store(_Parts):
     async def clock_ms(self) -> int:
         """The database's clock in epoch milliseconds: the one leases and kept nodes go by."""
         row = await self.db.fetchone(f"SELECT {self.db.now_ms}")
-        assert row is not None
+        assert row is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         return int(row[0])
 
     # -- run events ----------------------------------------------------------------------

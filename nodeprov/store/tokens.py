@@ -112,7 +112,7 @@ class TokenStore:
         """
         secret = _new_secret()
         record = await self.add(name, scopes, _digest(secret), tenant)
-        assert record is not None  # a new secret's hash is no other token's
+        assert record is not None  # noqa: S101 - an invariant, not a check of input: a new secret's hash is no other token's
         return record, secret
 
     async def add(

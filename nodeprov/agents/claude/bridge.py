@@ -264,7 +264,7 @@ class NodeTransport(Transport):
         if self._options.user is not None:
             raise ConfigError("options.user is not supported on a node; the provider sets the user")
         if self._reattach is not None:
-            assert self._node is not None
+            assert self._node is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
             kept = await reattach(self._node, self._reattach.keeper, settings=self._keep)
             kept.stop_policy = self._stop_policy
             self._end_input, self._process = kept.stdin.aclose, kept
@@ -322,7 +322,7 @@ class NodeTransport(Transport):
                 else:
                     return
             code = process.returncode
-            assert code is not None
+            assert code is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
             raise self._fail(await self._exit_failure(code))  # as the reader would say it
 
     def _fail(self, error: AgentError) -> AgentError:
@@ -401,7 +401,7 @@ class NodeTransport(Transport):
 
     async def _mirrored(self, message: dict[str, Any]) -> bool:
         """Hand a mirror frame to the sink (True: not for the SDK); flush before a result."""
-        assert self._transcripts is not None
+        assert self._transcripts is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         kind = message.get("type")
         if kind == "transcript_mirror":
             self._transcripts.add(str(message.get("filePath")), list(message.get("entries") or []))

@@ -42,9 +42,9 @@ class LocalProcess(SpawnedProcess):
     def __init__(self, process: Process, stop_policy: StopPolicy, *, command_pid: int | None = None) -> None:
         super().__init__(stop_policy)
         # All three are piped by LocalNode._spawn.
-        assert process.stdin is not None
-        assert process.stdout is not None
-        assert process.stderr is not None
+        assert process.stdin is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
+        assert process.stdout is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
+        assert process.stderr is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         self._process = process
         self.pid = process.pid
         self.command_pid = command_pid

@@ -112,7 +112,7 @@ class LocalNode(NodeHandle):
         start = self._start_supervised if SUPERVISED else self._start_group
         with anyio.CancelScope(shield=True):
             process = await start(options, str(cwd), env)
-        assert process is not None
+        assert process is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         return process
 
     async def _spawn_detached(self, options: SpawnOptions) -> None:

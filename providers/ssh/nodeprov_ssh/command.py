@@ -91,7 +91,7 @@ class _Relay(asyncio.SubprocessProtocol):
 
     def process_exited(self) -> None:
         self._login_over()
-        assert self._transport is not None
+        assert self._transport is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         code = self._transport.get_returncode()
         if code is not None and code < 0:  # the local client itself was signalled
             self._session.exit_signal_received(signal.Signals(-code).name.removeprefix("SIG"), False, "", "")
