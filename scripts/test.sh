@@ -1,32 +1,47 @@
 #!/usr/bin/env bash
-# The whole test suite as two pytest processes at once (this machine has two cores and most
-# tests wait on engines): the fast tests with the Docker, local, store and CLI tests and the
-# agents' conformance on local nodes in one; the providers reached over SSH (SSH, EC2,
-# Codespaces), Kubernetes and the agents' conformance on the other nodes in the other. Each process has its own temporary directory, sshd and cluster.
-# Nodes never cross: garbage collection runs per provider, and every provider's tests are in
-# one process. The first process's report follows the second's; the exit status is the
-# worse of the two. Arguments go to both (e.g. --durations=30).
+# The whole test suite as three pytest processes at once (this machine has two cores, and
+# most tests wait on engines, not on a core): tests/ (the fast tests, whose nodes are local
+# directories of their own and fakes) in one; the Docker, local, store and CLI tests and the
+# agents' conformance on local nodes in another; the providers reached over SSH (SSH, EC2,
+# Codespaces), Kubernetes and the agents' conformance on the other nodes in the third. Each
+# process has its own temporary directory, sshd and cluster. Nodes never cross: garbage
+# collection runs per provider, and every engine's tests (Docker's, the SSH hosts',
+# Kubernetes') are in one process. The reports follow one another; the exit status is the
+# worst of the three. Arguments go to all (e.g. --durations=30).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 pytest=.venv/bin/pytest
-first=(tests)
-second=()
+fast=(tests)
+engines=()
+remote=()
 for file in integration/test_*.py; do
     case $file in
-        *agent_conformance_local*) first+=("$file") ;;
-        *ssh* | *ec2* | *codespaces* | *kubernetes* | *agent_conformance*) second+=("$file") ;;
-        *) first+=("$file") ;;
+        *agent_conformance_local*) engines+=("$file") ;;
+        *ssh* | *ec2* | *codespaces* | *kubernetes* | *agent_conformance*) remote+=("$file") ;;
+        *) engines+=("$file") ;;
     esac
 done
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-"$pytest" --basetemp=/tmp/nodeprov-tests-1 "$@" "${first[@]}" >"$log" 2>&1 &
-first_pid=$!
-"$pytest" --basetemp=/tmp/nodeprov-tests-2 "$@" "${second[@]}"
-second_status=$?
-wait "$first_pid"
-first_status=$?
+fast_log=$(mktemp)
+engines_log=$(mktemp)
+trap 'rm -f "$fast_log" "$engines_log"' EXIT
+"$pytest" --basetemp=/tmp/nodeprov-tests-1 "$@" "${engines[@]}" >"$engines_log" 2>&1 &
+engines_pid=$!
+"$pytest" --basetemp=/tmp/nodeprov-tests-3 "$@" "${fast[@]}" >"$fast_log" 2>&1 &
+fast_pid=$!
+"$pytest" --basetemp=/tmp/nodeprov-tests-2 "$@" "${remote[@]}"
+remote_status=$?
+wait "$engines_pid"
+engines_status=$?
+wait "$fast_pid"
+fast_status=$?
 echo
-echo "==================== the first process: tests/ and the Docker, local, store and CLI tests"
-cat "$log"
-exit $((first_status > second_status ? first_status : second_status))
+echo "==================== the Docker, local, store and CLI tests"
+cat "$engines_log"
+echo
+echo "==================== tests/"
+cat "$fast_log"
+worst=$remote_status
+for status in "$engines_status" "$fast_status"; do
+    [ "$status" -gt "$worst" ] && worst=$status
+done
+exit "$worst"

@@ -157,17 +157,23 @@ def test_a_provider_uses_another_only_through_its_exports(provider: str) -> None
 
 
 def test_tests_on_the_cluster_run_in_the_process_that_has_it() -> None:
-    """scripts/test.sh runs two pytest processes, and a session that asks for the Kubernetes
-    cluster starts one: a test file using it must be one the script gives the second process
-    (by the patterns of its ``case``), or two clusters' kubelets kill each other's pods."""
+    """scripts/test.sh runs three pytest processes, and a session that asks for the Kubernetes
+    cluster starts one: a test file using it must be one the script gives the remote process
+    (by the patterns of its ``case``), or two clusters' kubelets kill each other's pods; and
+    tests/ (a process of its own) never asks for it."""
     script = (ROOT / "scripts" / "test.sh").read_text()
-    patterns = next(line for line in script.splitlines() if "second+=" in line).split(")")[0].split("|")
-    second = [pattern.strip() for pattern in patterns]
+    patterns = next(line for line in script.splitlines() if "remote+=" in line).split(")")[0].split("|")
+    remote = [pattern.strip() for pattern in patterns]
     found = [
         path.name
         for path in sorted((ROOT / "integration").glob("test_*.py"))
         if "kubernetes_cluster" in path.read_text()
-        and not any(fnmatch(f"integration/{path.name}", pattern) for pattern in second)
+        and not any(fnmatch(f"integration/{path.name}", pattern) for pattern in remote)
     ]
-    assert second
+    assert remote
     assert found == []
+    assert [
+        path.name
+        for path in sorted((ROOT / "tests").glob("test_*.py"))
+        if "kubernetes_cluster" in path.read_text() and path.name != "test_layout.py"
+    ] == []

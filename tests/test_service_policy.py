@@ -17,6 +17,7 @@ import pytest
 
 from nodeprov.agents.registry import agent_class, agent_names
 from nodeprov.registry import provider_class, provider_names
+from nodeprov.store import DEFAULT_TENANT, Store
 from tests.serving import fake_run, serving
 
 pytestmark = pytest.mark.anyio
@@ -59,7 +60,10 @@ async def test_a_callers_settings_never_point_the_operators_secrets_elsewhere(tm
                 assert "is the operator's" in message, message
                 assert f"--allow-setting {provider}." in message
                 assert not any(str(value) in message for value in settings.values())  # names, not values
-        assert (await client.get("/v1/nodes")).json()["nodes"] == []  # nothing was made
+        async with await Store.open(served.store) as store:  # nothing was made (other tests' may exist)
+            assert await store.owners.of("node", DEFAULT_TENANT) == {}
+            assert await store.runs() == []
+            assert await store.pools.all() == []
         allowed = await client.post("/v1/nodes", json={"provider": "local", "settings": {"eof_grace": 1}})
         assert allowed.status_code == 201, allowed.text
 
