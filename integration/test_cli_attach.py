@@ -90,3 +90,38 @@ async def test_a_sigkilled_run_is_attached_detached_and_attached_again(
     )
     assert len(scripted_model.agent_requests) == 2
     assert host_processes_matching(marker) == []
+
+
+async def test_attach_pause_of_a_sigkilled_run_stops_its_agent_before_it_says_paused(
+    scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    """Issue 45: ``attach --pause`` said "paused" while the agent and its tool ran on, and
+    the agent sent its next model request with the tool's result, one the resume would
+    never see."""
+    require_claude_cli()
+    marker = unique_marker()
+    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
+    where = ["-s", f"root={tmp_path / 'nodes'}"]
+    first = _nodeprov(tmp_path, "run", "--json", *real_model(scripted_model), *where, "task")
+    started = await _until_said(first, "run.started")
+    run_id = str(started[0]["run_id"])
+    await until_tool_runs(marker)
+    async with await Store.open(f"sqlite:///{tmp_path}/store.db") as store:
+        await until_kept(store, run_id)
+        first.kill()
+        first.communicate(timeout=30)
+        requests = len(scripted_model.agent_requests)
+
+        paused = _nodeprov(tmp_path, "attach", "--pause", "--json", run_id)
+        out, said = paused.communicate(timeout=TURN_TIMEOUT)
+        assert paused.returncode == 3, said
+        # Said paused: the agent and its tool are gone, now, and the tool's end would tell no one.
+        assert host_processes_matching(marker) == [], "paused, and the agent's tool runs on"
+        (Path("/tmp") / f"nodeprov-flag-{marker}").touch()
+        record = await store.run(run_id)
+        assert record is not None
+        assert record.state == "paused"
+        kinds = [json.loads(body.body)["type"] for body in await store.events(run_id)]
+        assert kinds[-3:] == ["node.released", "run.paused", "run.finished"], kinds
+    assert len(scripted_model.agent_requests) == requests, "the paused agent asked its model again"
+    assert "run.finished" in out

@@ -385,3 +385,32 @@ async def test_a_run_pauses_after_a_take_over(
     assert host_processes_matching(marker) == []
     kinds = [e.kind for e in [event_from_json(json.loads(r.body)) for r in await store.events(detached.id)]]
     assert kinds.count("run.paused") == kinds.count("run.finished") == 1
+
+
+@pytest.mark.parametrize("keep_node", [True, False])
+async def test_a_pause_asked_at_once_after_a_take_over_stops_the_agent_first(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path, keep_node: bool
+) -> None:
+    """Issue 45: a pause asked right after the take-over, before the re-attach, reported the
+    run paused while its agent and tool ran on (``nodeprov attach --pause``): the pause
+    returns once the agent is stopped, and the agent asks its model nothing more."""
+    require_claude_cli()
+    where, marker = local(tmp_path), unique_marker()
+    async with Orchestrator(store, agent_grace=60, take_over=False) as plane:
+        detached = await _tool_running(plane, scripted_model, where, marker)
+        await until_kept(store, detached.id)
+        await plane.detach(detached.id)
+    asked = len(scripted_model.agent_requests)
+    async with Orchestrator(store, agent_grace=60, take_over=False) as other:
+        adopted = await other.adopt(detached.id)
+        with anyio.fail_after(TURN_TIMEOUT):
+            snapshot = await adopted.pause("human", "at once", keep_node=keep_node)
+        assert host_processes_matching(marker) == [], "paused, and the agent's tool runs on"
+        assert await adopted.wait() == "paused"
+    assert snapshot.node_kept is keep_node
+    node = await _node_of_record(store, detached.id, where) if keep_node else None
+    if node is not None:  # the tool's end, had it run on, would have reached the model
+        await run(node, "touch", f"/tmp/nodeprov-flag-{marker}")
+    kinds = [e.kind for e in [event_from_json(json.loads(r.body)) for r in await store.events(detached.id)]]
+    assert kinds[-3:] == ["node.released", "run.paused", "run.finished"], kinds
+    assert len(scripted_model.agent_requests) == asked

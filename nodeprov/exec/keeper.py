@@ -22,7 +22,20 @@ from __future__ import annotations
 from .preamble import SIGNAL_GROUP_FUNCTION
 from .shell import START_TIME_FUNCTION
 
-__all__ = ["ATTACH", "EXIT", "FED", "FEED", "FREE", "KEEPER", "REPORT", "STATUS", "TAG", "TRIM_STEP", "WRITE"]
+__all__ = [
+    "ATTACH",
+    "EXIT",
+    "FED",
+    "FEED",
+    "FREE",
+    "KEEPER",
+    "REPORT",
+    "STATUS",
+    "STOP",
+    "TAG",
+    "TRIM_STEP",
+    "WRITE",
+]
 
 TAG = b"\x1enodeprov-keep "
 """What starts each line an attach says of itself (its report, what was fed, its last line)."""
@@ -132,8 +145,8 @@ rc=$?
 kill "$watchdog" 2>/dev/null
 why=exit
 [ -s "$dir/why" ] && read -r why <"$dir/why"
-printf '%s %s\\n' "$rc" "$why" >"$dir/rc.new" && mv -f "$dir/rc.new" "$dir/rc"
-# What the process started carries its mark, wherever it went: found through /proc.
+# What the process started carries its mark, wherever it went: found through /proc. Swept
+# before rc is written, so that an rc says all of it is gone.
 for round in 1 2 3 4 5; do
   found=
   for pid in $(grep -lsxzF -e "NODEPROV_GUARD=$mark" /proc/[0-9]*/environ 2>/dev/null); do
@@ -141,6 +154,7 @@ for round in 1 2 3 4 5; do
   done
   [ -n "$found" ] || break
 done
+printf '%s %s\\n' "$rc" "$why" >"$dir/rc.new" && mv -f "$dir/rc.new" "$dir/rc"
 trap '' TERM
 kill -TERM 0 2>/dev/null
 # Kept until the control plane has read it all and released it, or nobody attached for grace.
@@ -284,6 +298,32 @@ if [ -s "$dir/attach" ]; then
   while read -r p s; do [ "$p" = $$ ] || signal_group KILL "$p" "$s"; done <"$dir/attach"
 fi
 exit 0
+"""
+)
+
+# $1 dir, $2 term_grace (whole seconds): stop the kept process (SIGTERM to its group, SIGKILL
+# term_grace later; why "stop"), wait until the keeper has written its rc (what it started is
+# gone by then), and say how it stands as STATUS does. Waits term_grace + 5 s at most.
+STOP = (
+    START_TIME_FUNCTION
+    + """\
+dir=$1 term=$2
+[ -s "$dir/pid" ] || { echo gone; exit 0; }
+read -r pid start <"$dir/pid"
+ours() { [ "$start" = - ] || [ "$(__np_start_of "$pid")" = "$start" ]; }
+if [ ! -s "$dir/rc" ]; then
+  printf 'stop\\n' >"$dir/why" 2>/dev/null
+  ours && kill -TERM -"$pid" 2>/dev/null
+fi
+tenths=0
+while [ -d "$dir" ] && [ ! -s "$dir/rc" ] && [ "$tenths" -lt $((term * 10 + 50)) ]; do
+  [ "$tenths" -eq $((term * 10)) ] && ours && kill -KILL -"$pid" 2>/dev/null
+  sleep 0.1
+  tenths=$((tenths + 1))
+done
+if [ -s "$dir/rc" ]; then read -r rc why <"$dir/rc"; printf 'exit %s %s\\n' "$rc" "$why"
+elif [ -d "$dir" ]; then echo running
+else echo gone; fi
 """
 )
 

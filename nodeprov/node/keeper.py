@@ -57,7 +57,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from ..errors import CommandNotFoundError, ConfigError, NodeGoneError, NodeprovError, SpawnError
-from ..exec.keeper import ATTACH, FEED, FREE, KEEPER, REPORT, STATUS, TAG, TRIM_STEP, WRITE
+from ..exec.keeper import ATTACH, FEED, FREE, KEEPER, REPORT, STATUS, STOP, TAG, TRIM_STEP, WRITE
 from ..exec.preamble import SIGNAL_GROUP
 from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from .kept_io import ACK_STEP, KEEP_READ, Acks, Frames, KeptOutput, KeptStdin
@@ -77,6 +77,7 @@ __all__ = [
     "keeper_root",
     "kept_state",
     "reattach",
+    "stop_kept",
 ]
 
 logger = logging.getLogger("nodeprov")
@@ -225,6 +226,21 @@ async def kept_state(node: NodeHandle, keeper: str) -> str:
         NodeGoneError, SpawnError, ProviderError: as :meth:`NodeHandle.spawn`.
     """
     said = await _status(node, keeper)
+    return {"exit": "exited", "running": "running"}.get(said[0] if said else "", "gone")
+
+
+async def stop_kept(node: NodeHandle, keeper: str, *, term_grace: float) -> str:
+    """Stop the kept process of ``keeper`` on ``node`` without attaching to it: SIGTERM to
+    its group, SIGKILL ``term_grace`` seconds later; returns once the keeper has recorded its
+    end (what it started is gone by then), as :func:`kept_state` says it (``running`` only
+    when it outlived ``term_grace`` and 5 s more). A process that ended or is gone is left as
+    it is. Its output stays for an attach to read.
+
+    Raises:
+        NodeGoneError, SpawnError, ProviderError: as :meth:`NodeHandle.spawn`.
+    """
+    script = ["-c", STOP, "nodeprov-stop", keeper, str(math.ceil(term_grace))]
+    said = (await _run(node, SpawnOptions("/bin/sh", script))).decode(errors="replace").split()
     return {"exit": "exited", "running": "running"}.get(said[0] if said else "", "gone")
 
 

@@ -168,6 +168,8 @@ class Driver:
             run = drive.run
             with anyio.CancelScope() as scope:
                 drive.steps = scope
+                if drive.pause is not None or drive.detaching:  # asked before the steps began
+                    scope.cancel()
                 if plan.deadline is not None:
                     scope.deadline = anyio.current_time() + plan.deadline
                 try:

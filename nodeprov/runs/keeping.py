@@ -18,10 +18,14 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
+
+import anyio
 
 from ..agents import Result
 from ..errors import NodeGoneError, NodeprovError, RunStateError
-from ..node.keeper import kept_state
+from ..node import NodeProvider
+from ..node.keeper import kept_state, stop_kept
 from ..store import RunRecord, Store
 from .driver import Drive, Driver, Steps
 from .events import AgentMessage, AgentReattached, RunStarted
@@ -33,6 +37,8 @@ from .state import RunState
 __all__ = ["Takeover", "follower"]
 
 logger = logging.getLogger("nodeprov.runs")
+
+_STOP_GRACE = 10.0  # seconds a kept agent has to stop on SIGTERM before SIGKILL
 
 
 def follower(driver: Driver, nodes: Nodes, node_id: str, keeper: str, *, skip: int, since: float) -> Steps:
@@ -47,14 +53,33 @@ def follower(driver: Driver, nodes: Nodes, node_id: str, keeper: str, *, skip: i
     async def follow(drive: Drive, plan: Plan) -> Result | None:
         run = drive.run
         provider = await nodes.provider(plan.provider, plan.provider_settings)
-        node = drive.node = await provider.attach(node_id)
-        # An agent that ended meanwhile left its output: the turn's end is read from there.
-        if await kept_state(node, keeper) == "gone":
-            raise NodeGoneError(f"the agent of run {run.id} is gone from node {node_id}")
-        drive.events.emit(AgentReattached, gap=round(max(0.0, time.time() - since), 3), attempts=1)
-        return await driver.run_agent(drive, plan, node, follow=(keeper, skip))
+        try:
+            node = drive.node = await provider.attach(node_id)
+            # An agent that ended meanwhile left its output: the turn's end is read from there.
+            if await kept_state(node, keeper) == "gone":
+                raise NodeGoneError(f"the agent of run {run.id} is gone from node {node_id}")
+            drive.events.emit(AgentReattached, gap=round(max(0.0, time.time() - since), 3), attempts=1)
+            return await driver.run_agent(drive, plan, node, follow=(keeper, skip))
+        finally:
+            if not drive.detaching:  # a pause or an end cut in, maybe before the session was there
+                await _stopped(drive, provider, node_id, keeper)
 
     return driver.abortable(follow)
+
+
+async def _stopped(drive: Drive, provider: NodeProvider[Any], node_id: str, keeper: str) -> None:
+    """Make sure the kept agent a taken-over drive followed has stopped, before the run
+    reports its pause or end (a pause that came before the re-attach had no session to
+    stop): the node attached if it was not yet, the agent stopped on it. Shielded and
+    bounded; a node that is gone has nothing left to stop."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_GRACE + 30):
+        try:
+            if drive.node is None:
+                drive.node = await provider.attach(node_id)
+            if await stop_kept(drive.node, keeper, term_grace=_STOP_GRACE) == "running":
+                logger.warning("the agent of run %s outlived its stop on node %s", drive.run.id, node_id)
+        except NodeprovError as error:
+            logger.warning("could not stop the agent of run %s on node %s: %s", drive.run.id, node_id, error)
 
 
 @dataclasses.dataclass(frozen=True)
