@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from nodeprov import NodeHandle, get_provider
-from nodeprov.node.keeper import kept_state
+from nodeprov.node.keeper import kept_state, reattach
 from nodeprov.runs import (
     AgentDetached,
     AgentMessage,
@@ -414,3 +414,30 @@ async def test_a_pause_asked_at_once_after_a_take_over_stops_the_agent_first(
     kinds = [e.kind for e in [event_from_json(json.loads(r.body)) for r in await store.events(detached.id)]]
     assert kinds[-3:] == ["node.released", "run.paused", "run.finished"], kinds
     assert len(scripted_model.agent_requests) == asked
+
+
+async def test_a_drive_whose_agent_another_attached_to_lets_the_run_go(
+    store: Store, scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    """Issue 45: two attachers both lived, and an owner that could not ask its store went on
+    re-attaching while a take-over attached. Another attach takes the agent: the drive that
+    had it lets go (outcome ``detached``), stopping, failing and destroying nothing."""
+    require_claude_cli()
+    where, marker = local(tmp_path), unique_marker()
+    async with Orchestrator(store, agent_grace=60, take_over=False) as plane:
+        run_ = await _tool_running(plane, scripted_model, where, marker)
+        await until_kept(store, run_.id)
+        record = await store.run(run_.id)
+        assert record is not None
+        assert record.agent_keeper is not None
+        node = await _node_of_record(store, run_.id, where)
+        other = await reattach(node, record.agent_keeper)  # another control plane's attach
+        with anyio.fail_after(TURN_TIMEOUT):
+            assert await run_.wait() == "detached"
+        assert host_processes_matching(marker), "the agent was stopped by the drive that lost it"
+        assert await kept_state(node, record.agent_keeper) == "running"
+        after = await store.run(run_.id)
+        assert after is not None
+        assert after.state == "running"
+        await other.aclose()
+    assert host_processes_matching(marker) == []

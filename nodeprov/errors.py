@@ -14,6 +14,7 @@ errors, ...) into this tree at their boundary, so a caller never catches a platf
     ├── ProviderError                the platform failed or refused
     │   └── ProvisionError           a node could not be made (nothing is left behind)
     ├── NodeGoneError                the node was destroyed or vanished
+    │   └── AttachTakenError         a kept process's attach was taken by another attach
     ├── NodeFileError                a file on a node could not be read or written
     │   └── NodeFileNotFoundError    the file does not exist
     ├── SpawnError                   a process could not be started on a node
@@ -37,6 +38,7 @@ __all__ = [
     "AgentExitError",
     "AgentNotFoundError",
     "AgentOutputError",
+    "AttachTakenError",
     "CommandNotFoundError",
     "ConfigError",
     "DeadlineError",
@@ -87,6 +89,11 @@ class ProvisionError(ProviderError):
 
 class NodeGoneError(NodeprovError):
     """The node was destroyed (by this handle or from outside) and cannot be used."""
+
+
+class AttachTakenError(NodeGoneError):
+    """Another control plane attached to the kept process: this one may not attach again,
+    and must neither signal nor release it (it is the other's now)."""
 
 
 class NodePathError(ConfigError):

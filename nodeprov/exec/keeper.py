@@ -100,7 +100,7 @@ umask 077
 mkdir -p -- "${dir%/*}" 2>/dev/null
 mkdir -- "$dir" 2>/dev/null || exit 126
 fail() { printf '%s\\n' "$1" >"$dir/failed"; exit 127; }
-for tool in setsid tail awk mkfifo stat date touch grep fallocate; do
+for tool in setsid tail awk mkfifo stat date touch grep fallocate flock; do
   command -v "$tool" >/dev/null 2>&1 || fail "missing $tool"
 done
 tail --pid=$$ -c 0 /dev/null >/dev/null 2>&1 || fail "missing tail --pid"
@@ -220,8 +220,9 @@ NF == 2 && $1 ~ /^[0-9]+$/ && $1 + 0 > fed {
 """
 
 # $1 dir, $2 stdout offset, $3 stderr offset, $4 seconds between lease renewals, $5 seconds
-# to wait for a keeper that is starting. Ends the attach before it, reports (the process,
-# the last frame id in the log, where the journals' freed bytes end), then follows the
+# to wait for a keeper that is starting, $6 the attach generation last held (0: none). Ends
+# the attach before it, reports (the process, the last frame id in the log, where the
+# journals' freed bytes end, its generation), then follows the
 # journals (from their bases, where an offset is below) and the feeder's notes until the
 # process ends and says how it ended; its stdin is the control plane's frames.
 ATTACH = (
@@ -238,10 +239,37 @@ while [ ! -s "$dir/pid" ]; do
   sleep 0.01 || sleep 1; n=$((n + 1))
 done
 read -r pid start <"$dir/pid"
-[ -s "$dir/attach" ] && while read -r p s; do signal_group KILL "$p" "$s"; done <"$dir/attach"
+# One attach at a time, under a lock: a control plane that held generation $6 of the attach
+# and lost it to another is told so (superseded), never let back in; $6 = 0 takes over.
+exec 5>>"$dir/attach.lock"
+flock 5
+held=$(cat "$dir/gen" 2>/dev/null)
+case $held in ''|*[!0-9]*) held=0 ;; esac
+if [ "$6" != 0 ] && [ "$6" != "$held" ]; then
+  printf '\\036nodeprov-keep superseded %s\\n' "$held"; exit 0
+fi
+# Nor is an attach from a byte of stdout already freed: it would end the one that reads on.
+numbers='NF == 2 && $1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/'
+freed=$(cat "$dir/base.0" "$dir/base.1" | LC_ALL=C awk "$numbers"' { if ($1 + 0 > o) o = $1 + 0 }
+  END { printf "%.0f", o }')
+if [ "$2" -lt "$freed" ]; then printf '\\036nodeprov-keep freed %s\\n' "$freed"; exit 0; fi
+# The attach before ends, and is waited for: nothing it writes reaches in.log after this.
+if [ -s "$dir/attach" ]; then
+  while read -r p s; do signal_group KILL "$p" "$s"; done <"$dir/attach"
+  n=0
+  while [ "$n" -lt 300 ]; do
+    left=
+    while read -r p s; do
+      [ "$(__np_start_of "$p")" = "$s" ] && ! grep -q '^State:.*Z' "/proc/$p/status" && left=1
+    done <"$dir/attach"
+    [ -n "$left" ] || break
+    sleep 0.01 || sleep 1; n=$((n + 1))
+  done
+fi
+gen=$((held + 1))
+printf '%s\\n' "$gen" >"$dir/gen"
 printf '%s %s\\n' "$$" "$(__np_start_of $$)" >"$dir/attach"
 # The log before the feeder's last note was read (and may be freed): its ids are fed.
-numbers='NF == 2 && $1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/'
 fed=$(tail -n 1 "$dir/fed" | LC_ALL=C awk "$numbers"' { print $1 " " $2 }')
 read_to=${fed#* } fed=${fed% *}
 last=$(tail -c +$((${read_to:-0} + 1)) "$dir/in.log" |
@@ -254,17 +282,20 @@ out_base=${bases% *} err_base=${bases#* } out_from=$2 err_from=$3
 printf '\\n' >>"$dir/in.log"
 touch "$dir/lease"
 exec 3<&0
-NP_KEEP_DIR=$dir NP_BASES=$bases LC_ALL=C awk -W interactive "$NP_WRITE" <&3 >>"$dir/in.log" 4>&- &
+NP_KEEP_DIR=$dir NP_BASES=$bases LC_ALL=C awk -W interactive "$NP_WRITE" <&3 >>"$dir/in.log" 4>&- 5>&- &
 writer=$!
 exec 3<&-
 unset NP_WRITE
 note() { printf '%s %s\\n' "$1" "$(__np_start_of "$1")" >>"$dir/attach"; }
 note "$writer"
+# The report first on stdout, the lock held until then (the next attach cannot end this one
+# before it said it is attached); the follower of stdout at once after it.
+printf '\\036nodeprov-keep attached %s %s %s %s %s %s\\n' \\
+  "$pid" "$start" "$last" "$out_base" "$err_base" "$gen"
+exec 5>&-
 (
   tail --pid="$pid" -s 0.005 -c +$((err_from + 1)) -f "$dir/err" >&4 4>&- &
   errors=$!
-  # The report first on stdout; the follower of stdout at once after it.
-  printf '\\036nodeprov-keep attached %s %s %s %s %s\\n' "$pid" "$start" "$last" "$out_base" "$err_base"
   tail --pid="$pid" -s 0.002 -c +$((out_from + 1)) -f "$dir/out" 4>&- &
   output=$!
   note "$output"

@@ -56,7 +56,14 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from ..errors import CommandNotFoundError, ConfigError, NodeGoneError, NodeprovError, SpawnError
+from ..errors import (
+    AttachTakenError,
+    CommandNotFoundError,
+    ConfigError,
+    NodeGoneError,
+    NodeprovError,
+    SpawnError,
+)
 from ..exec.keeper import ATTACH, FEED, FREE, KEEPER, REPORT, STATUS, STOP, TAG, TRIM_STEP, WRITE
 from ..exec.preamble import SIGNAL_GROUP
 from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy
@@ -321,6 +328,7 @@ class KeptProcess(SpawnedProcess):
         self._start = "-"
         self._channel: SpawnedProcess | None = None
         self._generation = 0
+        self._held = 0  # the keeper's attach generation this handle holds (0: none yet)
         self._pushback = b""  # stdout that came with the attach's report
         self._offsets = [stdout_offset, stderr_offset]
         self._frames = Frames()
@@ -363,12 +371,12 @@ class KeptProcess(SpawnedProcess):
         Raises NodeGoneError where the node freed stdout from before the offset."""
         offsets = [str(offset) for offset in self._offsets]
         renew = str(self.settings.renew_every)
-        script = ["-c", ATTACH, "nodeprov-attach", self.keeper, *offsets, renew, str(wait)]
+        script = ["-c", ATTACH, "nodeprov-attach", self.keeper, *offsets, renew, str(wait), str(self._held)]
         channel = await self.node.spawn(SpawnOptions("/bin/sh", script, env=_ATTACH_ENV))
         channel.stop_policy = _CHANNEL_POLICY
         try:
             line, _, rest = (await _first_line(channel.stdout)).partition(b"\n")
-            self.pid, self._start, logged, bases = self._attached(line)
+            self.pid, self._start, logged, bases, self._held = self._attached(line)
             # Stderr from before its base starts at the base: what was freed is not sent again.
             self._offsets[1] = max(self._offsets[1], bases[1])
             self._acks.rebase(bases)
@@ -380,24 +388,37 @@ class KeptProcess(SpawnedProcess):
             raise
         self._channel, self._generation, self._pushback = channel, self._generation + 1, rest
 
-    def _attached(self, line: bytes) -> tuple[int, str, int, list[int]]:
+    def _attached(self, line: bytes) -> tuple[int, str, int, list[int], int]:
         """The attach's report: the process's pid and start time, the last frame id logged,
-        the bases of stdout and stderr (the bytes before them are freed). Raises
-        NodeGoneError where the keeper is gone, or stdout from before its offset."""
+        the bases of stdout and stderr (the bytes before them are freed), the attach's
+        generation. Raises NodeGoneError where the keeper is gone, or stdout from before its
+        offset; AttachTakenError where another attach took it since this handle's."""
         said = line.removeprefix(TAG).decode(errors="replace")
         if said.startswith("failed "):
             raise _StartFailedError(said[7:])
         if said == "gone":
             raise NodeGoneError(f"the keeper {self.keeper} on node {self.node.node_id} is gone")
+        if said.startswith("freed "):
+            raise NodeGoneError(
+                f"the stdout of {self.keeper} on node {self.node.node_id} before byte {said[6:]} was "
+                f"read and freed: it cannot be read from byte {self._offsets[0]}"
+            )
+        if said.startswith("superseded"):
+            # The other attach's now: never signalled, released or waited for from here.
+            self._detached = self._left = self._closed = True
+            raise AttachTakenError(
+                f"another control plane attached to {self.keeper} on node {self.node.node_id}: "
+                "this one let go of it"
+            )
         if not line.startswith(TAG + b"attached "):
             raise SpawnError(f"cannot attach to {self.keeper} on node {self.node.node_id}: {line[:200]!r}")
-        pid, start, last, out_base, err_base = said.removeprefix("attached ").split(" ")
+        pid, start, last, out_base, err_base, generation = said.removeprefix("attached ").split(" ")
         if self._offsets[0] < int(out_base):
             raise NodeGoneError(
                 f"the stdout of {self.keeper} on node {self.node.node_id} before byte {out_base} was "
                 f"read and freed: it cannot be read from byte {self._offsets[0]}"
             )
-        return int(pid), start, int(last), [int(out_base), int(err_base)]
+        return int(pid), start, int(last), [int(out_base), int(err_base)], int(generation)
 
     async def _recover(self, generation: int, reason: str) -> None:
         """The attach of ``generation`` dropped: attach again, with backoff, unless another

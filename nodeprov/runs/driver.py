@@ -14,7 +14,7 @@ import anyio
 
 from ..agents import Agent, AgentSession, Result
 from ..agents.registry import imported
-from ..errors import DeadlineError, NodeprovError, RunStateError, StoreError, log_failure
+from ..errors import AttachTakenError, DeadlineError, NodeprovError, RunStateError, StoreError, log_failure
 from ..node import LABEL_EXPIRES_AT, NodeHandle
 from ..node.keeper import Detached, KeepOptions, Reattached
 from ..prompts import prompt_images, prompt_text
@@ -207,8 +207,12 @@ class Driver:
             else:
                 await self._fail(drive, result_error(result, drive.progress))
         except Exception as error:  # noqa: BLE001 - any failure ends this run, and only this run
-            logger.info("run %s failed: %s", run.id, error)  # an outcome, reported as an event
-            await self._fail(drive, _describe(error))
+            if taken(error):  # another control plane attached to the agent: the run is its now
+                drive.detaching = True
+                logger.warning("run %s: another control plane took its agent over; leaving it", run.id)
+            else:
+                logger.info("run %s failed: %s", run.id, error)  # an outcome, reported as an event
+                await self._fail(drive, _describe(error))
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
                 if run.state is RunState.PAUSING:  # cancelled while pausing: finish the pause
@@ -379,6 +383,10 @@ class Driver:
                 if isinstance(message, Result):
                     result = message
             ended = True
+        except Exception as error:
+            if taken(error):  # nothing of the agent is this drive's to stop or release
+                drive.detaching = True
+            raise
         finally:
             drive.session = None
             if drive.detaching:
@@ -523,6 +531,17 @@ async def _close_session(
             tg.start_soon(at_the_deadline)
             await session.aclose()
             tg.cancel_scope.cancel()
+
+
+def taken(error: BaseException) -> bool:
+    """Whether ``error`` says, or was caused by, a kept agent's attach taken by another
+    control plane (:class:`~nodeprov.errors.AttachTakenError`)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, AttachTakenError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _keep_time(node: NodeHandle, keep_for: float) -> float:

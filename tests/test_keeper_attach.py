@@ -1,0 +1,88 @@
+"""One attacher at a time (issue 45): the keeper admits one attach to a kept process, under
+a lock; the attach before is ended, and its control plane, when it tries to attach again,
+is told another took the process (AttachTakenError), never let back in: before, two
+attaches at once both lived (3 of 10 trials), each numbered its stdin frames from the same
+last id, and the keeper fed each id once, so one side's message was dropped without an
+error. The loser neither signals nor releases the process it lost. Local nodes, ``cat``."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from nodeprov import NodeHandle, get_provider
+from nodeprov.errors import AttachTakenError
+from nodeprov.node.keeper import KeepOptions, KeptProcess, keep, kept_state, reattach
+from nodeprov.spawn import SpawnOptions
+
+pytestmark = pytest.mark.anyio
+
+DEADLINE = 30
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[NodeHandle]:
+    async with await get_provider("local", root=tmp_path / "nodes").provision() as node:
+        yield node
+
+
+async def _kept_cat(node: NodeHandle) -> str:
+    """A kept ``cat``, left running with no attach: its keeper."""
+    process = await keep(node, SpawnOptions("cat", []), KeepOptions(grace=60))
+    await process.detach()
+    return process.keeper
+
+
+async def _echoed(process: KeptProcess, line: bytes) -> None:
+    """Send ``line``; return once ``process``'s stdout (read from its start) has it."""
+    await process.stdin.send(line)
+    said = b""
+    with anyio.fail_after(DEADLINE):
+        while line not in said:
+            said += await process.stdout.receive()
+
+
+async def _refused(process: KeptProcess) -> None:
+    """``process`` lost its attach: sending, or reading what it would echo, says so."""
+    with anyio.fail_after(DEADLINE), pytest.raises(AttachTakenError):
+        await _echoed(process, b"from the one that lost\n")
+
+
+async def test_an_attach_taken_by_another_is_told_and_never_let_back(node: NodeHandle) -> None:
+    keeper = await _kept_cat(node)
+    first = await reattach(node, keeper)
+    second = await reattach(node, keeper)  # a take-over: ends the first's attach
+    await _refused(first)
+    await first.aclose()  # it lost the process: closing it stops nothing
+    await _echoed(second, b"from the one that holds it\n")
+    assert await kept_state(node, keeper) == "running"
+    await second.aclose()
+    assert await kept_state(node, keeper) != "running"
+
+
+async def test_of_two_attaches_at_once_one_holds_the_process_and_the_other_is_told(
+    node: NodeHandle,
+) -> None:
+    seed = random.randrange(1 << 32)
+    chance = random.Random(seed)
+    for round_ in range(10):
+        keeper = await _kept_cat(node)
+        attached: list[KeptProcess] = []
+
+        async def attach(delay: float, keeper: str = keeper, attached: list[KeptProcess] = attached) -> None:
+            await anyio.sleep(delay)
+            attached.append(await reattach(node, keeper))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                tg.start_soon(attach, chance.uniform(0, 0.02))
+        later, earlier = attached.pop(), attached.pop()  # the last to attach holds it
+        await _refused(earlier)
+        await _echoed(later, b"round %d\n" % round_)
+        await earlier.aclose()
+        await later.aclose()
+        assert await kept_state(node, keeper) != "running", f"seed {seed}, round {round_}"
