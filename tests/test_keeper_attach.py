@@ -16,8 +16,10 @@ import pytest
 
 from nodeprov import NodeHandle, get_provider
 from nodeprov.errors import AttachTakenError
+from nodeprov.exec.keeper import ATTACH, FREE, REPORT, TAG, WRITE
 from nodeprov.node.keeper import KeepOptions, KeptProcess, keep, kept_state, reattach
 from nodeprov.spawn import SpawnOptions
+from nodeprov.testing.conformance.kit import run
 
 pytestmark = pytest.mark.anyio
 
@@ -86,3 +88,24 @@ async def test_of_two_attaches_at_once_one_holds_the_process_and_the_other_is_to
         await earlier.aclose()
         await later.aclose()
         assert await kept_state(node, keeper) != "running", f"seed {seed}, round {round_}"
+
+
+async def test_a_torn_frame_in_the_log_is_not_counted_as_logged(node: NodeHandle) -> None:
+    """A writer killed mid-line leaves a torn frame in ``in.log``, which the feeder skips:
+    an attach must not report its id as logged, or the control plane, which still holds the
+    frame, would never send it again (issue 45: it counted)."""
+    keeper = await _kept_cat(node)
+    whole, torn = "D 1 5 hello\n", "D 2 100 the start of a long fr"
+    code, _, err = await run(node, "/bin/sh", "-c", 'printf %s "$2" >>"$1/in.log"', "-", keeper, whole + torn)
+    assert code == 0, err
+    script = ["-c", ATTACH, "nodeprov-attach", keeper, "0", "0", "5", "0", "0"]
+    env = {"NP_WRITE": WRITE, "NP_FREE": FREE, "NP_REPORT": REPORT}
+    async with await node.spawn(SpawnOptions("/bin/sh", script, env=env)) as attach:
+        said = b""
+        with anyio.fail_after(DEADLINE):
+            while b"\n" not in said:
+                said += await attach.stdout.receive()
+        report = said.split(b"\n")[0].removeprefix(TAG).decode().split()
+        await attach.stdin.aclose()
+    assert report[0] == "attached", report
+    assert report[3] == "1", f"the last frame logged: {report[3]} (2 is torn)"

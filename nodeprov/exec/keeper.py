@@ -272,8 +272,15 @@ printf '%s %s\\n' "$$" "$(__np_start_of $$)" >"$dir/attach"
 # The log before the feeder's last note was read (and may be freed): its ids are fed.
 fed=$(tail -n 1 "$dir/fed" | LC_ALL=C awk "$numbers"' { print $1 " " $2 }')
 read_to=${fed#* } fed=${fed% *}
-last=$(tail -c +$((${read_to:-0} + 1)) "$dir/in.log" |
-  LC_ALL=C awk -v m="${fed:-0}" '($1 == "D" || $1 == "E") && $2 + 0 > m { m = $2 + 0 } END { print m + 0 }')
+# A frame is logged when whole: a writer killed mid-line left a torn one, which the feeder
+# skips, and which the control plane must send again.
+last=$(tail -c +$((${read_to:-0} + 1)) "$dir/in.log" | LC_ALL=C awk -v m="${fed:-0}" '
+  $1 == "D" && NF >= 3 {
+    rest = substr($0, length($2) + 4); cut = index(rest, " ")
+    if (cut > 0 && length(substr(rest, cut + 1)) == substr(rest, 1, cut - 1) + 0 && $2 + 0 > m) m = $2 + 0
+  }
+  $1 == "E" && NF == 2 && $2 + 0 > m { m = $2 + 0 }
+  END { print m + 0 }')
 bases=$(cat "$dir/base.0" "$dir/base.1" | LC_ALL=C awk "$numbers"' {
   if ($1 + 0 > o) o = $1 + 0; if ($2 + 0 > e) e = $2 + 0 } END { printf "%.0f %.0f", o, e }')
 out_base=${bases% *} err_base=${bases#* } out_from=$2 err_from=$3
