@@ -134,6 +134,9 @@ class KeepOptions:
     dropped channel is tried again, with backoff, before the streams fail with
     :class:`~nodeprov.errors.NodeGoneError`. ``may_reattach``: asked before each attempt (a
     control plane that lost the run says no). ``watch``: told of each drop and re-attach.
+    ``on_start``: given the keeper's directory before the process starts (a control plane
+    records it there, so that another finds the process should this one die before it
+    hears anything of it); what it raises stops the start.
     ``keep_read``: bytes of stdout and of stderr the node keeps behind what this handle has
     read, for an attach from before there (another control plane that reads a turn again
     from its start); the node frees the rest (None: it keeps it all, and its journals grow
@@ -149,6 +152,7 @@ class KeepOptions:
     reattach_within: float = 60.0
     may_reattach: Callable[[], Awaitable[bool]] | None = None
     watch: ChannelWatch | None = None
+    on_start: Callable[[str], Awaitable[None]] | None = None
     keep_read: int | None = KEEP_READ
 
     def __post_init__(self) -> None:
@@ -211,6 +215,8 @@ async def keep(node: NodeHandle, options: SpawnOptions, settings: KeepOptions | 
         *options.argv,
     ]
     env = {**options.env, "NP_FEED": FEED}
+    if settings.on_start is not None:
+        await settings.on_start(directory)
     await node.spawn_detached(
         SpawnOptions("/bin/sh", ["-c", KEEPER, "nodeprov-keeper", *args], options.cwd, env)
     )

@@ -491,7 +491,13 @@ def kept_agent(store: Store, lease: Lease, drive: Drive, grace: float | None) ->
             return True  # the lease decides: a lost one aborts the run
         return record is not None and record.owner == lease.owner and RunState(record.state).live
 
-    return KeepOptions(grace=grace, watch=watch, may_reattach=still_ours, keep_read=TAKEOVER_WINDOW)
+    async def recorded(keeper: str) -> None:  # before the agent starts: findable from then on
+        drive.keeper = keeper
+        await store.update_run(run.id, agent_keeper=keeper)
+
+    return KeepOptions(
+        grace=grace, watch=watch, may_reattach=still_ours, on_start=recorded, keep_read=TAKEOVER_WINDOW
+    )
 
 
 async def _snapshot(store: Store, drive: Drive, kind: str, reason: str, *, keep_node: bool) -> SnapshotRecord:
