@@ -14,6 +14,7 @@ end as reconcile ends any orphan (failed, resumable).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from ..node import NodeProvider
 from ..node.keeper import kept_state, stop_kept
 from ..store import RunRecord, Store
 from .driver import Drive, Driver, Steps
-from .events import AgentMessage, AgentReattached, RunStarted
+from .events import AgentMessage, AgentReattached, RunStarted, event_from_json
 from .launch import Launcher, Plan
 from .lease import Lease, owner_lives
 from .nodes import Nodes
@@ -41,10 +42,20 @@ logger = logging.getLogger("nodeprov.runs")
 _STOP_GRACE = 10.0  # seconds a kept agent has to stop on SIGTERM before SIGKILL
 
 
-def follower(driver: Driver, nodes: Nodes, node_id: str, keeper: str, *, skip: int, since: float) -> Steps:
+def follower(
+    driver: Driver,
+    nodes: Nodes,
+    node_id: str,
+    keeper: str,
+    *,
+    skip: int,
+    since: float,
+    stored: Result | None = None,
+) -> Steps:
     """The steps of a drive that took a run over: attach its node and re-attach to its kept
-    agent (``keeper``), whose first ``skip`` messages of the turn the run has; ``since`` is
-    when the run was last heard of (epoch seconds), for the gap its event says.
+    agent (``keeper``), whose first ``skip`` messages of the turn the run has (``stored``:
+    the turn's result, if among them); ``since`` is when the run was last heard of (epoch
+    seconds), for the gap its event says.
 
     The steps raise :class:`~nodeprov.errors.NodeGoneError` when the agent is gone (its
     keeper too); one that ended while no control plane was attached has its turn's end read
@@ -57,9 +68,12 @@ def follower(driver: Driver, nodes: Nodes, node_id: str, keeper: str, *, skip: i
             node = drive.node = await provider.attach(node_id)
             # An agent that ended meanwhile left its output: the turn's end is read from there.
             if await kept_state(node, keeper) == "gone":
+                if stored is not None:  # its turn was over, and stored: only the run's end is left
+                    return stored
                 raise NodeGoneError(f"the agent of run {run.id} is gone from node {node_id}")
             drive.events.emit(AgentReattached, gap=round(max(0.0, time.time() - since), 3), attempts=1)
-            return await driver.run_agent(drive, plan, node, follow=(keeper, skip))
+            result = await driver.run_agent(drive, plan, node, follow=(keeper, skip))
+            return result if result is not None else stored  # stored, then its owner died
         finally:
             if not drive.detaching:  # a pause or an end cut in, maybe before the session was there
                 await _stopped(drive, provider, node_id, keeper)
@@ -85,11 +99,13 @@ async def _stopped(drive: Drive, provider: NodeProvider[Any], node_id: str, keep
 @dataclasses.dataclass(frozen=True)
 class _Turn:
     """A run's stored events of its last drive: the last ``seq``, how many agent ``messages``
-    it has, and when the last was written (epoch seconds)."""
+    it has, when the last was written (epoch seconds), and the turn's ``result`` if it was
+    stored (a control plane that died between it and the run's end)."""
 
     last_seq: int
     messages: int
     since: float
+    result: Result | None = None
 
 
 async def _turn_so_far(store: Store, run_id: str) -> _Turn:
@@ -98,16 +114,19 @@ async def _turn_so_far(store: Store, run_id: str) -> _Turn:
     Raises:
         StoreError: the store failed.
     """
-    last_seq, messages, at = 0, 0, ""
+    last_seq, messages, at, result = 0, 0, "", None
     while batch := await store.events(run_id, after=last_seq):
         for record in batch:
             last_seq, at = record.seq, record.at
             if record.kind == RunStarted.kind:
-                messages = 0
+                messages, result = 0, None
             elif record.kind == AgentMessage.kind:
                 messages += 1
+                event = event_from_json(json.loads(record.body))
+                if isinstance(event, AgentMessage) and isinstance(event.message, Result):
+                    result = event.message
     since = datetime.fromisoformat(at).timestamp() if at else time.time()
-    return _Turn(last_seq, messages, since)
+    return _Turn(last_seq, messages, since, result)
 
 
 class Takeover:
@@ -190,6 +209,7 @@ class Takeover:
                 record.agent_keeper,
                 skip=turn.messages,
                 since=turn.since,
+                stored=turn.result,
             )
             self._launch(drive, plan, steps)
             logger.info("took over run %s of %s: re-attaching to its agent", record.id, record.owner)
