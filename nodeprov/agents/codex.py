@@ -65,7 +65,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .._json import loads
 from ..errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ..node import NodeHandle
-from ..node.keeper import KeepOptions, KeptProcess, reattach
+from ..node.keeper import KeepOptions, KeptProcess, reattach, stopped_by_keeper
 from ..offline import demo_responses
 from ..prompts import OPENAI_IMAGE_LIMITS, ImageLimits, Prompt, prompt_text
 from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy
@@ -412,7 +412,8 @@ class CodexSession(AgentSession):
         said = self._failure
         lines = await read_lines(self._node, self._stderr_file) if self._stderr_file else []
         raise AgentExitError(
-            f"codex ended without finishing its turn (exit status {process.returncode})"
+            stopped_by_keeper(process)
+            or f"codex ended without finishing its turn (exit status {process.returncode})"
             + (f": {said}" if said else ""),
             exit_code=process.returncode,
             stderr_tail="\n".join(line[:2000] for line in lines[-_STDERR_TAIL_LINES:]),

@@ -85,6 +85,7 @@ __all__ = [
     "kept_state",
     "reattach",
     "stop_kept",
+    "stopped_by_keeper",
 ]
 
 logger = logging.getLogger("nodeprov")
@@ -255,6 +256,17 @@ async def stop_kept(node: NodeHandle, keeper: str, *, term_grace: float) -> str:
     script = ["-c", STOP, "nodeprov-stop", keeper, str(math.ceil(term_grace))]
     said = (await _run(node, SpawnOptions("/bin/sh", script))).decode(errors="replace").split()
     return {"exit": "exited", "running": "running"}.get(said[0] if said else "", "gone")
+
+
+def stopped_by_keeper(process: SpawnedProcess | None) -> str | None:
+    """Why the keeper stopped ``process``, in words, when it was a kept process the keeper
+    stopped (the node's lifetime, or no control plane attached for its grace); else None."""
+    why = process.ended_by if isinstance(process, KeptProcess) else ""
+    if why == "ttl":
+        return "the node reached the end of its lifetime, and its keeper stopped the agent"
+    if why == "lease":
+        return "no control plane attached to the agent for its grace, and its keeper stopped it"
+    return None
 
 
 async def _status(node: NodeHandle, keeper: str) -> list[str]:

@@ -52,7 +52,7 @@ from claude_agent_sdk._internal._task_compat import TaskHandle, spawn_detached
 from ..._json import loads
 from ...errors import AgentError, AgentExitError, AgentOutputError, ConfigError, NodeprovError
 from ...node import NodeHandle
-from ...node.keeper import KeepOptions, KeptProcess, reattach
+from ...node.keeper import KeepOptions, KeptProcess, reattach, stopped_by_keeper
 from ...spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
 from .._guard import EndInput, start_agent
 from .command import agent_command, agent_environment
@@ -482,8 +482,9 @@ class NodeTransport(Transport):
                 await self._stderr_task.wait()
         pending = sorted(set(self._unanswered.values()))
         before = f" before answering {', '.join(pending)}" if pending else ""
+        said = stopped_by_keeper(self._process) or f"the agent process exited with status {code}"
         return AgentExitError(
-            f"the agent process exited with status {code}{before}" + _last_words(self.stderr_tail),
+            f"{said}{before}" + _last_words(self.stderr_tail),
             exit_code=code,
             stderr_tail=self.stderr_tail,
         )

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
 from ...node import NodeHandle
-from ...node.keeper import KeepOptions
+from ...node.keeper import KeepOptions, stopped_by_keeper
 from ...offline import demo_chat
 from ...prompts import (
     ANTHROPIC_IMAGE_LIMITS,
@@ -401,7 +401,8 @@ class OpenCodeSession(AgentSession):
             return result
         lines = await read_lines(self._node, self._stderr_file)
         raise AgentExitError(
-            f"opencode ended without finishing its turn (exit status {process.returncode})",
+            stopped_by_keeper(process)
+            or f"opencode ended without finishing its turn (exit status {process.returncode})",
             exit_code=process.returncode,
             stderr_tail="\n".join(line[:2000] for line in lines[-20:]),
         )
