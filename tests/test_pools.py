@@ -19,6 +19,7 @@ from nodeprov.node import NodeConfig
 from nodeprov.registry import get_provider
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Pool, PoolStatus
 from nodeprov.store import NodeRecordState, PoolNodeState, Store
+from nodeprov.testing.conformance import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -369,3 +370,25 @@ async def test_a_pool_is_kept_only_where_its_secret_settings_are_given(
         ) as given:
             status = await ready(given, "warm", 1)
             assert status.holder == given.owner
+
+
+async def test_gc_destroys_a_pools_nodes_past_max_age_when_no_keeper_does(
+    store: Store, tmp_path: Path
+) -> None:
+    """Issue 45: a pool node past ``max_age`` with no keeper stayed ready until its lifetime
+    (a day): no claim takes it, and nothing ended it."""
+    provider = get_provider("fake", root=str(tmp_path / "nodes"))
+    async with Orchestrator(store, keep_pools=True, poll_interval=0.02) as keeper:
+        await keeper.pools.create(fake_pool(tmp_path, size=1, max_age=2, node_config=NodeConfig(ttl=None)))
+        await ready(keeper, "warm", 1)
+    [node_id] = await platform_nodes(tmp_path)
+    async with Orchestrator(store) as reaper:
+        await reaper.collect_garbage(provider)
+        assert await platform_nodes(tmp_path) == {node_id}  # younger than max_age: the pool's
+
+        async def reaped() -> bool:
+            await reaper.collect_garbage(provider)
+            return await platform_nodes(tmp_path) == set()
+
+        assert await wait_until(reaped, 30), "a pool node past max_age was left"
+    assert node_id in await pool_nodes(store, "warm", PoolNodeState.DESTROYED)

@@ -439,6 +439,12 @@ def logs(
                 finished = event.kind == "run.finished"
             record = await opened.run(run_id)
             if follow and not finished and record is not None and RunState(record.state).live:
+                if record.agent_keeper is not None and record.state == RunState.RUNNING:
+                    fail(
+                        f"run {run_id}'s control plane is gone, and its agent runs on, kept: "
+                        f"`nodeprov attach {run_id}` takes it over and follows it "
+                        "(`nodeprov gc` would end it)"
+                    )
                 fail(
                     f"run {run_id}'s control plane is gone (its lease expired): nobody drives it; "
                     "`nodeprov gc` (or any control plane's reconcile) ends it"

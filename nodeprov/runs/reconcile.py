@@ -224,6 +224,8 @@ class Reconciler:
             ProviderError: the platform could not be asked.
             StoreError: the store failed.
         """
+        if not dry_run:
+            await self._destroy_stale(provider)
         alive = await owner_check(self._store)
         held = {
             node.id for node in await self._store.nodes(states=(_N.INTENT, _N.LIVE, _N.KEPT, _N.DESTROYING))
@@ -235,6 +237,24 @@ class Reconciler:
                 await self._store.set_node_state(info.node_id, _N.DESTROYED)
                 await self._store.pools.move(info.node_id, POOL_HELD, PoolNodeState.DESTROYED)
         return report
+
+    async def _destroy_stale(self, provider: NodeProvider[Any]) -> None:
+        """Destroy ``provider``'s pool nodes past their pool's ``max_age`` (or whose destroy
+        began): a keeper does it while one holds the pool; with none, they would wait for
+        their lifetime. A destroy that fails is left to the next round."""
+        for node in await self._store.pools.stale(provider.name):
+            if node.state == PoolNodeState.READY and not await self._store.pools.move(
+                node.id, (PoolNodeState.READY,), PoolNodeState.DESTROYING
+            ):
+                continue  # claimed, or taken by a keeper, meanwhile
+            try:
+                with suppress(NodeGoneError):
+                    await (await provider.attach(node.id)).destroy()
+            except NodeprovError as error:
+                logger.warning("pool %s: could not destroy node %s: %s", node.pool, node.id, error)
+                continue
+            await self._store.pools.move(node.id, (PoolNodeState.DESTROYING,), PoolNodeState.DESTROYED)
+            logger.info("pool %s: destroyed node %s, older than the pool's max_age", node.pool, node.id)
 
 
 async def every(interval: float, step: Callable[[], Awaitable[Any]], name: str) -> None:

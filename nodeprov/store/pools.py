@@ -307,6 +307,19 @@ class PoolStore:
 
         return await self._db.transact(claim)
 
+    async def stale(self, provider: str) -> list[PoolNodeRecord]:
+        """The nodes of ``provider``'s pools that no claim takes and that are the pools' to
+        destroy: ready ones older than their pool's ``max_age`` (the database's clock), and
+        those whose destroy began, of any age."""
+        columns = ", ".join(f"n.{name}" for name in _columns(PoolNodeRecord).split(", "))
+        rows = await self._db.fetchall(
+            f"SELECT {columns} FROM pool_nodes n JOIN pools p ON p.name = n.pool WHERE p.provider = ?"
+            f" AND (n.state = 'destroying' OR (n.state = 'ready'"
+            f" AND n.ready_ms <= {self._db.now_ms} - p.max_age * 1000))",
+            (provider,),
+        )
+        return [_node(row) for row in rows]
+
     async def expired(self, name: str, max_age: float) -> list[PoolNodeRecord]:
         """The pool's ready nodes older than ``max_age`` seconds (the database's clock)."""
         rows = await self._db.fetchall(
