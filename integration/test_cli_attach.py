@@ -64,6 +64,11 @@ async def test_a_sigkilled_run_is_attached_detached_and_attached_again(
         await until_kept(store, run_id)
         first.kill()  # SIGKILL: nothing of `nodeprov run` cleans up
         first.communicate(timeout=30)
+        # Following its events, the next step said is the take-over, not gc (which ends it).
+        followed = _nodeprov(tmp_path, "logs", "--follow", run_id)
+        _, said = followed.communicate(timeout=60)
+        assert followed.returncode == 1, said
+        assert f"`nodeprov attach {run_id}` takes it over" in said
 
         attached = _nodeprov(tmp_path, "attach", "--json", run_id)
         await _until_said(attached, "agent.reattached")
