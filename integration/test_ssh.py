@@ -132,6 +132,21 @@ async def test_the_watchdog_destroys_a_node_whose_lifetime_is_over(provider: Nod
         await provider.attach(node.node_id)
 
 
+async def test_a_nodes_temporary_files_are_its_own_and_go_with_it(provider: NodeProvider[Any]) -> None:
+    """Issue 45: the agent's temporary files, prompt images among them, stayed in the host's
+    shared /tmp after the node was destroyed."""
+    node = await provider.provision()
+    code, out, err = await run(node, "sh", "-c", 'f=$(mktemp) && echo secret >"$f" && echo "$f"')
+    assert code == 0, err
+    made = anyio.Path(out.decode().strip())
+    directory = node_directory(UNPRIVILEGED, node.node_id)
+    assert str(made.parent) == str(directory / "tmp"), made
+    assert await made.exists()
+    with anyio.fail_after(30):
+        await node.destroy()
+    assert not await made.exists()
+
+
 async def test_processes_that_leave_their_group_and_session_do_not_survive_destroy(
     provider: NodeProvider[Any],
 ) -> None:

@@ -155,7 +155,7 @@ if ! mkdir -- "$1" 2>/dev/null; then
   exit 3
 fi
 printf '%s\\n' "$3" >"$1/provision" || exit 1
-mkdir -- "$1/home" || exit 1
+mkdir -- "$1/home" "$1/tmp" || exit 1
 if [ -z "$2" ]; then
   mkdir -- "$1/work" && printf '%s\\n' "$1/work"
 else
@@ -286,7 +286,15 @@ class SshNode(NodeHandle):
             provider=provider,
             labels=record.labels,
             workdir=record.workdir,
-            base_env={"PATH": path, "HOME": f"{directory}/home", **record.env, **env, NODE_MARKER: directory},
+            # A temporary directory of its own, gone with the node: the host's /tmp outlives it.
+            base_env={
+                "PATH": path,
+                "HOME": f"{directory}/home",
+                "TMPDIR": f"{directory}/tmp",
+                **record.env,
+                **env,
+                NODE_MARKER: directory,
+            },
             tool_paths=record.tools,
             file_roots=(directory, record.workdir),
         )
