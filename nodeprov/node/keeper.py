@@ -4,7 +4,7 @@ node, :func:`reattach` finds it again, and :class:`KeptProcess` is the
 channel drops.
 
 The keeper needs a POSIX ``sh``, GNU coreutils (``tail --pid``, ``stat``, ``date``,
-``touch``, ``mkfifo``), ``setsid`` and ``fallocate`` (util-linux, beside ``setsid``),
+``touch``, ``mkfifo``), ``setsid``, ``flock`` and ``fallocate`` (util-linux),
 ``awk`` and ``grep`` on the node, nothing else, and a filesystem that punches holes in files
 (ext4, xfs, btrfs, tmpfs, overlayfs on them; a keeper on one that cannot does not start). It
 lives in a private directory (0700) on the node:
@@ -23,8 +23,10 @@ lives in a private directory (0700) on the node:
   sends the process group SIGTERM, ``term_grace`` seconds later SIGKILL, and sweeps what the
   process started (it carries the keeper's mark, found through ``/proc``): a kept process is
   never unsupervised for ever;
-- ``pid``, ``rc`` (the exit status, and why: ``exit``, ``lease`` or ``ttl``), ``attach`` (the
-  processes of the current attach, which the next attach ends first: one writer at a time).
+- ``pid``, ``rc`` (the exit status, and why: ``exit``, ``lease``, ``ttl`` or ``stop``),
+  ``attach`` (the processes of the current attach, which the next attach ends first, under
+  the lock ``attach.lock``: one writer at a time), ``gen`` (the current attach's generation:
+  a control plane whose attach was taken cannot attach again with the one it held).
 
 Nothing there grows for ever: what was fed of ``in.log`` and what the control plane has read
 of ``out`` and ``err`` (less :attr:`KeepOptions.keep_read` bytes behind the reader, for an

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 
-from nodeprov.errors import CommandNotFoundError, NodeGoneError
+from nodeprov.errors import AttachTakenError, CommandNotFoundError, NodeGoneError
 from nodeprov.node import NodeHandle
 from nodeprov.node.keeper import JOURNAL_CAP, Detached, KeepOptions, KeptProcess, Reattached, keep, reattach
 from nodeprov.spawn import SpawnOptions
@@ -53,6 +53,14 @@ async def read_exactly(process: KeptProcess, size: int) -> bytes:
     while len(said) < size:
         said += await process.stdout.receive(size - len(said))
     return bytes(said)
+
+
+async def _used(process: KeptProcess) -> None:
+    """Write to ``process`` and read it, until that raises (within a minute)."""
+    with anyio.fail_after(60):
+        await process.stdin.send(b"lost\n")
+        while True:
+            await process.stdout.receive()
 
 
 async def read_all_of(process: KeptProcess) -> tuple[bytes, bytes]:
@@ -185,6 +193,34 @@ class KeeperConformance:
             assert second.returncode == 7
             with pytest.raises(NodeGoneError):
                 await reattach(other, first.keeper)
+
+    async def test_of_two_attaches_at_once_one_holds_the_process_and_the_other_is_told(
+        self, provider: AnyProvider
+    ) -> None:
+        """One attacher at a time: the keeper ends the attach before the last, whose control
+        plane is told when it tries again (never let back in, never stopping the process);
+        what the holder sends reaches the process."""
+        async with await provider.provision() as node:
+            first = await keep(node, SpawnOptions("/bin/sh", ["-c", _ECHO, "echo", "0", "z"]))
+            await first.detach()
+            attached: list[KeptProcess] = []
+
+            async def attach() -> None:
+                attached.append(await reattach(node, first.keeper))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(attach)
+                tg.start_soon(attach)
+            holder, loser = attached.pop(), attached.pop()  # the last one attached holds it
+            with pytest.raises(AttachTakenError):
+                await _used(loser)
+            await loser.aclose()
+            async with holder:
+                await holder.stdin.send(b"held\n")
+                await holder.stdin.aclose()
+                out, _ = await read_all_of(holder)
+            assert out.endswith(b"got:held\nbye\n"), out
+            assert holder.returncode == 7
 
     async def test_the_keeper_stops_a_process_nobody_attaches_to(self, provider: AnyProvider) -> None:
         marker = unique_marker()
