@@ -25,7 +25,7 @@ import pytest
 
 from nodeprov.client import Client
 from nodeprov.store import Store
-from nodeprov.testing.conformance import host_processes_matching, unique_marker
+from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
 from tests.serving import Served, fake_run, serving, sse_events
 
 pytestmark = pytest.mark.anyio
@@ -439,3 +439,47 @@ async def test_workers_are_replicas_on_one_port(tmp_path: Path, postgres_url: st
             assert record is not None
             assert (record.state, record.outcome) == ("paused", "paused")
             assert [s.pause_kind for s in await store.snapshots(run_id)] == ["system"]
+
+
+async def test_a_pause_asked_of_a_survivor_while_it_takes_a_kept_run_over_stops_the_agent(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Issue 45, through the service: a pause asked right after the replica driving a run was
+    SIGKILLed is served by the survivor that takes the run over, and the run is said paused
+    only once its agent, and what the agent started, are stopped."""
+    marker = unique_marker()
+    flag = tmp_path / "flag"
+    steps: list[dict[str, Any]] = [
+        {"spawn": ["sleep", marker]},
+        {"text": "working"},
+        {"wait_for": str(flag)},
+        {"text": "after the flag"},
+    ]
+    async with replicas(tmp_path, postgres_url, agent_grace=60) as (a, b), Client(b.url) as via_b:
+        async with Client(a.url) as via_a:
+            run_id = (await via_a.start(**fake_run(tmp_path, steps)))["id"]
+
+        async def working() -> bool:
+            return any(
+                event["type"] == "agent.message" and event["message"].get("text") == "working"
+                for event in await history(postgres_url, run_id)
+            )
+
+        assert await wait_until(working, STATE_TIMEOUT)
+        assert host_processes_matching(marker)
+        a.process.kill()
+        with anyio.fail_after(RECONCILE_BOUND + STATE_TIMEOUT):
+            paused = await via_b.pause(
+                run_id, "human", "asked at once", keep_node=True, wait=RECONCILE_BOUND + STATE_TIMEOUT
+            )
+        assert paused["state"] == "paused", paused
+        assert host_processes_matching(marker) == [], "paused, and what the agent started runs on"
+        flag.touch()
+        kinds = [event["type"] for event in await history(postgres_url, run_id)]
+        assert kinds[-3:] == ["node.released", "run.paused", "run.finished"], kinds
+        texts = [
+            event["message"].get("text")
+            for event in await history(postgres_url, run_id)
+            if event["type"] == "agent.message"
+        ]
+        assert "after the flag" not in texts
