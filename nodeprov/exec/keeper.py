@@ -140,8 +140,13 @@ ours() { [ "$(__np_start_of "$agent")" = "$started" ]; }
   done
 ) </dev/null >/dev/null 2>&1 &
 watchdog=$!
+# A SIGTERM to the keeper's group (a shutdown, an operator) ends the process as its lease
+# would, and the keeper goes on to record its end and, nobody attaching, remove its directory.
+trap 'printf "term\\n" >"$dir/why" 2>/dev/null; kill -TERM -"$agent" 2>/dev/null
+  ( sleep "$term" || sleep 1; ours && kill -KILL -"$agent" 2>/dev/null ) </dev/null >/dev/null 2>&1 &' TERM
 wait "$agent"
 rc=$?
+while kill -0 "$agent" 2>/dev/null; do wait "$agent"; rc=$?; done  # a trapped TERM cut the wait short
 kill "$watchdog" 2>/dev/null
 why=exit
 [ -s "$dir/why" ] && read -r why <"$dir/why"

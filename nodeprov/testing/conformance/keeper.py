@@ -32,6 +32,14 @@ DROP_ATTACH = 'read -r pid start <"$1/attach" && { kill -9 -"$pid" || kill -9 "$
 its followers and writer are in it), as when the far end of a connection dies."""
 
 
+_TERM_KEEPER = (
+    'read -r pid _ <"$1/pid" && keeper=$(awk \'{ print $4 }\' "/proc/$pid/stat") &&'
+    ' { kill -TERM -"$keeper" 2>/dev/null || kill -TERM "$keeper"; }'
+)
+"""POSIX sh, ``$1`` a keeper: SIGTERM the keeper's process group (the keeper is its kept
+process's parent)."""
+
+
 async def drop_attach(node: NodeHandle, process: KeptProcess) -> None:
     """Kill, on the node, the process's current attach (see :data:`DROP_ATTACH`): its channel
     drops as when the far end of a connection dies."""
@@ -234,6 +242,27 @@ class KeeperConformance:
             assert await wait_until(self._gone(process.keeper), 10)
             with pytest.raises(NodeGoneError):
                 await reattach(node, process.keeper, settings=options)
+
+    async def test_a_sigterm_to_the_keeper_ends_the_process_and_leaves_nothing(
+        self, provider: AnyProvider
+    ) -> None:
+        """A SIGTERM to the keeper's group (a shutdown, an operator) ends the process as its
+        lease would; nobody attaching, the keeper removes its directory (before, it died at
+        once, leaving the directory, and the process unsupervised)."""
+        marker = unique_marker()
+        async with await provider.provision() as node:
+            options = KeepOptions(grace=2, term_grace=1)
+            process = await keep(node, SpawnOptions("/bin/sh", ["-c", f"sleep {marker} & wait"]), options)
+            assert await wait_until(self._running(marker), 10)
+            await process.detach()
+            code, _, err = await run(node, "/bin/sh", "-c", _TERM_KEEPER, "term", process.keeper)
+            assert code == 0, err
+            assert await wait_until(self._gone(marker), 30), "the process outlived its keeper's SIGTERM"
+
+            async def removed() -> bool:
+                return (await run(node, "test", "-e", process.keeper))[0] != 0
+
+            assert await wait_until(removed, 30), "the keeper's directory was left"
 
     async def test_the_keeper_stops_a_process_at_its_expiry(self, provider: AnyProvider) -> None:
         marker = unique_marker()
