@@ -66,3 +66,19 @@ async def test_a_kept_agent_stopped_at_the_nodes_lifetime_says_so(tmp_path: Path
             assert await run.wait() == "error"
     assert run.error is not None
     assert "the node reached the end of its lifetime, and its keeper stopped the agent" in run.error
+
+
+async def test_a_keeper_that_cannot_start_says_why(tmp_path: Path) -> None:
+    """Before, a node whose PATH finds nothing failed the run with "the keeper ... is gone"."""
+    options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": "[]"}}
+    where = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+    async with (
+        await Store.open(f"sqlite:///{tmp_path}/runs.db") as store,
+        Orchestrator(store, agent_grace=30) as plane,
+    ):
+        config = NodeConfig(env={"PATH": "/nonexistent"})
+        run = await plane.start("go", options=options, node_config=config, **where)
+        with anyio.fail_after(60):
+            assert await run.wait() == "error"
+    assert run.error is not None
+    assert "its keeper did not start (no mkdir on the PATH it was given, /nonexistent" in run.error

@@ -232,6 +232,12 @@ async def keep(node: NodeHandle, options: SpawnOptions, settings: KeepOptions | 
         if reason.startswith("missing "):
             raise SpawnError(f"node {node.node_id} cannot keep a process: it has no {reason[8:]}") from None
         raise SpawnError(f"cannot keep {options.command!r} on node {node.node_id}: {reason}") from None
+    except NodeGoneError:  # it never made its directory: it could not say why there
+        path = options.env.get("PATH") or node.base_env.get("PATH") or "the default"
+        raise SpawnError(
+            f"node {node.node_id} cannot keep a process: its keeper did not start (no mkdir on the "
+            f"PATH it was given, {path}, or no room for {directory})"
+        ) from None
 
 
 async def kept_state(node: NodeHandle, keeper: str) -> str:
