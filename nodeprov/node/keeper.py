@@ -65,6 +65,7 @@ from ..errors import (
     NodeGoneError,
     NodeprovError,
     SpawnError,
+    first_line,
 )
 from ..exec.keeper import ATTACH, FEED, FREE, KEEPER, REPORT, STATUS, STOP, TAG, TRIM_STEP, WRITE
 from ..exec.preamble import SIGNAL_GROUP
@@ -463,7 +464,7 @@ class KeptProcess(SpawnedProcess):
             if watch is not None:
                 watch(Detached(reason))
             began = anyio.current_time()
-            attempts, delay = 0, 0.1
+            attempts, delay, last = 0, 0.1, ""
             with anyio.move_on_after(self.settings.reattach_within):
                 while True:
                     attempts += 1
@@ -477,6 +478,7 @@ class KeptProcess(SpawnedProcess):
                         raise
                     except NodeprovError as error:
                         logger.info("re-attaching %s on node %s: %s", self.keeper, self.node.node_id, error)
+                        last = first_line(str(error))
                         await anyio.sleep(delay)
                         delay = min(delay * 2, 5.0)
                         continue
@@ -485,7 +487,7 @@ class KeptProcess(SpawnedProcess):
                     return
             self._failure = NodeGoneError(
                 f"lost the channel to {self.keeper} on node {self.node.node_id} ({reason}) and could not "
-                f"re-attach in {anyio.current_time() - began:.1f} s"
+                f"re-attach in {anyio.current_time() - began:.1f} s" + (f": {last}" if last else "")
             )
             raise self._failure
 
