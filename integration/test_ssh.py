@@ -20,6 +20,7 @@ import pytest
 from nodeprov import NodeConfig, get_provider
 from nodeprov.errors import ConfigError, NodeFileNotFoundError, NodeGoneError, NodeprovError
 from nodeprov.node import NodeProvider
+from nodeprov.node.keeper import KeepOptions, keep
 from nodeprov.runs import NodeReady, Orchestrator
 from nodeprov.spawn import SpawnOptions
 from nodeprov.store import Store
@@ -145,6 +146,27 @@ async def test_a_nodes_temporary_files_are_its_own_and_go_with_it(provider: Node
     with anyio.fail_after(30):
         await node.destroy()
     assert not await made.exists()
+
+
+async def test_a_kept_process_that_cannot_be_re_attached_says_the_last_cause(
+    sshd: Sshd, provider: NodeProvider[Any]
+) -> None:
+    """Issue 45: the cause (the host refused the connection) was only in multi-line warnings."""
+    node = await provider.provision()
+    process = await keep(node, SpawnOptions("sleep", ["300"]), KeepOptions(reattach_within=3))
+    sshd.kill()
+    try:
+        with anyio.fail_after(60), pytest.raises(NodeGoneError) as lost:
+            async for _ in process.stdout:
+                pass
+    finally:
+        sshd.start()
+    said = str(lost.value)
+    assert "could not re-attach in" in said, said
+    assert "cannot reach the SSH server" in said, said
+    assert "\n" not in said
+    await process.aclose()
+    await node.destroy()
 
 
 async def test_processes_that_leave_their_group_and_session_do_not_survive_destroy(

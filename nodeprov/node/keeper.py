@@ -589,9 +589,10 @@ class KeptProcess(SpawnedProcess):
 
 
 async def _close_channel(channel: SpawnedProcess) -> None:
-    """End an attach (its processes on the node too, where the node answers), bounded."""
+    """End an attach (its processes on the node too, where the node answers), bounded; a
+    node that does not answer leaves them to the next attach, which ends them."""
     with anyio.CancelScope(shield=True):
-        with anyio.move_on_after(_CHANNEL_POLICY.total + 1):
+        with anyio.move_on_after(_CHANNEL_POLICY.total + 1), suppress(NodeprovError):
             await channel.aclose()
         await channel.discard()
 

@@ -290,7 +290,7 @@ class SshNode(NodeHandle):
             base_env={
                 "PATH": path,
                 "HOME": f"{directory}/home",
-                "TMPDIR": f"{directory}/tmp",
+                "TMPDIR": posixpath.join(directory, "tmp"),
                 **record.env,
                 **env,
                 NODE_MARKER: directory,
