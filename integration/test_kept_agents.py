@@ -387,15 +387,20 @@ async def test_a_run_pauses_after_a_take_over(
     assert kinds.count("run.paused") == kinds.count("run.finished") == 1
 
 
-@pytest.mark.parametrize("keep_node", [True, False])
+@pytest.mark.parametrize(("provider", "keep_node"), [("local", True), ("local", False), ("docker", True)])
 async def test_a_pause_asked_at_once_after_a_take_over_stops_the_agent_first(
-    store: Store, scripted_model: ScriptedModel, tmp_path: Path, keep_node: bool
+    store: Store,
+    scripted_model: ScriptedModel,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    provider: str,
+    keep_node: bool,
 ) -> None:
     """Issue 45: a pause asked right after the take-over, before the re-attach, reported the
     run paused while its agent and tool ran on (``nodeprov attach --pause``): the pause
     returns once the agent is stopped, and the agent asks its model nothing more."""
     require_claude_cli()
-    where, marker = local(tmp_path), unique_marker()
+    where, marker = _where(provider, tmp_path, request), unique_marker()
     async with Orchestrator(store, agent_grace=60, take_over=False) as plane:
         detached = await _tool_running(plane, scripted_model, where, marker)
         await until_kept(store, detached.id)
