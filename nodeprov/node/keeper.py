@@ -275,6 +275,8 @@ def stopped_by_keeper(process: SpawnedProcess | None) -> str | None:
         return "the node reached the end of its lifetime, and its keeper stopped the agent"
     if why == "lease":
         return "no control plane attached to the agent for its grace, and its keeper stopped it"
+    if why == "term":
+        return "the agent's keeper was told to stop (SIGTERM), and stopped the agent"
     return None
 
 

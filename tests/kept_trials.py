@@ -1,0 +1,267 @@
+"""Kept agents under faults, seeded (issue 45): each round starts ``nodeprov run`` (its agent
+kept, the CLI's default; the fake agent saying ``m0`` .. ``m5`` with pauses between, and a
+child of its own named by a marker, as a tool would be), and then, drawn from the seed:
+
+- lets it finish; or SIGTERMs the agent's keeper while it runs;
+- or SIGKILLs the CLI mid-turn, then takes the run over: one ``nodeprov attach``, two at once,
+  ``nodeprov attach --pause``, ``nodeprov pause`` beside an attach, or the library's
+  ``adopt`` and ``pause`` at once.
+
+Checked each round: no message of the agent's twice in the run's events, in order, and all
+of them when the run finished; no run said paused while its agent (or what it started) was
+alive; nothing of the agent left once the run is over. ``python -m tests.kept_trials
+--rounds 50 --seed 7`` soaks and prints the figures; tests/test_kept_trials.py runs a few."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from subprocess import DEVNULL
+from typing import Any
+
+import anyio
+from anyio.abc import Process
+
+from nodeprov.errors import RunStateError
+from nodeprov.runs import Orchestrator, Run, RunState
+from nodeprov.store import Store
+from nodeprov.testing import fake_agent_command
+from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
+
+MESSAGES = 6
+FACES = ("finish", "keeper SIGTERM", "attach", "two attaches", "attach --pause", "pause", "library pause")
+_END = 120.0  # seconds a round's run has to end in
+_MESSAGE = re.compile(r"^m(\d+)$")
+
+
+@dataclass
+class Figures:
+    rounds: Counter[str] = field(default_factory=Counter)
+    lost: list[str] = field(default_factory=list)
+    repeated: list[str] = field(default_factory=list)
+    paused_alive: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    slowest: dict[str, float] = field(default_factory=dict)  # seconds, by face
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "rounds": dict(sorted(self.rounds.items())),
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "slowest round (s)": {face: round(took, 1) for face, took in sorted(self.slowest.items())},
+            "lost": len(self.lost),
+            "repeated": len(self.repeated),
+            "paused with a live agent": len(self.paused_alive),
+            "left running": len(self.left),
+            "details": self.lost + self.repeated + self.paused_alive + self.left,
+        }
+
+
+class Trials:
+    """Seeded rounds on local nodes under ``work``."""
+
+    def __init__(self, seed: int, work: Path) -> None:
+        self.rng = random.Random(seed)
+        self.work = work
+        self.store_url = f"sqlite:///{work}/store.db"
+        self.figures = Figures()
+        self.env = {
+            **os.environ,
+            "NODEPROV_STORE": self.store_url,
+            "NODEPROV_LOCAL_ROOT": str(work / "nodes"),
+            "NO_COLOR": "1",
+        }
+        self.fake = fake_agent_command(work)
+
+    async def cli(self, *args: str) -> Process:
+        with (self.work / "cli.log").open("ab") as log:
+            return await anyio.open_process(
+                [sys.executable, "-m", "nodeprov", *args],
+                env=self.env,
+                stdin=DEVNULL,
+                stderr=log,
+                cwd=self.work,
+            )
+
+    async def to_end(self, process: Process) -> int:
+        with anyio.fail_after(_END):
+            assert process.stdout is not None
+            async for _ in process.stdout:
+                pass
+            return await process.wait()
+
+    async def round(self, number: int) -> None:
+        marker = unique_marker()
+        steps: list[dict[str, Any]] = [{"spawn": ["sleep", marker]}]
+        for k in range(MESSAGES):
+            steps += [{"text": f"m{k}"}, {"sleep": round(self.rng.uniform(0.05, 0.4), 3)}]
+        agent = ["-o", f"cli_path={self.fake}", "-e", f"NODEPROV_FAKE_AGENT={json.dumps(steps)}"]
+        face = self.rng.choice(FACES)
+        self.figures.rounds[face] += 1
+        began = anyio.current_time()
+        run = await self.cli("run", "task", "-p", "local", *agent, "--json")
+        run_id = await _until_messages(run, self.rng.randrange(MESSAGES))
+        where = f"round {number} ({face}, run {run_id})"
+        if face == "finish":
+            await self.to_end(run)
+        elif face == "keeper SIGTERM":
+            await self.term_keeper(run_id)
+            await self.to_end(run)
+        else:
+            run.kill()
+            await run.wait()
+            await self.take_over(face, run_id, marker, where)
+        outcome = await self.check(run_id, marker, where)
+        self.figures.outcomes[f"{face}: {outcome}"] += 1
+        took = anyio.current_time() - began
+        self.figures.slowest[face] = max(took, self.figures.slowest.get(face, 0.0))
+
+    async def take_over(self, face: str, run_id: str, marker: str, where: str) -> None:
+        if face == "attach":
+            await self.to_end(await self.cli("attach", run_id, "--json"))
+        elif face == "two attaches":
+            first, second = (
+                await self.cli("attach", run_id, "--json"),
+                await self.cli("attach", run_id, "--json"),
+            )
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.to_end, first)
+                tg.start_soon(self.to_end, second)
+        elif face == "attach --pause":
+            if await self.to_end(await self.cli("attach", "--pause", run_id, "--json")) == 3:
+                self.paused(marker, where)
+        elif face == "pause":
+            pause = await self.cli("pause", run_id, "--timeout", "60")
+            attach = await self.cli("attach", run_id, "--json")
+            if await self.to_end(pause) == 0:
+                self.paused(marker, where)
+            await self.to_end(attach)
+        else:
+            await self.library_pause(run_id, marker, where)
+
+    async def library_pause(self, run_id: str, marker: str, where: str) -> None:
+        async with await Store.open(self.store_url) as store, Orchestrator(store, take_over=False) as plane:
+            adopted: list[Run] = []
+
+            async def taken() -> bool:  # once its control plane is known dead, unless it is over
+                try:
+                    adopted.append(await plane.adopt(run_id))
+                except RunStateError:
+                    record = await store.run(run_id)
+                    return record is None or not RunState(record.state).live
+                return True
+
+            if not await wait_until(taken, _END) or not adopted:
+                return
+            try:
+                await adopted[0].pause("human", "kept trials")
+            except RunStateError:
+                return  # it ended first
+            self.paused(marker, where)
+            await adopted[0].wait()
+
+    def paused(self, marker: str, where: str) -> None:
+        """A face said paused: the agent and what it started must be gone now."""
+        if host_processes_matching(marker):
+            self.figures.paused_alive.append(f"{where}: said paused, its agent's child alive")
+
+    async def term_keeper(self, run_id: str) -> None:
+        async with await Store.open(self.store_url) as store:
+            record = await store.run(run_id)
+        keeper = record.agent_keeper if record is not None else None
+        if keeper is None:
+            return
+        agent_pid = int((await (anyio.Path(keeper) / "pid").read_text()).split()[0])
+        stat = await anyio.Path(f"/proc/{agent_pid}/stat").read_text()
+        keeper_pid = int(stat.rsplit(")", 1)[1].split()[1])  # the agent's parent
+        if os.getpgid(keeper_pid) == keeper_pid:
+            os.killpg(keeper_pid, signal.SIGTERM)
+        else:
+            os.kill(keeper_pid, signal.SIGTERM)
+
+    async def check(self, run_id: str, marker: str, where: str) -> str:
+        """Check the round's run once it is over; how it ended."""
+        async with await Store.open(self.store_url) as store:
+
+            async def over() -> bool:
+                record = await store.run(run_id)
+                return record is not None and not RunState(record.state).live
+
+            if not await wait_until(over, _END):
+                async with Orchestrator(store, take_over=False) as plane:  # nobody came for it
+                    await plane.reconcile()
+            record = await store.run(run_id)
+            events = [json.loads(event.body) for event in await store.events(run_id)]
+        outcome = f"{record.state} ({record.outcome})" if record is not None else "unknown"
+        said = [
+            int(found.group(1))
+            for event in events
+            if event["type"] == "agent.message"
+            and event["message"].get("kind") == "text"  # not the result, which repeats the last
+            and (found := _MESSAGE.match(str(event["message"].get("text", ""))))
+        ]
+        if len(said) != len(set(said)):
+            self.figures.repeated.append(f"{where}: messages {said}")
+        if said != sorted(said):
+            self.figures.repeated.append(f"{where}: out of order {said}")
+        if record is not None and record.state == "finished" and sorted(set(said)) != list(range(MESSAGES)):
+            self.figures.lost.append(f"{where}: finished with messages {said}")
+
+        async def gone() -> bool:
+            return not host_processes_matching(marker)
+
+        if not await wait_until(gone, 30):
+            self.figures.left.append(f"{where}: {host_processes_matching(marker)}")
+        return outcome
+
+
+async def _until_messages(process: Process, count: int) -> str:
+    """Read ``process``'s ``--json`` events until its run's id and ``count`` agent messages
+    (or its end)."""
+    assert process.stdout is not None
+    said: list[dict[str, Any]] = []
+    buffered, run_id = b"", ""
+    with anyio.fail_after(_END):
+        while sum(event["type"] == "agent.message" for event in said) < count or not run_id:
+            try:
+                buffered += await process.stdout.receive()
+            except anyio.EndOfStream:
+                break
+            *lines, buffered = buffered.split(b"\n")
+            for line in lines:
+                if line.startswith(b"{"):
+                    event = json.loads(line)
+                    said.append(event)
+                    run_id = run_id or str(event.get("run_id") or "")
+    assert run_id, f"the run never started: {said}"
+    return run_id
+
+
+async def trials(seed: int, rounds: int, work: Path) -> dict[str, Any]:
+    """``rounds`` seeded rounds under ``work``; the figures."""
+    runner = Trials(seed, work)
+    for number in range(rounds):
+        await runner.round(number)
+    return {"seed": seed} | runner.figures.as_json()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="nodeprov-kept-trials-") as work:
+        print(json.dumps(anyio.run(trials, args.seed, args.rounds, Path(work)), indent=2))
+
+
+if __name__ == "__main__":
+    main()
