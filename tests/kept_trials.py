@@ -69,8 +69,9 @@ class Figures:
 class Trials:
     """Seeded rounds on local nodes under ``work``."""
 
-    def __init__(self, seed: int, work: Path) -> None:
+    def __init__(self, seed: int, work: Path, *, every_face: bool = False) -> None:
         self.rng = random.Random(seed)
+        self.every_face = every_face  # the faces in turn, not drawn
         self.work = work
         self.store_url = f"sqlite:///{work}/store.db"
         self.figures = Figures()
@@ -105,7 +106,7 @@ class Trials:
         for k in range(MESSAGES):
             steps += [{"text": f"m{k}"}, {"sleep": round(self.rng.uniform(0.05, 0.4), 3)}]
         agent = ["-o", f"cli_path={self.fake}", "-e", f"NODEPROV_FAKE_AGENT={json.dumps(steps)}"]
-        face = self.rng.choice(FACES)
+        face = FACES[number % len(FACES)] if self.every_face else self.rng.choice(FACES)
         self.figures.rounds[face] += 1
         began = anyio.current_time()
         run = await self.cli("run", "task", "-p", "local", *agent, "--json")
@@ -246,9 +247,9 @@ async def _until_messages(process: Process, count: int) -> str:
     return run_id
 
 
-async def trials(seed: int, rounds: int, work: Path) -> dict[str, Any]:
-    """``rounds`` seeded rounds under ``work``; the figures."""
-    runner = Trials(seed, work)
+async def trials(seed: int, rounds: int, work: Path, *, every_face: bool = False) -> dict[str, Any]:
+    """``rounds`` seeded rounds under ``work`` (``every_face``: the faces in turn); the figures."""
+    runner = Trials(seed, work, every_face=every_face)
     for number in range(rounds):
         await runner.round(number)
     return {"seed": seed} | runner.figures.as_json()

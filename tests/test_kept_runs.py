@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -25,11 +26,11 @@ pytestmark = pytest.mark.anyio
 async def test_a_kept_agent_is_findable_before_it_says_anything(tmp_path: Path) -> None:
     flag = tmp_path / "flag"
     steps = [{"wait_for": str(flag)}, {"text": "hi"}]
-    options = {
+    options: dict[str, Any] = {
         "cli_path": fake_agent_command(tmp_path),
         "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)},
     }
-    where = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+    where: dict[str, Any] = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
     async with (
         await Store.open(f"sqlite:///{tmp_path}/runs.db") as store,
         Orchestrator(store, agent_grace=30) as plane,
@@ -50,11 +51,11 @@ async def test_a_kept_agent_is_findable_before_it_says_anything(tmp_path: Path) 
 async def test_a_kept_agent_stopped_at_the_nodes_lifetime_says_so(tmp_path: Path) -> None:
     """Before, the run failed with "the agent process exited with status 143"."""
     steps = [{"text": "working"}, {"wait_for": str(tmp_path / "never")}]
-    options = {
+    options: dict[str, Any] = {
         "cli_path": fake_agent_command(tmp_path),
         "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)},
     }
-    where = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+    where: dict[str, Any] = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
     async with (
         await Store.open(f"sqlite:///{tmp_path}/runs.db") as store,
         Orchestrator(store, agent_grace=30) as plane,
@@ -70,8 +71,8 @@ async def test_a_kept_agent_stopped_at_the_nodes_lifetime_says_so(tmp_path: Path
 
 async def test_a_keeper_that_cannot_start_says_why(tmp_path: Path) -> None:
     """Before, a node whose PATH finds nothing failed the run with "the keeper ... is gone"."""
-    options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": "[]"}}
-    where = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+    options: dict[str, Any] = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": "[]"}}
+    where: dict[str, Any] = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
     async with (
         await Store.open(f"sqlite:///{tmp_path}/runs.db") as store,
         Orchestrator(store, agent_grace=30) as plane,

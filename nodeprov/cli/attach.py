@@ -98,8 +98,9 @@ async def _attach(run_id: str, pause: bool, agent_grace: float, store: str | Non
                                 run = await plane.adopt(run_id)
                             except RunStateError:  # another control plane took it: follow that one
                                 continue
-                        elif orphaned:
-                            break  # its agent was not kept: reconcile ends the run
+                        elif orphaned:  # its agent not kept, or not started: nothing to take over
+                            await plane.reconcile()  # ends it (resumable), as any control plane would
+                            continue
                         if pause and not asked:
                             asked = True
                             if run is not None:
