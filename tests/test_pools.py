@@ -372,23 +372,26 @@ async def test_a_pool_is_kept_only_where_its_secret_settings_are_given(
             assert status.holder == given.owner
 
 
-async def test_gc_destroys_a_pools_nodes_past_max_age_when_no_keeper_does(
-    store: Store, tmp_path: Path
+@pytest.mark.parametrize("by", ["gc", "reconcile"])
+async def test_a_pools_nodes_past_max_age_are_destroyed_when_no_keeper_does(
+    store: Store, tmp_path: Path, by: str
 ) -> None:
     """Issue 45: a pool node past ``max_age`` with no keeper stayed ready until its lifetime
-    (a day): no claim takes it, and nothing ended it."""
+    (a day): no claim takes it, and nothing ended it. Now gc and any control plane's
+    reconcile do."""
     provider = get_provider("fake", root=str(tmp_path / "nodes"))
     async with Orchestrator(store, keep_pools=True, poll_interval=0.02) as keeper:
         await keeper.pools.create(fake_pool(tmp_path, size=1, max_age=2, node_config=NodeConfig(ttl=None)))
         await ready(keeper, "warm", 1)
     [node_id] = await platform_nodes(tmp_path)
     async with Orchestrator(store) as reaper:
-        await reaper.collect_garbage(provider)
-        assert await platform_nodes(tmp_path) == {node_id}  # younger than max_age: the pool's
 
         async def reaped() -> bool:
-            await reaper.collect_garbage(provider)
+            await (reaper.collect_garbage(provider) if by == "gc" else reaper.reconcile())
             return await platform_nodes(tmp_path) == set()
+
+        assert not await reaped()
+        assert await platform_nodes(tmp_path) == {node_id}  # younger than max_age: the pool's
 
         assert await wait_until(reaped, 30), "a pool node past max_age was left"
     assert node_id in await pool_nodes(store, "warm", PoolNodeState.DESTROYED)

@@ -112,6 +112,7 @@ class Reconciler:
                 report.ended.append(record.id)
                 await self._append_finished(record, target, None if finishing else reason)
         await self._release_unused_nodes(report)
+        await self._end_stale_pool_nodes()
         await self._store.clear_stale_pause_requests(
             tuple(s for s in RunState if s not in (RunState.STARTING, RunState.RUNNING))
         )
@@ -225,7 +226,7 @@ class Reconciler:
             StoreError: the store failed.
         """
         if not dry_run:
-            await self._destroy_stale(provider)
+            await self._end_stale_pool_nodes(provider.name)
         alive = await owner_check(self._store)
         held = {
             node.id for node in await self._store.nodes(states=(_N.INTENT, _N.LIVE, _N.KEPT, _N.DESTROYING))
@@ -238,23 +239,41 @@ class Reconciler:
                 await self._store.pools.move(info.node_id, POOL_HELD, PoolNodeState.DESTROYED)
         return report
 
-    async def _destroy_stale(self, provider: NodeProvider[Any]) -> None:
-        """Destroy ``provider``'s pool nodes past their pool's ``max_age`` (or whose destroy
-        began): a keeper does it while one holds the pool; with none, they would wait for
-        their lifetime. A destroy that fails is left to the next round."""
-        for node in await self._store.pools.stale(provider.name):
-            if node.state == PoolNodeState.READY and not await self._store.pools.move(
-                node.id, (PoolNodeState.READY,), PoolNodeState.DESTROYING
+    async def _end_stale_pool_nodes(self, provider: str | None = None) -> None:
+        """Destroy the nodes of pools that no keeper holds (of ``provider``'s alone, if given)
+        past their pool's ``max_age``, or whose destroy began: a keeper does it while one holds
+        the pool; with none, they would wait for their lifetime. Each through its pool's own
+        settings (the stored ones, this control plane's secrets laid over); a pool whose
+        provider cannot be made here, or a destroy that fails, is left to the next round."""
+        alive = await owner_check(self._store)
+        for pool in await self._store.pools.all():
+            if (provider is not None and pool.provider != provider) or (
+                pool.holder is not None and alive(pool.holder) is not False
             ):
-                continue  # claimed, or taken by a keeper, meanwhile
-            try:
-                with suppress(NodeGoneError):
-                    await (await provider.attach(node.id)).destroy()
-            except NodeprovError as error:
-                logger.warning("pool %s: could not destroy node %s: %s", node.pool, node.id, error)
                 continue
-            await self._store.pools.move(node.id, (PoolNodeState.DESTROYING,), PoolNodeState.DESTROYED)
-            logger.info("pool %s: destroyed node %s, older than the pool's max_age", node.pool, node.id)
+            stale = await self._store.pools.stale(pool.name, pool.max_age)
+            if not stale:
+                continue
+            try:
+                platform = await self._nodes.provider(
+                    pool.provider, self._nodes.laid_over(pool.provider, pool.provider_settings)
+                )
+            except NodeprovError as error:
+                logger.warning("pool %s: cannot end its nodes past max_age here: %s", pool.name, error)
+                continue
+            for node in stale:
+                if node.state == PoolNodeState.READY and not await self._store.pools.move(
+                    node.id, (PoolNodeState.READY,), PoolNodeState.DESTROYING
+                ):
+                    continue  # claimed, or taken by a keeper, meanwhile
+                try:
+                    with suppress(NodeGoneError):
+                        await (await platform.attach(node.id)).destroy()
+                except NodeprovError as error:
+                    logger.warning("pool %s: could not destroy node %s: %s", pool.name, node.id, error)
+                    continue
+                await self._store.pools.move(node.id, (PoolNodeState.DESTROYING,), PoolNodeState.DESTROYED)
+                logger.info("pool %s: destroyed node %s, older than the pool's max_age", pool.name, node.id)
 
 
 async def every(interval: float, step: Callable[[], Awaitable[Any]], name: str) -> None:

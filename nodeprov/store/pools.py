@@ -307,16 +307,14 @@ class PoolStore:
 
         return await self._db.transact(claim)
 
-    async def stale(self, provider: str) -> list[PoolNodeRecord]:
-        """The nodes of ``provider``'s pools that no claim takes and that are the pools' to
-        destroy: ready ones older than their pool's ``max_age`` (the database's clock), and
-        those whose destroy began, of any age."""
-        columns = ", ".join(f"n.{name}" for name in _columns(PoolNodeRecord).split(", "))
+    async def stale(self, name: str, max_age: float) -> list[PoolNodeRecord]:
+        """The pool's nodes that no claim takes and that are the pool's to destroy: ready
+        ones older than ``max_age`` seconds (the database's clock), and those whose destroy
+        began, of any age."""
         rows = await self._db.fetchall(
-            f"SELECT {columns} FROM pool_nodes n JOIN pools p ON p.name = n.pool WHERE p.provider = ?"
-            f" AND (n.state = 'destroying' OR (n.state = 'ready'"
-            f" AND n.ready_ms <= {self._db.now_ms} - p.max_age * 1000))",
-            (provider,),
+            f"SELECT {_columns(PoolNodeRecord)} FROM pool_nodes WHERE pool = ? AND (state = 'destroying'"
+            f" OR (state = 'ready' AND ready_ms <= {self._db.now_ms} - ?))",
+            (name, int(max_age * 1000)),
         )
         return [_node(row) for row in rows]
 
