@@ -36,6 +36,7 @@ from .agents import (
     codex_run_options,
     local,
     on_docker,
+    on_ssh,
     require_claude_cli,
     require_codex_cli,
     run_options,
@@ -109,6 +110,8 @@ async def _goes_on_across_a_drop(
 
 
 def _where(provider: str, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
+    if provider == "ssh":
+        return on_ssh(request.getfixturevalue("sshd"))
     return local(tmp_path) if provider == "local" else on_docker(request.getfixturevalue("base_image"))
 
 
@@ -387,7 +390,9 @@ async def test_a_run_pauses_after_a_take_over(
     assert kinds.count("run.paused") == kinds.count("run.finished") == 1
 
 
-@pytest.mark.parametrize(("provider", "keep_node"), [("local", True), ("local", False), ("docker", True)])
+@pytest.mark.parametrize(
+    ("provider", "keep_node"), [("local", True), ("local", False), ("docker", True), ("ssh", True)]
+)
 async def test_a_pause_asked_at_once_after_a_take_over_stops_the_agent_first(
     store: Store,
     scripted_model: ScriptedModel,
@@ -398,9 +403,17 @@ async def test_a_pause_asked_at_once_after_a_take_over_stops_the_agent_first(
 ) -> None:
     """Issue 45: a pause asked right after the take-over, before the re-attach, reported the
     run paused while its agent and tool ran on (``nodeprov attach --pause``): the pause
-    returns once the agent is stopped, and the agent asks its model nothing more."""
+    returns once the agent is stopped, and the agent asks its model nothing more. On
+    Kubernetes: test_kept_agents_kubernetes.py."""
+    await paused_at_once(store, scripted_model, _where(provider, tmp_path, request), keep_node=keep_node)
+
+
+async def paused_at_once(
+    store: Store, scripted_model: ScriptedModel, where: dict[str, Any], *, keep_node: bool
+) -> None:
+    """A run detached mid-tool, adopted by another control plane, paused at once there."""
     require_claude_cli()
-    where, marker = _where(provider, tmp_path, request), unique_marker()
+    marker = unique_marker()
     async with Orchestrator(store, agent_grace=60, take_over=False) as plane:
         detached = await _tool_running(plane, scripted_model, where, marker)
         await until_kept(store, detached.id)
@@ -416,6 +429,7 @@ async def test_a_pause_asked_at_once_after_a_take_over_stops_the_agent_first(
     node = await _node_of_record(store, detached.id, where) if keep_node else None
     if node is not None:  # the tool's end, had it run on, would have reached the model
         await run(node, "touch", f"/tmp/nodeprov-flag-{marker}")
+        await node.destroy()  # kept for a resume that this test does not make
     kinds = [e.kind for e in [event_from_json(json.loads(r.body)) for r in await store.events(detached.id)]]
     assert kinds[-3:] == ["node.released", "run.paused", "run.finished"], kinds
     assert len(scripted_model.agent_requests) == asked

@@ -15,7 +15,7 @@ from nodeprov.testing.conformance import unique_marker
 from .agents import require_claude_cli, run_options
 from .kubernetes import Cluster
 from .pods import pod_settings
-from .test_kept_agents import _goes_on_across_a_drop, _kinds, _waiting_tool
+from .test_kept_agents import _goes_on_across_a_drop, _kinds, _waiting_tool, paused_at_once
 
 pytestmark = pytest.mark.anyio
 
@@ -46,3 +46,14 @@ async def test_a_claude_turn_goes_on_across_an_api_server_restart(
         await anyio.to_thread.run_sync(kubernetes_cluster.start_apiserver)
     assert _kinds(events).count("Result") == 1
     assert len(scripted_model.agent_requests) == 2
+
+
+async def test_a_pause_asked_at_once_after_a_take_over_stops_the_agent_first(
+    store: Store, scripted_model: ScriptedModel, kubernetes_cluster: Cluster, base_image: str
+) -> None:
+    """Issue 45 on a pod: see test_kept_agents.py."""
+    where = {
+        "provider": "kubernetes",
+        "provider_settings": pod_settings(kubernetes_cluster, base_image, tools_host_path=True),
+    }
+    await paused_at_once(store, scripted_model, where, keep_node=True)
