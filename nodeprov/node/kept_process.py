@@ -276,9 +276,16 @@ class KeptProcess(SpawnedProcess):
                     if watch is not None:
                         watch(Reattached(anyio.current_time() - began, attempts))
                     return
+            outlived = self.settings.reattach_within >= self.settings.grace
             self._failure = NodeGoneError(
                 f"lost the channel to {self.keeper} on node {self.node.node_id} ({reason}) and could not "
-                f"re-attach in {anyio.current_time() - began:.1f} s" + (f": {last}" if last else "")
+                f"re-attach in {anyio.current_time() - began:.1f} s"
+                + (
+                    ", its keeper's grace: it stopped the process, whose output since is lost"
+                    if outlived
+                    else ""
+                )
+                + (f"; the last attempt: {last}" if last else "")
             )
             raise self._failure
 

@@ -495,8 +495,15 @@ def kept_agent(store: Store, lease: Lease, drive: Drive, grace: float | None) ->
         drive.keeper = keeper
         await store.update_run(run.id, agent_keeper=keeper)
 
+    # Tried again for as long as the keeper keeps the agent unattached: a host that answers
+    # again within it loses nothing of the turn.
     return KeepOptions(
-        grace=grace, watch=watch, may_reattach=still_ours, on_start=recorded, keep_read=TAKEOVER_WINDOW
+        grace=grace,
+        reattach_within=grace,
+        watch=watch,
+        may_reattach=still_ours,
+        on_start=recorded,
+        keep_read=TAKEOVER_WINDOW,
     )
 
 
