@@ -7,6 +7,8 @@ says why in the run's error."""
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import anyio
 import pytest
 
 from nodeprov import NodeConfig
+from nodeprov.errors import RunStateError
 from nodeprov.runs import Orchestrator
 from nodeprov.store import Store
 from nodeprov.testing import fake_agent_command
@@ -83,3 +86,70 @@ async def test_a_keeper_that_cannot_start_says_why(tmp_path: Path) -> None:
             assert await run.wait() == "error"
     assert run.error is not None
     assert "its keeper did not start (no mkdir on the PATH it was given, /nonexistent" in run.error
+
+
+_DIES_AT_THE_RESULT = """
+import os, signal, sys, anyio
+from nodeprov.runs import Orchestrator, RunState
+from nodeprov.runs import driver
+from nodeprov.store import Store
+
+moved = driver.Driver._move
+
+async def dying(self, drive, target, **changes):
+    if target is RunState.FINISHING:  # the result is stored: die before the run's end is
+        await self._journal.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return await moved(self, drive, target, **changes)
+
+driver.Driver._move = dying
+store_url, root, options = sys.argv[1], sys.argv[2], sys.argv[3]
+
+async def main():
+    async with await Store.open(store_url) as store:
+        async with Orchestrator(store, agent_grace=30, lease_ttl=2) as plane:
+            given = __import__("json").loads(options)
+            run = await plane.start("go", provider="local", provider_settings={"root": root}, options=given)
+            print(run.id, flush=True)
+            await run.wait()
+
+anyio.run(main)
+"""
+
+
+async def test_a_take_over_after_the_result_was_stored_ends_the_run_with_it(tmp_path: Path) -> None:
+    """Issue 45: a take-over that landed after the turn's result was stored, but before the
+    run's end, re-read the agent's output past the result and found no end of the turn."""
+    options: dict[str, Any] = {
+        "cli_path": fake_agent_command(tmp_path),
+        "env": {"NODEPROV_FAKE_AGENT": json.dumps([{"text": "the answer"}])},
+    }
+    url = f"sqlite:///{tmp_path}/runs.db"
+    died = await anyio.run_process(
+        [sys.executable, "-c", _DIES_AT_THE_RESULT, url, str(tmp_path / "nodes"), json.dumps(options)],
+        check=False,
+    )
+    assert died.returncode == -signal.SIGKILL, died.stderr.decode()[-2000:]
+    run_id = died.stdout.decode().split()[0]
+    async with await Store.open(url) as store:
+        record = await store.run(run_id)
+        assert record is not None
+        assert record.state == "running"  # died before the run's end
+        kinds = [
+            json.loads(event.body)["message"].get("kind")
+            for event in await store.events(run_id)
+            if event.kind == "agent.message"
+        ]
+        assert "result" in kinds, kinds  # and after its result was stored
+        async with Orchestrator(store, agent_grace=30, take_over=False) as plane:
+
+            async def adopted() -> bool:
+                try:
+                    await plane.adopt(run_id)
+                except RunStateError:
+                    return False  # its control plane not yet known dead
+                return True
+
+            assert await wait_until(adopted, 30)
+            with anyio.fail_after(60):
+                assert await plane.run(run_id).wait() == "ok"
