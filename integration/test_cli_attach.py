@@ -48,22 +48,28 @@ async def _until_said(process: subprocess.Popen[str], kind: str) -> list[dict[st
     return seen
 
 
-async def test_a_sigkilled_run_is_attached_detached_and_attached_again(
-    scripted_model: ScriptedModel, tmp_path: Path
-) -> None:
+async def _killed_mid_tool(scripted_model: ScriptedModel, tmp_path: Path, store: Store, marker: str) -> str:
+    """A ``nodeprov run`` (its agent kept for the CLI's default grace) SIGKILLed while its
+    agent's tool (named by ``marker``) waits for its flag; the run's id."""
     require_claude_cli()
-    marker = unique_marker()
     scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
     where = ["-s", f"root={tmp_path / 'nodes'}"]
-    # Its agent kept for `nodeprov run`'s default grace.
     first = _nodeprov(tmp_path, "run", "--json", *real_model(scripted_model), *where, "task")
     started = await _until_said(first, "run.started")
     run_id = str(started[0]["run_id"])
     await until_tool_runs(marker)
+    await until_kept(store, run_id)
+    first.kill()  # SIGKILL: nothing of `nodeprov run` cleans up
+    first.communicate(timeout=30)
+    return run_id
+
+
+async def test_a_sigkilled_run_is_attached_detached_and_attached_again(
+    scripted_model: ScriptedModel, tmp_path: Path
+) -> None:
+    marker = unique_marker()
     async with await Store.open(f"sqlite:///{tmp_path}/store.db") as store:
-        await until_kept(store, run_id)
-        first.kill()  # SIGKILL: nothing of `nodeprov run` cleans up
-        first.communicate(timeout=30)
+        run_id = await _killed_mid_tool(scripted_model, tmp_path, store, marker)
         # Following its events, the next step said is the take-over, not gc (which ends it).
         followed = _nodeprov(tmp_path, "logs", "--follow", run_id)
         _, said = followed.communicate(timeout=60)
@@ -103,18 +109,9 @@ async def test_attach_pause_of_a_sigkilled_run_stops_its_agent_before_it_says_pa
     """Issue 45: ``attach --pause`` said "paused" while the agent and its tool ran on, and
     the agent sent its next model request with the tool's result, one the resume would
     never see."""
-    require_claude_cli()
     marker = unique_marker()
-    scripted_model.extend([ToolUse("Bash", {"command": _waiting_tool(marker)}), Text("all done")])
-    where = ["-s", f"root={tmp_path / 'nodes'}"]
-    first = _nodeprov(tmp_path, "run", "--json", *real_model(scripted_model), *where, "task")
-    started = await _until_said(first, "run.started")
-    run_id = str(started[0]["run_id"])
-    await until_tool_runs(marker)
     async with await Store.open(f"sqlite:///{tmp_path}/store.db") as store:
-        await until_kept(store, run_id)
-        first.kill()
-        first.communicate(timeout=30)
+        run_id = await _killed_mid_tool(scripted_model, tmp_path, store, marker)
         requests = len(scripted_model.agent_requests)
 
         paused = _nodeprov(tmp_path, "attach", "--pause", "--json", run_id)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -26,19 +28,30 @@ from nodeprov.testing.conformance import wait_until
 pytestmark = pytest.mark.anyio
 
 
-async def test_a_kept_agent_is_findable_before_it_says_anything(tmp_path: Path) -> None:
-    flag = tmp_path / "flag"
-    steps = [{"wait_for": str(flag)}, {"text": "hi"}]
-    options: dict[str, Any] = {
-        "cli_path": fake_agent_command(tmp_path),
-        "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)},
-    }
-    where: dict[str, Any] = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+def _fake(tmp_path: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run options of the fake Claude CLI playing ``steps``."""
+    return {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
+
+
+@asynccontextmanager
+async def _kept_runs(tmp_path: Path) -> AsyncIterator[tuple[Store, Orchestrator]]:
+    """A store in ``tmp_path`` and a control plane on it whose agents are kept."""
     async with (
         await Store.open(f"sqlite:///{tmp_path}/runs.db") as store,
         Orchestrator(store, agent_grace=30) as plane,
     ):
-        run = await plane.start("go", options=options, **where)
+        yield store, plane
+
+
+def _local(tmp_path: Path) -> dict[str, Any]:
+    return {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+
+
+async def test_a_kept_agent_is_findable_before_it_says_anything(tmp_path: Path) -> None:
+    flag = tmp_path / "flag"
+    async with _kept_runs(tmp_path) as (store, plane):
+        options = _fake(tmp_path, [{"wait_for": str(flag)}, {"text": "hi"}])
+        run = await plane.start("go", options=options, **_local(tmp_path))
 
         async def recorded() -> bool:
             record = await store.run(run.id)
@@ -53,19 +66,10 @@ async def test_a_kept_agent_is_findable_before_it_says_anything(tmp_path: Path) 
 
 async def test_a_kept_agent_stopped_at_the_nodes_lifetime_says_so(tmp_path: Path) -> None:
     """Before, the run failed with "the agent process exited with status 143"."""
-    steps = [{"text": "working"}, {"wait_for": str(tmp_path / "never")}]
-    options: dict[str, Any] = {
-        "cli_path": fake_agent_command(tmp_path),
-        "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)},
-    }
-    where: dict[str, Any] = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
-    async with (
-        await Store.open(f"sqlite:///{tmp_path}/runs.db") as store,
-        Orchestrator(store, agent_grace=30) as plane,
-    ):
-        run = await plane.start(
-            "go", options=options, node_config=NodeConfig(ttl=timedelta(seconds=3)), **where
-        )
+    async with _kept_runs(tmp_path) as (_, plane):
+        options = _fake(tmp_path, [{"text": "working"}, {"wait_for": str(tmp_path / "never")}])
+        config = NodeConfig(ttl=timedelta(seconds=3))
+        run = await plane.start("go", options=options, node_config=config, **_local(tmp_path))
         with anyio.fail_after(60):
             assert await run.wait() == "error"
     assert run.error is not None
@@ -74,14 +78,9 @@ async def test_a_kept_agent_stopped_at_the_nodes_lifetime_says_so(tmp_path: Path
 
 async def test_a_keeper_that_cannot_start_says_why(tmp_path: Path) -> None:
     """Before, a node whose PATH finds nothing failed the run with "the keeper ... is gone"."""
-    options: dict[str, Any] = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": "[]"}}
-    where: dict[str, Any] = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
-    async with (
-        await Store.open(f"sqlite:///{tmp_path}/runs.db") as store,
-        Orchestrator(store, agent_grace=30) as plane,
-    ):
+    async with _kept_runs(tmp_path) as (_, plane):
         config = NodeConfig(env={"PATH": "/nonexistent"})
-        run = await plane.start("go", options=options, node_config=config, **where)
+        run = await plane.start("go", options=_fake(tmp_path, []), node_config=config, **_local(tmp_path))
         with anyio.fail_after(60):
             assert await run.wait() == "error"
     assert run.error is not None
@@ -120,10 +119,7 @@ anyio.run(main)
 async def test_a_take_over_after_the_result_was_stored_ends_the_run_with_it(tmp_path: Path) -> None:
     """Issue 45: a take-over that landed after the turn's result was stored, but before the
     run's end, re-read the agent's output past the result and found no end of the turn."""
-    options: dict[str, Any] = {
-        "cli_path": fake_agent_command(tmp_path),
-        "env": {"NODEPROV_FAKE_AGENT": json.dumps([{"text": "the answer"}])},
-    }
+    options = _fake(tmp_path, [{"text": "the answer"}])
     url = f"sqlite:///{tmp_path}/runs.db"
     died = await anyio.run_process(
         [sys.executable, "-c", _DIES_AT_THE_RESULT, url, str(tmp_path / "nodes"), json.dumps(options)],

@@ -207,8 +207,7 @@ class Driver:
             else:
                 await self._fail(drive, result_error(result, drive.progress))
         except Exception as error:  # noqa: BLE001 - any failure ends this run, and only this run
-            if taken(error):  # another control plane attached to the agent: the run is its now
-                drive.detaching = True
+            if drive.detaching:  # another control plane took the agent (see run_agent): the run is its
                 logger.warning("run %s: another control plane took its agent over; leaving it", run.id)
             else:
                 logger.info("run %s failed: %s", run.id, error)  # an outcome, reported as an event

@@ -17,7 +17,7 @@ from ..store import PoolNodeRecord, PoolNodeState, PoolRecord, Store
 from .lease import Lease, owner_check
 from .nodes import Nodes
 
-__all__ = ["PoolKeeper"]
+__all__ = ["PoolKeeper", "end_pool_node"]
 
 logger = logging.getLogger("nodeprov.pools")
 
@@ -246,19 +246,7 @@ class PoolKeeper:
 
     async def _destroy(self, provider: NodeProvider[Any], node: PoolNodeRecord, why: str) -> None:
         try:
-            with anyio.CancelScope(shield=True):
-                if node.state is not _P.DESTROYING and not await self._store.pools.move(
-                    node.id, (node.state,), _P.DESTROYING
-                ):
-                    return  # claimed meanwhile
-                try:
-                    with suppress(NodeGoneError):
-                        await (await provider.attach(node.id)).destroy()
-                except NodeprovError as error:
-                    logger.warning("pool %s: could not destroy node %s: %s", node.pool, node.id, error)
-                    return  # left destroying: tried again next round
-                await self._store.pools.move(node.id, (_P.DESTROYING,), _P.DESTROYED)
-                logger.info("pool %s: destroyed node %s: %s", node.pool, node.id, why)
+            await end_pool_node(self._store, provider, node, why)
         finally:
             self._busy.discard(node.id)
 
@@ -291,3 +279,26 @@ async def _logged(work: Callable[[], Awaitable[None]], pool: str) -> None:
 def node_from_template(stored: str, owner: str) -> NodeConfig:
     """A new node's config from a stored template: a node id and provision key of its own."""
     return NodeConfig.model_validate_json(stored).model_copy(update={"owner": owner})
+
+
+async def end_pool_node(store: Store, provider: NodeProvider[Any], node: PoolNodeRecord, why: str) -> None:
+    """Destroy a pool's ``node`` (``why``: for the log): recorded destroying first, unless it
+    was claimed or taken meanwhile (then left be), destroyed once gone. Shielded; a destroy
+    that fails is logged and left destroying, for the next round.
+
+    Raises:
+        StoreError: the store failed.
+    """
+    with anyio.CancelScope(shield=True):
+        if node.state is not _P.DESTROYING and not await store.pools.move(
+            node.id, (node.state,), _P.DESTROYING
+        ):
+            return
+        try:
+            with suppress(NodeGoneError):
+                await (await provider.attach(node.id)).destroy()
+        except NodeprovError as error:
+            logger.warning("pool %s: could not destroy node %s: %s", node.pool, node.id, error)
+            return
+        await store.pools.move(node.id, (_P.DESTROYING,), _P.DESTROYED)
+        logger.info("pool %s: destroyed node %s: %s", node.pool, node.id, why)

@@ -19,6 +19,7 @@ from .events import RunFinished
 from .journal import event_record
 from .lease import Lease, owner_check
 from .nodes import Nodes
+from .pool_keeping import end_pool_node
 from .retention import check_retention, prune_forever
 from .run import snapshot_of
 from .state import LIVE_STATES, RESUMABLE_STATES, RunState
@@ -262,18 +263,7 @@ class Reconciler:
                 logger.warning("pool %s: cannot end its nodes past max_age here: %s", pool.name, error)
                 continue
             for node in stale:
-                if node.state == PoolNodeState.READY and not await self._store.pools.move(
-                    node.id, (PoolNodeState.READY,), PoolNodeState.DESTROYING
-                ):
-                    continue  # claimed, or taken by a keeper, meanwhile
-                try:
-                    with suppress(NodeGoneError):
-                        await (await platform.attach(node.id)).destroy()
-                except NodeprovError as error:
-                    logger.warning("pool %s: could not destroy node %s: %s", pool.name, node.id, error)
-                    continue
-                await self._store.pools.move(node.id, (PoolNodeState.DESTROYING,), PoolNodeState.DESTROYED)
-                logger.info("pool %s: destroyed node %s, older than the pool's max_age", pool.name, node.id)
+                await end_pool_node(self._store, platform, node, "older than the pool's max_age, no keeper")
 
 
 async def every(interval: float, step: Callable[[], Awaitable[Any]], name: str) -> None:

@@ -14,6 +14,7 @@ The retention policy (``nodeprov store gc``, the service's own) deletes entries 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Annotated, Any
 
@@ -66,15 +67,5 @@ async def audit(
     forbid(who, "admin")
     entries = await service_of(request).store.audit.entries(tenant=tenant, after=after, limit=limit)
     return [
-        AuditEntryOut(
-            seq=entry.seq,
-            at=entry.at,
-            tenant=entry.tenant,
-            token_id=entry.token_id,
-            token_name=entry.token_name,
-            action=entry.action,
-            resource=entry.resource,
-            detail=json.loads(entry.detail),
-        )
-        for entry in entries
+        AuditEntryOut(**dataclasses.asdict(entry) | {"detail": json.loads(entry.detail)}) for entry in entries
     ]

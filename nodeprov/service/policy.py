@@ -38,26 +38,33 @@ _REROUTING = re.compile(
 def check_settings(provider: str, given: Mapping[str, Any], allowed: Collection[str]) -> None:
     """Raises ServiceError (422) for a setting of ``provider`` a caller may not give."""
     mine = provider_class(provider).settings_model.caller_settings
-    for name in given:
-        if name not in mine and f"{provider}.{name}" not in allowed:
-            raise ServiceError(
-                422,
-                "invalid",
-                f"setting {name!r} of provider {provider} is the operator's"
-                f" (nodeprov serve --allow-setting {provider}.{name})",
-            )
+    _refuse_the_operators("setting", "provider", provider, given, mine=mine, allowed=allowed)
 
 
 def check_options(agent: str, given: Mapping[str, Any], allowed: Collection[str]) -> None:
     """Raises ServiceError (422) for an option of ``agent`` a caller may not give."""
     mine = agent_class(agent).options_model.caller_options
+    _refuse_the_operators("option", "agent", agent, given, mine=mine, allowed=allowed)
+
+
+def _refuse_the_operators(
+    field: str,
+    kind: str,
+    owner: str,
+    given: Mapping[str, Any],
+    *,
+    mine: Collection[str],
+    allowed: Collection[str],
+) -> None:
+    """Raises ServiceError (422) for the first name of ``given`` neither ``mine`` (the
+    caller's by declaration) nor ``allowed`` (``OWNER.NAME``, the operator's allowance)."""
     for name in given:
-        if name not in mine and f"{agent}.{name}" not in allowed:
+        if name not in mine and f"{owner}.{name}" not in allowed:
             raise ServiceError(
                 422,
                 "invalid",
-                f"option {name!r} of agent {agent} is the operator's"
-                f" (nodeprov serve --allow-option {agent}.{name})",
+                f"{field} {name!r} of {kind} {owner} is the operator's"
+                f" (nodeprov serve --allow-{field} {owner}.{name})",
             )
 
 

@@ -49,15 +49,12 @@ def workspace_name(who: Principal, given: str) -> str:
 
 
 def workspace_visible(who: Principal, stored: str) -> bool:
-    if who.allows("admin"):
-        return True
-    return ":" not in stored if _own(who) else stored.startswith(f"{who.tenant}:")
+    return _visible(who, stored, ":")
 
 
 def workspace_shown(who: Principal, stored: str) -> str:
     """The name the caller knows a stored workspace by."""
-    prefix = f"{who.tenant}:"
-    return stored.removeprefix(prefix) if not _own(who) and stored.startswith(prefix) else stored
+    return _shown(who, stored, ":")
 
 
 def pool_name(who: Principal, given: str) -> str:
@@ -74,13 +71,23 @@ def pool_name(who: Principal, given: str) -> str:
 
 
 def pool_visible(who: Principal, stored: str) -> bool:
-    if who.allows("admin"):
-        return True
-    return "." not in stored if _own(who) else stored.startswith(f"{who.tenant}.")
+    return _visible(who, stored, ".")
 
 
 def pool_shown(who: Principal, stored: str) -> str:
-    prefix = f"{who.tenant}."
+    """The name the caller knows a stored pool by."""
+    return _shown(who, stored, ".")
+
+
+def _visible(who: Principal, stored: str, separator: str) -> bool:
+    """Whether a name stored with tenants' prefixes ending in ``separator`` is the caller's."""
+    if who.allows("admin"):
+        return True
+    return separator not in stored if _own(who) else stored.startswith(f"{who.tenant}{separator}")
+
+
+def _shown(who: Principal, stored: str, separator: str) -> str:
+    prefix = f"{who.tenant}{separator}"
     return stored.removeprefix(prefix) if not _own(who) and stored.startswith(prefix) else stored
 
 
