@@ -59,10 +59,29 @@ def where(url: str) -> str:
 
 def _transient(error: BaseException, connection: Any) -> bool:
     """Whether ``error`` (on ``connection``) may go away if the transaction runs again."""
-    if connection is not None and (connection.closed or connection.broken):
+    if (connection is not None and (connection.closed or connection.broken)) or _connection_failed(error):
         return True
     state = getattr(error, "sqlstate", None) or ""
     return state in _TRANSIENT_STATES or state.startswith(_TRANSIENT_CLASSES)
+
+
+def _connection_failed(error: BaseException) -> bool:
+    """Whether ``error`` is a failure of the connection itself, not of SQL (no SQL state): a
+    server that ended it mid-pipeline leaves it "busy" without marking it broken."""
+    import psycopg
+
+    return any(
+        isinstance(seen, psycopg.OperationalError) and not getattr(seen, "sqlstate", None)
+        for seen in (error, error.__cause__)
+    )
+
+
+def _lost_state(error: BaseException) -> bool:
+    """Whether ``error`` leaves its connection in a state nobody knows: a timeout, the OS, or
+    the connection's own failure."""
+    return _connection_failed(error) or any(
+        isinstance(seen, TimeoutError | OSError) for seen in (error, error.__cause__)
+    )
 
 
 class _PostgresTx(Transaction):
@@ -190,9 +209,7 @@ class PostgresDatabase(Database):
             try:
                 yield connection
             except BaseException as error:
-                if isinstance(error, TimeoutError | OSError) or isinstance(
-                    error.__cause__, TimeoutError | OSError
-                ):
+                if _lost_state(error):
                     await _close_async(connection)  # its state is unknown: never reused
                 else:
                     await self._give_back(connection)
