@@ -9,8 +9,11 @@ child of its own named by a marker, as a tool would be), and then, drawn from th
 
 Checked each round: no message of the agent's twice in the run's events, in order, and all
 of them when the run finished; no run said paused while its agent (or what it started) was
-alive; nothing of the agent left once the run is over. ``python -m tests.kept_trials
---rounds 50 --seed 7`` soaks and prints the figures; tests/test_kept_trials.py runs a few."""
+alive; nothing of the agent left once the run is over, and no node. On local nodes, or on
+Docker nodes (``--docker IMAGE``: the fake agent runs in the container on this machine's
+Python, mounted read-only; any image with a POSIX shell and a C library as new as this
+machine's). ``python -m tests.kept_trials --rounds 50 --seed 7 [--docker IMAGE]`` soaks and
+prints the figures; tests/test_kept_trials.py runs every face once on each."""
 
 from __future__ import annotations
 
@@ -19,10 +22,11 @@ import json
 import os
 import random
 import re
-import signal
+import shutil
 import sys
 import tempfile
 from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import DEVNULL
@@ -31,16 +35,59 @@ from typing import Any
 import anyio
 from anyio.abc import Process
 
+from nodeprov import get_provider
 from nodeprov.errors import RunStateError
 from nodeprov.runs import Orchestrator, Run, RunState
-from nodeprov.store import Store
+from nodeprov.store import RunRecord, Store
+from nodeprov.testing import fake_agent as fake_agent_module
 from nodeprov.testing import fake_agent_command
 from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
+from nodeprov.testing.conformance.keeper import term_keeper
 
 MESSAGES = 6
 FACES = ("finish", "keeper SIGTERM", "attach", "two attaches", "attach --pause", "pause", "library pause")
 _END = 120.0  # seconds a round's run has to end in
 _MESSAGE = re.compile(r"^m(\d+)$")
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a trial's runs go: ``nodeprov run``'s provider and ``--setting`` values, and the
+    fake agent's path on its nodes."""
+
+    provider: str
+    settings: dict[str, Any]
+    agent: str
+
+    def args(self) -> list[str]:
+        settings = (f"{name}={json.dumps(value)}" for name, value in self.settings.items())
+        return ["-p", self.provider, *(arg for setting in settings for arg in ("-s", setting))]
+
+
+def on_local(work: Path) -> Where:
+    """Local nodes under ``work``."""
+    return Where("local", {"root": str(work / "nodes")}, fake_agent_command(work))
+
+
+_PYTHON, _FAKE = "/opt/nodeprov-trials/python", "/opt/nodeprov-trials/fake"
+
+
+def on_docker(work: Path, image: str) -> Where:
+    """Docker nodes of ``image``, this machine's Python and the fake agent mounted read-only."""
+    fake = work / "fake"
+    fake.mkdir()
+    shutil.copy(fake_agent_module.__file__, fake / "fake_agent.py")
+    python = f"{_PYTHON}/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    libraries = f"LD_LIBRARY_PATH={_PYTHON}/lib"  # an interpreter built --enable-shared needs its own
+    command = f'{libraries} exec {python} -I -S {_FAKE}/fake_agent.py "$@"'
+    (fake / "fake-agent").write_text(f"#!/bin/sh\n{command}\n")
+    (fake / "fake-agent").chmod(0o755)
+    mounts = [
+        {"target": _PYTHON, "source": sys.base_prefix, "type": "bind", "read_only": True},
+        {"target": _FAKE, "source": str(fake), "type": "bind", "read_only": True},
+    ]
+    settings = {"image": image, "pull": "never", "network_mode": "none", "mounts": mounts}
+    return Where("docker", settings, f"{_FAKE}/fake-agent")
 
 
 @dataclass
@@ -50,6 +97,7 @@ class Figures:
     repeated: list[str] = field(default_factory=list)
     paused_alive: list[str] = field(default_factory=list)
     left: list[str] = field(default_factory=list)
+    nodes_left: list[str] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)
     slowest: dict[str, float] = field(default_factory=dict)  # seconds, by face
 
@@ -62,26 +110,22 @@ class Figures:
             "repeated": len(self.repeated),
             "paused with a live agent": len(self.paused_alive),
             "left running": len(self.left),
-            "details": self.lost + self.repeated + self.paused_alive + self.left,
+            "nodes left": len(self.nodes_left),
+            "details": self.lost + self.repeated + self.paused_alive + self.left + self.nodes_left,
         }
 
 
 class Trials:
-    """Seeded rounds on local nodes under ``work``."""
+    """Seeded rounds, their runs ``where`` says, their store under ``work``."""
 
-    def __init__(self, seed: int, work: Path, *, every_face: bool = False) -> None:
+    def __init__(self, seed: int, work: Path, where: Where, *, every_face: bool = False) -> None:
         self.rng = random.Random(seed)
         self.every_face = every_face  # the faces in turn, not drawn
         self.work = work
+        self.where = where
         self.store_url = f"sqlite:///{work}/store.db"
         self.figures = Figures()
-        self.env = {
-            **os.environ,
-            "NODEPROV_STORE": self.store_url,
-            "NODEPROV_LOCAL_ROOT": str(work / "nodes"),
-            "NO_COLOR": "1",
-        }
-        self.fake = fake_agent_command(work)
+        self.env = {**os.environ, "NODEPROV_STORE": self.store_url, "NO_COLOR": "1"}
 
     async def cli(self, *args: str) -> Process:
         with (self.work / "cli.log").open("ab") as log:
@@ -105,11 +149,11 @@ class Trials:
         steps: list[dict[str, Any]] = [{"spawn": ["sleep", marker]}]
         for k in range(MESSAGES):
             steps += [{"text": f"m{k}"}, {"sleep": round(self.rng.uniform(0.05, 0.4), 3)}]
-        agent = ["-o", f"cli_path={self.fake}", "-e", f"NODEPROV_FAKE_AGENT={json.dumps(steps)}"]
+        agent = ["-o", f"cli_path={self.where.agent}", "-e", f"NODEPROV_FAKE_AGENT={json.dumps(steps)}"]
         face = FACES[number % len(FACES)] if self.every_face else self.rng.choice(FACES)
         self.figures.rounds[face] += 1
         began = anyio.current_time()
-        run = await self.cli("run", "task", "-p", "local", *agent, "--json")
+        run = await self.cli("run", "task", *self.where.args(), *agent, "--json")
         # A take-over needs the agent running: mostly killed mid-turn, now and then at its start.
         early = face in ("finish", "keeper SIGTERM") or self.rng.random() < 0.15
         run_id = await _until_messages(run, self.rng.randrange(0 if early else 1, MESSAGES))
@@ -120,7 +164,8 @@ class Trials:
             await self.term_keeper(run_id)
             await self.to_end(run)
         else:
-            run.kill()
+            with suppress(ProcessLookupError):  # it ended first: the take-over finds it over
+                run.kill()
             await run.wait()
             await self.take_over(face, run_id, marker, where)
         outcome = await self.check(run_id, marker, where)
@@ -180,16 +225,9 @@ class Trials:
     async def term_keeper(self, run_id: str) -> None:
         async with await Store.open(self.store_url) as store:
             record = await store.run(run_id)
-        keeper = record.agent_keeper if record is not None else None
-        if keeper is None:
+        if record is None or record.agent_keeper is None or record.node_id is None:
             return
-        agent_pid = int((await (anyio.Path(keeper) / "pid").read_text()).split()[0])
-        stat = await anyio.Path(f"/proc/{agent_pid}/stat").read_text()
-        keeper_pid = int(stat.rsplit(")", 1)[1].split()[1])  # the agent's parent
-        if os.getpgid(keeper_pid) == keeper_pid:
-            os.killpg(keeper_pid, signal.SIGTERM)
-        else:
-            os.kill(keeper_pid, signal.SIGTERM)
+        await term_keeper(await _provider(record).attach(record.node_id), record.agent_keeper)
 
     async def check(self, run_id: str, marker: str, where: str) -> str:
         """Check the round's run once it is over; how it ended."""
@@ -224,7 +262,24 @@ class Trials:
 
         if not await wait_until(gone, 30):
             self.figures.left.append(f"{where}: {host_processes_matching(marker)}")
+        if record is not None and record.node_id is not None and not await _node_gone(record):
+            self.figures.nodes_left.append(f"{where}: node {record.node_id} left ({record.state})")
         return outcome
+
+
+def _provider(record: RunRecord) -> Any:
+    return get_provider(record.node_provider, **json.loads(record.node_settings))
+
+
+async def _node_gone(record: RunRecord) -> bool:
+    """Whether the run's node is gone from its platform within 30 s (a run paused or over
+    releases it)."""
+    provider, node_id = _provider(record), record.node_id
+
+    async def gone() -> bool:
+        return node_id not in {node.node_id for node in await provider.list_nodes()}
+
+    return await wait_until(gone, 30)
 
 
 async def _until_messages(process: Process, count: int) -> str:
@@ -249,21 +304,25 @@ async def _until_messages(process: Process, count: int) -> str:
     return run_id
 
 
-async def trials(seed: int, rounds: int, work: Path, *, every_face: bool = False) -> dict[str, Any]:
+async def trials(
+    seed: int, rounds: int, work: Path, where: Where, *, every_face: bool = False
+) -> dict[str, Any]:
     """``rounds`` seeded rounds under ``work`` (``every_face``: the faces in turn); the figures."""
-    runner = Trials(seed, work, every_face=every_face)
+    runner = Trials(seed, work, where, every_face=every_face)
     for number in range(rounds):
         await runner.round(number)
-    return {"seed": seed} | runner.figures.as_json()
+    return {"seed": seed, "provider": where.provider} | runner.figures.as_json()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--docker", metavar="IMAGE", help="on Docker nodes of IMAGE, not local ones")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nodeprov-kept-trials-") as work:
-        print(json.dumps(anyio.run(trials, args.seed, args.rounds, Path(work)), indent=2))
+        where = on_docker(Path(work), args.docker) if args.docker else on_local(Path(work))
+        print(json.dumps(anyio.run(trials, args.seed, args.rounds, Path(work), where), indent=2))
 
 
 if __name__ == "__main__":

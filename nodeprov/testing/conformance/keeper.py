@@ -19,7 +19,7 @@ from nodeprov.spawn import SpawnOptions
 
 from .kit import HOSTILE_STRINGS, AnyProvider, host_processes_matching, run, unique_marker, wait_until
 
-__all__ = ["KeeperConformance"]
+__all__ = ["KeeperConformance", "term_keeper"]
 
 # Echoes each line of stdin, numbered lines meanwhile, then says bye and exits 7.
 _ECHO = 'i=0; while [ "$i" -lt "$1" ]; do echo "n $i"; i=$((i+1)); sleep 0.005; done & ' + (
@@ -44,6 +44,13 @@ async def drop_attach(node: NodeHandle, process: KeptProcess) -> None:
     """Kill, on the node, the process's current attach (see :data:`DROP_ATTACH`): its channel
     drops as when the far end of a connection dies."""
     code, _, err = await run(node, "/bin/sh", "-c", DROP_ATTACH, "drop", process.keeper)
+    assert code == 0, err
+
+
+async def term_keeper(node: NodeHandle, keeper: str) -> None:
+    """SIGTERM, on the node, the group of the keeper whose directory is ``keeper`` (see
+    :data:`_TERM_KEEPER`), as a shutdown or an operator would."""
+    code, _, err = await run(node, "/bin/sh", "-c", _TERM_KEEPER, "term", keeper)
     assert code == 0, err
 
 
@@ -255,8 +262,7 @@ class KeeperConformance:
             process = await keep(node, SpawnOptions("/bin/sh", ["-c", f"sleep {marker} & wait"]), options)
             assert await wait_until(self._running(marker), 10)
             await process.detach()
-            code, _, err = await run(node, "/bin/sh", "-c", _TERM_KEEPER, "term", process.keeper)
-            assert code == 0, err
+            await term_keeper(node, process.keeper)
             assert await wait_until(self._gone(marker), 30), "the process outlived its keeper's SIGTERM"
 
             async def removed() -> bool:
