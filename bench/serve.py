@@ -76,6 +76,7 @@ async def library_pass(runs: int, args: argparse.Namespace, command: str, tmp: P
                 provider_settings={"root": str(tmp / "nodes")},
                 agent="claude",
                 options=_options(args, command),
+                permission="full",
             )
             async for event in run.events():
                 if first:

@@ -53,7 +53,7 @@ CONTROL_PLANE = textwrap.dedent("""
         ) as orchestrator:
             runs = [
                 await orchestrator.start("work", provider="local", provider_settings={"root": root},
-                                         options=options)
+                                         options=options, permission="edit")
                 for _ in range(int(count))
             ]
             for run in runs:

@@ -96,6 +96,7 @@ async def test_runs_ride_out_connections_the_server_ends(postgres_url: str, tmp_
                             provider="local",
                             provider_settings={"root": str(tmp_path / "nodes")},
                             options=options,
+                            permission="edit",
                         )
                         for n in range(IN_FLIGHT)
                     ]
@@ -122,7 +123,11 @@ async def _run_through_a_cut(postgres_url: str, tmp_path: Path, cut_for: float) 
         Orchestrator(store, reconcile_interval=0, retention=None) as plane,
     ):
         run = await plane.start(
-            "task", provider="local", provider_settings={"root": str(tmp_path / "nodes")}, options=options
+            "task",
+            provider="local",
+            provider_settings={"root": str(tmp_path / "nodes")},
+            options=options,
+            permission="edit",
         )
         with anyio.fail_after(60):
             async for event in run.events():

@@ -55,7 +55,8 @@ async def test_two_stores_reaping_in_a_loop_delete_nothing_of_each_other(
         "cli_path": fake_agent_command(tmp_path),
         "env": {"NODEPROV_FAKE_AGENT": json.dumps([{"text": "working"}, {"stall": True}])},
     }
-    local: dict[str, Any] = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+    root = {"root": str(tmp_path / "nodes")}
+    local: dict[str, Any] = {"provider": "local", "provider_settings": root, "permission": "edit"}
     providers: list[NodeProvider[Any]] = [
         get_provider("docker", **on_docker(base_image)["provider_settings"]),
         get_provider("local", root=str(tmp_path / "nodes")),

@@ -30,9 +30,10 @@ from .registry import provider_class, provider_names
 __all__ = [
     "Fleet",
     "Readiness",
+    "check_image",
     "make_provider",
+    "provider_settings_from_env",
     "readiness",
-    "secret_settings_from_env",
     "settings_from_env",
 ]
 
@@ -70,16 +71,18 @@ def settings_from_env(
     return found | dict(given or {})
 
 
-def secret_settings_from_env(
-    provider: str | None, given: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+def provider_settings_from_env(
+    provider: str | None = None,
+    given: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Per provider, the secret settings found in ``environ`` (default: this process's
-    environment; see :func:`settings_from_env`) with ``given`` laid over for the named
-    ``provider``, or for every installed provider when none is named: what a reconcile
-    needs of a run's provider settings that runs never store (an SSH key's passphrase, a
-    token). Only secrets: a run's other settings are its own. A provider that does not load
-    here is left out (its runs' nodes cannot be reached from here either), and so is one
-    with nothing in ``environ`` (it is not even loaded).
+    """Per installed provider, its settings found in ``environ`` (default: this process's
+    environment; see :func:`settings_from_env`), with ``given`` laid over those of
+    ``provider``: a control plane's settings (see :class:`~nodeprov.runs.Orchestrator`'s
+    ``provider_settings``), laid under a new run's own, and their secrets (an SSH key's
+    passphrase, a token) over what runs and pools stored. A provider with nothing in
+    ``environ`` is left out (it is not even loaded), and so is one that does not load here
+    (its runs' nodes cannot be reached from here either).
 
     Raises:
         ConfigError: ``given`` without a ``provider`` to take them.
@@ -88,17 +91,26 @@ def secret_settings_from_env(
         _refuse_unnamed(given)
     environ = os.environ if environ is None else environ
     found: dict[str, dict[str, Any]] = {}
-    for name in [provider] if provider else provider_names():
+    for name in provider_names():
         if name != provider and not any(key.startswith(_env_prefix(name)) for key in environ):
             continue  # nothing set for it here: not worth importing it
         try:
-            secret = provider_class(name).settings_model.secret_fields()
-            settings = settings_from_env(name, given, environ)
+            settings = settings_from_env(name, given if name == provider else None, environ)
         except NodeprovError:
             continue
-        if secrets := {key: value for key, value in settings.items() if key in secret}:
-            found[name] = secrets
+        if settings:
+            found[name] = settings
     return found
+
+
+def check_image(provider: NodeProvider[Any]) -> None:
+    """A provider that declares an image needs one: refused before anything is recorded or made.
+
+    Raises:
+        ConfigError: its image is missing.
+    """
+    if "image" in type(provider.settings).model_fields and getattr(provider.settings, "image", None) is None:
+        raise ConfigError(f"the {provider.name} provider needs an image (setting 'image')")
 
 
 def make_provider(name: str, settings: Mapping[str, Any]) -> NodeProvider[Any]:
@@ -113,8 +125,7 @@ def make_provider(name: str, settings: Mapping[str, Any]) -> NodeProvider[Any]:
             image it needs is missing.
     """
     provider = provider_class(name).from_settings(**settings_from_env(name, settings))
-    if "image" in type(provider.settings).model_fields and getattr(provider.settings, "image", None) is None:
-        raise ConfigError(f"the {name} provider needs an image (setting 'image')")
+    check_image(provider)
     return provider
 
 

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,19 +22,10 @@ pytestmark = pytest.mark.anyio
 async def test_ctrl_c_right_as_the_run_starts_pauses_it_and_keeps_its_node(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/store.db"
     steps = json.dumps([{"stall": True}])
-    request = RunRequest(
-        prompt="task",
-        model="fake",
-        agent="claude",
-        options={"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": steps}},
-        keep_node=True,
-        store=url,
-        json_output=True,
-        deadline=None,
-        idle_timeout=None,
-    )
+    request = RunRequest(keep_node=True, store=url, json_output=True)
+    options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": steps}}
 
-    async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:
+    async def start(orchestrator: Orchestrator) -> Run:
         run = await orchestrator.start(
             "task", provider="fake", provider_settings={"root": str(tmp_path / "nodes")}, options=options
         )

@@ -109,7 +109,7 @@ def test_pool_errors_are_one_line(tmp_path: Path) -> None:
     assert nodeprov(tmp_path, "pool", "create", "web", "--size", "0").returncode == 0
     both = nodeprov(tmp_path, "run", "--pool", "web", "--provider", "local", "hi")
     assert both.returncode == 2
-    assert "no --provider" in both.stderr
+    assert "a run names a provider or a pool, not both" in both.stderr
     again = nodeprov(tmp_path, "pool", "create", "web")
     assert again.returncode == 2
     assert "exists already" in again.stderr

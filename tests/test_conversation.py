@@ -79,7 +79,9 @@ async def test_the_whole_conversation_survives_pauses_node_deaths_and_fresh_node
     async def one(seed: int) -> None:
         rng = random.Random(seed)
         said = [f"task {seed}"]
-        run = await plane.start(said[0], options=agent(), provider="local", provider_settings=settings)
+        run = await plane.start(
+            said[0], options=agent(), provider="local", provider_settings=settings, permission="edit"
+        )
         for step in range(rng.randint(2, 4)):
             node_id = await answered(run)
             await until_archived(store, run, said[-1])

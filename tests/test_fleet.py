@@ -18,8 +18,8 @@ from nodeprov.fleet import (
     Fleet,
     Readiness,
     make_provider,
+    provider_settings_from_env,
     readiness,
-    secret_settings_from_env,
     settings_from_env,
 )
 from nodeprov.node import NodeHandle, NodeInfo, ProviderSettings, Requirement
@@ -172,21 +172,22 @@ def test_settings_of_an_unknown_provider_are_a_provider_not_found_error() -> Non
         settings_from_env("nope", environ={})
 
 
-def test_secret_settings_are_only_the_secrets_of_providers_set_up_in_the_environment() -> None:
+def test_provider_settings_are_those_of_the_providers_set_up_in_the_environment() -> None:
     environ = {
         "NODEPROV_FAKE_ENV": '{"TOKEN": "t"}',
-        "NODEPROV_FAKE_ROOT": "/srv/fake",  # no secret
-        "NODEPROV_LOCAL_ROOT": "/srv/local",  # a provider with no secret settings
+        "NODEPROV_FAKE_ROOT": "/srv/fake",
+        "NODEPROV_LOCAL_ROOT": "/srv/local",
     }
-    assert secret_settings_from_env(None, environ=environ) == {"fake": {"env": {"TOKEN": "t"}}}
-    named = secret_settings_from_env("fake", {"env": {"TOKEN": "given"}, "root": "/x"}, environ)
-    assert named == {"fake": {"env": {"TOKEN": "given"}}}
-    assert secret_settings_from_env("needy", {"env": {"A": "b"}}, environ={}) == {
+    found = provider_settings_from_env(None, environ=environ)
+    assert found == {"fake": {"env": {"TOKEN": "t"}, "root": "/srv/fake"}, "local": {"root": "/srv/local"}}
+    named = provider_settings_from_env("fake", {"env": {"TOKEN": "given"}}, environ)
+    assert named["fake"] == {"env": {"TOKEN": "given"}, "root": "/srv/fake"}
+    assert provider_settings_from_env("needy", {"env": {"A": "b"}}, environ={}) == {
         "needy": {"env": {"A": "b"}}
     }
-    assert secret_settings_from_env("nope", environ=environ) == {}  # not loadable here: none
+    assert provider_settings_from_env("nope", environ=environ) == found  # not loadable here: none
     with pytest.raises(ConfigError, match="without a provider"):
-        secret_settings_from_env(None, {"env": {"A": "b"}}, environ)
+        provider_settings_from_env(None, {"env": {"A": "b"}}, environ)
 
 
 def test_make_provider_lays_the_given_settings_over_the_environment_and_wants_an_image(

@@ -44,7 +44,8 @@ async def _kept_runs(tmp_path: Path) -> AsyncIterator[tuple[Store, Orchestrator]
 
 
 def _local(tmp_path: Path) -> dict[str, Any]:
-    return {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+    # Named, as on this machine any model but the scripted one must (the fake agent ignores it).
+    return {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}, "permission": "edit"}
 
 
 async def test_a_kept_agent_is_findable_before_it_says_anything(tmp_path: Path) -> None:
@@ -108,7 +109,8 @@ async def main():
     async with await Store.open(store_url) as store:
         async with Orchestrator(store, agent_grace=30, lease_ttl=2) as plane:
             given = __import__("json").loads(options)
-            run = await plane.start("go", provider="local", provider_settings={"root": root}, options=given)
+            where = {"provider": "local", "provider_settings": {"root": root}, "permission": "edit"}
+            run = await plane.start("go", options=given, **where)
             print(run.id, flush=True)
             await run.wait()
 
@@ -149,3 +151,39 @@ async def test_a_take_over_after_the_result_was_stored_ends_the_run_with_it(tmp_
             assert await wait_until(adopted, 30)
             with anyio.fail_after(60):
                 assert await plane.run(run_id).wait() == "ok"
+
+
+async def test_a_run_keeps_its_own_grace_and_a_resume_keeps_it_too(tmp_path: Path) -> None:
+    """The agent's grace is the run's (stored with it), not its control plane's: a run that
+    asks for none is not kept under a control plane that keeps agents, one that asks for 7 s
+    is kept for 7 s under one that keeps none, and its resume keeps that unless told."""
+    flag = tmp_path / "flag"
+    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
+        async with Orchestrator(store, agent_grace=30) as plane:
+            options = _fake(tmp_path, [{"text": "hi"}])
+            unkept = await plane.start("go", options=options, agent_grace=0, **_local(tmp_path))
+            assert await unkept.wait() == "ok", unkept.error
+            assert unkept.agent_grace is None
+        record = await store.run(unkept.id)
+        assert record is not None
+        assert (record.agent_grace, record.agent_keeper) == (0.0, None)
+        async with Orchestrator(store) as plane:
+            options = _fake(tmp_path, [{"text": "working"}, {"wait_for": str(flag)}, {"text": "done"}])
+            kept = await plane.start("go", options=options, agent_grace=7, **_local(tmp_path))
+
+            async def keeper_recorded() -> bool:
+                found = await store.run(kept.id)
+                return found is not None and found.agent_keeper is not None
+
+            assert await wait_until(keeper_recorded, 30), "the run's agent was not kept"
+            await kept.pause("human", "for the resume")
+            record = await store.run(kept.id)
+            assert record is not None
+            assert record.agent_grace == 7.0
+            flag.touch()
+            resumed = await plane.resume_run(kept.id, options=options)
+            assert resumed.agent_grace == 7.0
+            assert await resumed.wait() == "ok", resumed.error
+        record = await store.run(kept.id)
+        assert record is not None
+        assert record.agent_grace == 7.0

@@ -75,7 +75,7 @@ async def test_a_run_stores_the_root_its_environment_gave(
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(first))
     agent = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": '[{"stall": true}]'}}
     async with await Store.open(f"sqlite:///{tmp_path}/store.db") as store, Orchestrator(store) as plane:
-        started = await plane.start("go", provider="local", options=agent)
+        started = await plane.start("go", provider="local", options=agent, permission="edit")
         async for event in started.events():
             if isinstance(event, AgentMessage):
                 break

@@ -303,7 +303,7 @@ async def test_a_pool_and_its_runs_are_checked_before_anything_is_stored(
             await orchestrator.pools.create(fake_pool(tmp_path))
         with pytest.raises(ConfigError, match="not both"):
             await orchestrator.start("hi", provider="fake", pool="warm")
-        with pytest.raises(ConfigError, match="node template"):
+        with pytest.raises(ConfigError, match="its template"):
             await orchestrator.start("hi", pool="warm", node_config=NodeConfig())
         with pytest.raises(ConfigError, match="ship_cli"):
             await orchestrator.start("hi", pool="warm", options={**agent(), "ship_cli": True})

@@ -67,9 +67,10 @@ EXPORTS = {
     "nodeprov.fleet": [
         "Fleet",
         "Readiness",
+        "check_image",
         "make_provider",
+        "provider_settings_from_env",
         "readiness",
-        "secret_settings_from_env",
         "settings_from_env",
     ],
     "nodeprov_local": ["LocalNode", "LocalProcess", "LocalProvider", "LocalSettings"],

@@ -159,7 +159,7 @@ async def test_a_batch_of_unknown_fate_is_written_again_without_duplicates(
         store.db._commit = lost_as_it_committed  # type: ignore[method-assign]
         async with Orchestrator(store) as orchestrator:
             run = await orchestrator.start(
-                "go", provider="local", provider_settings=settings, options=options
+                "go", provider="local", provider_settings=settings, options=options, permission="edit"
             )
             async for event in run.events():
                 if isinstance(event, AgentMessage):

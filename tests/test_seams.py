@@ -26,7 +26,8 @@ TIMEOUT = 60
 
 
 def local(tmp_path: Path) -> dict[str, Any]:
-    return {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+    # Named, as on this machine any model but the scripted one must (the fake agent ignores it).
+    return {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}, "permission": "edit"}
 
 
 def nodes_on_disk(tmp_path: Path) -> set[str]:

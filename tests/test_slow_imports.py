@@ -66,6 +66,7 @@ def test_a_run_imports_the_sdk_beside_its_event_loop(tmp_path: Path) -> None:
                                "env": {{"NODEPROV_FAKE_AGENT": {steps!r}}}}}
                     run = await orchestrator.start(
                         "go", provider="local", provider_settings={{"root": "{tmp_path}/nodes"}},
+                        permission="edit",
                         options=options,
                     )
                     assert await run.wait() == "ok", run.error

@@ -27,10 +27,6 @@ def attach(
     pause: Annotated[
         bool, typer.Option("--pause", help="Pause the run (kind human) instead of following it.")
     ] = False,
-    agent_grace: Annotated[
-        float,
-        typer.Option(help="Seconds the agent runs on, kept, once this command has detached.", min=2),
-    ] = 180,
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -42,7 +38,7 @@ def attach(
     Exits 0 when the run succeeds or was left going, 1 on an error, 3 when it was paused.
     """
     with errors():
-        outcome = anyio.run(_attach, run_id, pause, agent_grace, store, json_output)
+        outcome = anyio.run(_attach, run_id, pause, store, json_output)
     if outcome == "detached":
         err.print(
             f"detached: run {run_id} goes on; `nodeprov attach {run_id}` to follow it again", soft_wrap=True
@@ -52,12 +48,16 @@ def attach(
     raise typer.Exit(_EXITS.get(outcome, 1))
 
 
-async def _attach(run_id: str, pause: bool, agent_grace: float, store: str | None, json_output: bool) -> str:
+async def _attach(run_id: str, pause: bool, store: str | None, json_output: bool) -> str:
     """Follow ``run_id``, taking it over once its control plane is known dead while its agent
     runs on, kept; its outcome as far as this command saw it."""
     from ..agents.registry import agent_class
-    from ..fleet import secret_settings_from_env
-    from ..runs import Orchestrator, RunState  # the orchestrator is loaded by commands that drive
+    from ..fleet import provider_settings_from_env
+    from ..runs import (
+        KEPT_AGENT_GRACE,
+        Orchestrator,
+        RunState,
+    )  # the orchestrator is loaded by commands that drive
     from ..runs.lease import owner_lives
     from .events import show_event
 
@@ -68,11 +68,11 @@ async def _attach(run_id: str, pause: bool, agent_grace: float, store: str | Non
             await anyio.to_thread.run_sync(agent_class, first.agent)
         plane = Orchestrator(
             opened,
-            agent_grace=agent_grace,
+            agent_grace=KEPT_AGENT_GRACE,  # a run stored before runs kept their own grace
             take_over=False,
             reconcile_interval=0,
             poll_interval=0.1,  # a dead owner's run is taken over within this of its lease's expiry
-            provider_settings=secret_settings_from_env(None),
+            provider_settings=provider_settings_from_env(None),
             retention=retention(),
         )
         run: Run | None = None

@@ -1,5 +1,5 @@
-"""Driving a run from the terminal (``run`` and ``resume``): the offline scripted model, the
-events shown as they come, pausing on signals. Apart from :mod:`.runs` because it imports
+"""Driving a run from the terminal (``run`` and ``resume``): the events shown as they come,
+pausing on signals. Apart from :mod:`.runs` because it imports
 the orchestrator, which the other run commands never load."""
 
 from __future__ import annotations
@@ -10,16 +10,15 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import anyio
 import anyio.abc
 from rich.markup import escape
 
-from ..agents.registry import on_model
 from ..errors import NodeprovError, RunStateError
-from ..fleet import secret_settings_from_env
-from ..runs import Orchestrator, PauseKind, Run
+from ..fleet import provider_settings_from_env
+from ..runs import KEPT_AGENT_GRACE, Orchestrator, PauseKind, Run
 from .app import fail, open_store, retention
 from .events import show_event
 from .render import err, out
@@ -31,54 +30,46 @@ __all__ = ["RunRequest", "Start", "drive_run"]
 class RunRequest:
     """A ``run`` or ``resume`` command's call, as :func:`drive_run` needs it."""
 
-    prompt: str
-    model: str
-    agent: str
-    options: dict[str, Any]
     keep_node: bool
     store: str | None
     json_output: bool
-    deadline: float | None
-    idle_timeout: float | None
-    agent_grace: float = 0.0  # seconds the agent is kept for; 0: not kept
     pool: str | None = None  # the warm pool the run claims from, kept filled while it runs
 
 
-Start = Callable[[Orchestrator, dict[str, Any]], Awaitable[Run]]
+Start = Callable[[Orchestrator], Awaitable[Run]]
 
 
 async def drive_run(request: RunRequest, start: Start) -> str:
-    """Start (or resume) a run with ``start(orchestrator, options)``, show its events, pause
-    it on Ctrl-C, SIGTERM or SIGHUP; return its outcome. A signal that comes while the run
-    starts pauses it as soon as it exists (keeping its node with ``--keep-node``)."""
-    async with on_model(request.model, request.agent, request.prompt, request.options) as options:
-        secrets = secret_settings_from_env(None)  # what a reconcile of others' runs may need
-        async with (
-            await open_store(request.store) as store,
-            Orchestrator(
-                store,
-                provider_settings=secrets,
-                agent_grace=request.agent_grace or None,
-                take_over=False,
-                keep_pools=[request.pool] if request.pool else False,
-                retention=retention(),
-            ) as orchestrator,
-        ):
-            await _reconcile(orchestrator)
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-                async with anyio.create_task_group() as tg:
-                    started: list[Run] = []
-                    running = anyio.Event()
-                    tg.start_soon(_pause_on_signals, signals, started, running, request, tg)
-                    active = await start(orchestrator, options)
-                    started.append(active)
-                    running.set()
-                    if not request.json_output:
-                        out.print(f"[dim]run {active.id}[/]", soft_wrap=True)
-                    async for event in active.events():
-                        show_event(event, request.json_output)
-                    tg.cancel_scope.cancel()
-            outcome = await active.wait()
+    """Start (or resume) a run with ``start(orchestrator)``, show its events, pause it on
+    Ctrl-C, SIGTERM or SIGHUP; return its outcome. A signal that comes while the run starts
+    pauses it as soon as it exists (keeping its node with ``--keep-node``). The
+    orchestrator has the environment's provider settings (``NODEPROV_<PROVIDER>_<FIELD>``)."""
+    async with (
+        await open_store(request.store) as store,
+        Orchestrator(
+            store,
+            provider_settings=provider_settings_from_env(),
+            agent_grace=KEPT_AGENT_GRACE,  # a run's, unless it says
+            take_over=False,
+            keep_pools=[request.pool] if request.pool else False,
+            retention=retention(),
+        ) as orchestrator,
+    ):
+        await _reconcile(orchestrator)
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            async with anyio.create_task_group() as tg:
+                started: list[Run] = []
+                running = anyio.Event()
+                tg.start_soon(_pause_on_signals, signals, started, running, request, tg)
+                active = await start(orchestrator)
+                started.append(active)
+                running.set()
+                if not request.json_output:
+                    out.print(f"[dim]run {active.id}[/]", soft_wrap=True)
+                async for event in active.events():
+                    show_event(event, request.json_output)
+                tg.cancel_scope.cancel()
+        outcome = await active.wait()
     if outcome == "paused" and not request.json_output:
         err.print(f"paused: resume with `nodeprov resume {active.id}`", soft_wrap=True)
     elif outcome == "error":
@@ -119,7 +110,7 @@ async def _pause_on_signals(
         )
         break
     async for signum in signals:
-        _abort(started[0] if started else None, signum, request.agent_grace)
+        _abort(started[0] if started else None, signum)
 
 
 async def _pause_when_started(
@@ -134,15 +125,15 @@ async def _pause(active: Run, kind: PauseKind, reason: str, keep_node: bool) -> 
         await active.pause(kind, reason, keep_node=keep_node)
 
 
-def _abort(active: Run | None, signum: int, agent_grace: float) -> NoReturn:
+def _abort(active: Run | None, signum: int) -> NoReturn:
     """Leave now, skipping the orchestrator's orderly shutdown (which may wait on the agent),
     as a SIGKILL would: a kept agent runs on for its grace (`nodeprov attach` takes it over),
     one not kept stops once its control plane is gone; reconcile or `nodeprov gc` settles the
     run and its node once this process's lease has expired."""
     which = f"run {active.id}" if active is not None else "the run being started"
-    if active is not None and agent_grace:
+    if active is not None and active.agent_grace:
         err.print(
-            f"aborted: {which}'s agent runs on, kept, for {agent_grace:g} s with nobody attached: "
+            f"aborted: {which}'s agent runs on, kept, for {active.agent_grace:g} s with nobody attached: "
             f"`nodeprov attach {active.id}` takes it over",
             soft_wrap=True,
         )

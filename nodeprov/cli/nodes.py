@@ -437,7 +437,7 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
     ends. Runs of dead control planes are reconciled first, with the secret settings of
     NODEPROV_<PROVIDER>_* (and -s, for --provider). Providers not set up here are skipped
     with a note; the exit status is 1 when a provider or a removal failed."""
-    from ..fleet import Fleet, secret_settings_from_env
+    from ..fleet import Fleet, provider_settings_from_env
     from ..node import LABEL_OWNER
 
     async def collect(given: dict[str, Any] | None) -> tuple[list[dict[str, Any]], list[str], list[str]]:
@@ -445,7 +445,7 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
         failed: list[str] = []
         from ..runs import Orchestrator  # only gc loads it (and the SDK)
 
-        secrets = secret_settings_from_env(provider, given)
+        secrets = provider_settings_from_env(provider, given)
         async with (
             await open_store(store) as opened,
             Orchestrator(

@@ -44,12 +44,12 @@ app.add_typer(pool_app)
 
 
 def _plane(store: Store, keep: bool | list[str]) -> Orchestrator:
-    from ..fleet import secret_settings_from_env
+    from ..fleet import provider_settings_from_env
     from ..runs import Orchestrator  # not needed for --help
 
     return Orchestrator(
         store,
-        provider_settings=secret_settings_from_env(None),
+        provider_settings=provider_settings_from_env(None),
         keep_pools=keep,
         poll_interval=0.1,
         retention=retention(),

@@ -65,16 +65,15 @@ IdleTimeoutOption = Annotated[
     float | None,
     typer.Option(help="End the run as failed when the agent makes no progress for this many seconds."),
 ]
-# A few minutes: a closed laptop or a SIGKILLed shell loses no turn, and an agent nobody comes
-# back for is not left running (and billing) for long.
-AGENT_GRACE = 180.0
 AgentGraceOption = Annotated[
-    float,
+    float | None,
     typer.Option(
         help="Keep the agent on its node: it outlives a dropped connection, and this command, for "
         "this many seconds with no control plane attached (`nodeprov attach RUN` takes it over), "
-        "then it is stopped. 0: not kept (stopped as soon as its connection drops).",
+        "then it is stopped. 0: not kept (stopped as soon as its connection drops). Default: "
+        "180 (nodeprov.runs.KEPT_AGENT_GRACE) for a new run, the run's own for a resume.",
         min=0,
+        show_default=False,
     ),
 ]
 PermissionOption = Annotated[
@@ -130,16 +129,14 @@ def _prompt(text: str, images: list[str] | None) -> Prompt:
 
 
 def _agent_options(
-    model: str,
     env: list[str] | None,
-    permission: str | None,
     given: list[str] | None,
     *,
+    permission: str | None = None,
     max_turns: int | None = None,
     output_schema: typer.FileText | None = None,
 ) -> dict[str, Any]:
     options: dict[str, Any] = {**parse_settings(given, "--option"), "env": parse_env(env)}
-    options["model"] = None if model == SCRIPTED else model  # over a resumed run's own
     if permission is not None:
         options["permission"] = permission
     if max_turns is not None:
@@ -193,7 +190,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     ] = False,
     timeout: TimeoutOption = None,
     idle_timeout: IdleTimeoutOption = None,
-    agent_grace: AgentGraceOption = AGENT_GRACE,
+    agent_grace: AgentGraceOption = None,
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -203,69 +200,32 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
 
     Exits 0 when the agent succeeds, 1 on an error, 3 when the run was paused.
     """
-    from ..fleet import make_provider, secret_settings_from_env, settings_from_env  # not for --help
-    from ..registry import provider_class
+    from ..runs import RunSpec  # not for --help
 
     with errors():
-        if pool is not None:
-            if provider is not None or setting:
-                raise ConfigError(
-                    "--pool takes the pool's provider and settings: give no --provider or --setting"
-                )
-            provider = anyio.run(_pool_provider, store, pool)
-            settings = secret_settings_from_env(provider).get(provider, {})  # the secrets pools never store
-            on_this_host = provider_class(provider).on_this_host
-        else:
-            provider = provider or "local"
-            settings = settings_from_env(provider, parse_settings(setting))
-            on_this_host = make_provider(provider, settings).on_this_host  # a bad setting: before a run
-        if permission is None:
-            if on_this_host and model != SCRIPTED:
-                raise ConfigError(
-                    f"a real model on the {provider} provider runs unsandboxed, as you, on this host: "
-                    "choose --permission (read-only, edit or full)"
-                )
-            permission = "full"
-        from ..agents.registry import agent_class, get_agent, import_soon, route_model
-
-        chosen = route_model(None if model == SCRIPTED else model, agent)
-        import_soon(agent_class(chosen))  # a valid command's: its SDK, say, imported beside what follows
-        from .drive import RunRequest, drive_run  # see the imports
-
-        options = _agent_options(
-            model, env, permission, option, max_turns=max_turns, output_schema=output_schema
-        )
-        options["ship_cli"] = on_this_host if ship_cli is None else ship_cli
-        full_prompt = _prompt(prompt, image)
-        get_agent(chosen, options).prepare_prompt(full_prompt)  # refused: before a run is recorded
-        request = RunRequest(
-            prompt=prompt,
+        spec = RunSpec(
+            prompt=_prompt(prompt, image),
+            provider=provider or (None if pool else "local"),
+            pool=pool,
+            pool_wait=pool_wait,
+            provider_settings=parse_settings(setting),
+            agent=agent,
             model=model,
-            agent=chosen,
-            options=options,
-            keep_node=keep_node,
-            store=store,
-            json_output=json_output,
+            options=_agent_options(env, option, max_turns=max_turns, output_schema=output_schema),
+            permission=permission,  # type: ignore[arg-type]
+            ship_cli=ship_cli,
+            workspace=workspace,
             deadline=timeout,
             idle_timeout=idle_timeout,
+            keep_node=keep_node,
             agent_grace=agent_grace,
-            pool=pool,
         )
+        from .drive import RunRequest, drive_run  # see the imports
 
-        async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:
-            return await orchestrator.start(
-                full_prompt,
-                provider=None if pool else provider,
-                pool=pool,
-                pool_wait=pool_wait,
-                provider_settings=settings,
-                agent=chosen,
-                options=options,
-                workspace=workspace,
-                deadline=timeout,
-                idle_timeout=idle_timeout,
-                keep_node=keep_node,
-            )
+        request = RunRequest(keep_node=keep_node, store=store, json_output=json_output, pool=pool)
+
+        async def start(orchestrator: Orchestrator) -> Run:
+            return await orchestrator.start(spec)
 
         outcome = anyio.run(drive_run, request, start)
     _exit_for(outcome)
@@ -296,56 +256,34 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
     keep_node: Annotated[bool, typer.Option(help="When paused again, keep the node.")] = False,
     timeout: TimeoutOption = None,
     idle_timeout: IdleTimeoutOption = None,
-    agent_grace: AgentGraceOption = AGENT_GRACE,
+    agent_grace: AgentGraceOption = None,
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Resume a paused (or failed) run with a message, on its kept node or a fresh one, with
     the run's own agent. Its options (model, permission...) are the run's own unless given."""
-    from ..fleet import settings_from_env  # not needed for --help
-
     with errors():
         record = anyio.run(_load_run, store, run_id)
-        settings = settings_from_env(record.node_provider, parse_settings(setting))
-        model = model or json.loads(record.agent_options).get("model") or SCRIPTED
         from .drive import RunRequest, drive_run  # see the imports
 
-        options = _agent_options(model, env, permission, option)
+        request = RunRequest(keep_node=keep_node, store=store, json_output=json_output)
         full_message = _prompt(message, image)
-        request = RunRequest(
-            prompt=message,
-            model=model,
-            agent=record.agent,
-            options=options,
-            keep_node=keep_node,
-            store=store,
-            json_output=json_output,
-            deadline=timeout,
-            idle_timeout=idle_timeout,
-            agent_grace=agent_grace,
-        )
 
-        async def start(orchestrator: Orchestrator, options: dict[str, Any]) -> Run:
+        async def start(orchestrator: Orchestrator) -> Run:
             return await orchestrator.resume_run(
                 run_id,
                 message=full_message,
-                options=options,
-                provider_settings=settings,
+                model=model or json.loads(record.agent_options).get("model") or SCRIPTED,
+                options=_agent_options(env, option, permission=permission),
+                provider_settings=parse_settings(setting),
                 deadline=timeout,
                 idle_timeout=idle_timeout,
                 keep_node=keep_node,
+                agent_grace=agent_grace,
             )
 
         outcome = anyio.run(drive_run, request, start)
     _exit_for(outcome)
-
-
-async def _pool_provider(store: str | None, name: str) -> str:
-    async with await open_store(store) as opened:
-        record = await opened.pools.get(name)
-    if record is None:
-        raise ConfigError(f"no pool {name!r} (see `nodeprov pool ls`)")
-    return record.provider
 
 
 async def _load_run(store: str | None, run_id: str) -> RunRecord:

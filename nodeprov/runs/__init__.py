@@ -17,6 +17,8 @@ Nothing secret is stored or emitted: the agent options' ``env`` never reaches th
 an event; callers pass their options (with credentials) again when resuming.
 
 One concern per module: :mod:`~nodeprov.runs.orchestrator` (the facade),
+:mod:`~nodeprov.runs.spec` (a run as asked, and what it gets when it does not say),
+:mod:`~nodeprov.runs.offline` (the offline scripted models runs are driven on),
 :mod:`~nodeprov.runs.run` (the handle a caller holds), :mod:`~nodeprov.runs.journal`
 (events: sequence, batching, fan-out, replay), :mod:`~nodeprov.runs.lease`,
 :mod:`~nodeprov.runs.launch` (checking and claiming starts and resumes),
@@ -45,9 +47,11 @@ from .orchestrator import Orchestrator
 from .pools import Pool, Pools, PoolStatus
 from .reconcile import ReconcileReport
 from .run import PauseKind, Run
+from .spec import KEPT_AGENT_GRACE, RunSpec
 from .state import TRANSITIONS, RunState
 
 __all__ = [
+    "KEPT_AGENT_GRACE",
     "TRANSITIONS",
     "AgentDetached",
     "AgentMessage",
@@ -64,6 +68,7 @@ __all__ = [
     "RunEvent",
     "RunFinished",
     "RunPaused",
+    "RunSpec",
     "RunStarted",
     "RunState",
     "RunStateError",

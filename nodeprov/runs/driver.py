@@ -116,7 +116,6 @@ class Driver:
         *,
         keep_for: float,
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
-        agent_grace: float | None = None,
         pools: Pools,
     ) -> None:
         self._store = store
@@ -129,9 +128,6 @@ class Driver:
         self._teardown = teardown
         self._keep_for = keep_for
         self._spawn = spawn  # starts a task of the orchestrator's
-        if agent_grace is not None:
-            KeepOptions(grace=agent_grace)  # a grace a keeper cannot keep: ConfigError now, not per run
-        self._agent_grace = agent_grace
 
     def begin(self, run_id: str, plan: Plan, first_seq: int) -> Drive:
         """A drive of ``run_id`` by ``plan``, its ``run.started`` emitted: :meth:`drive` drives it."""
@@ -157,7 +153,17 @@ class Driver:
 
         events = self._journal.stream(run_id, first_seq)
         drive = Drive(
-            Run(run_id, state, events, pause, self._keep_for, keep_node=plan.keep_node), events, plan.agent
+            Run(
+                run_id,
+                state,
+                events,
+                pause,
+                self._keep_for,
+                keep_node=plan.keep_node,
+                agent_grace=plan.agent_grace,
+            ),
+            events,
+            plan.agent,
         )
         return drive
 
@@ -360,7 +366,7 @@ class Driver:
             await self._store.update_run(run.id, project_key=key)
         result: Result | None = None
         resume = plan.resume.agent_session_id if plan.resume is not None and follow is None else None
-        keep = kept_agent(self._store, self._lease, drive, self._agent_grace)
+        keep = kept_agent(self._store, self._lease, drive, plan.agent_grace)
         session = agent.session(
             node, workspace=plan.workspace, resume=resume, archive=self._archive(key), keep=keep
         )

@@ -13,12 +13,15 @@ import anyio
 from ..agents import Agent, AgentOptions
 from ..agents.registry import get_agent, import_soon, route_model
 from ..errors import ConfigError, RunStateError
+from ..fleet import check_image
 from ..node import NodeConfig
+from ..node.keeper import KeepOptions
 from ..prompts import Block, ImageBlock, Prompt, TextBlock, prompt_blocks, prompt_images, prompt_text
 from ..store import RunRecord, SnapshotRecord, Store, dumps, new_id, now
 from .lease import Lease
-from .nodes import Nodes
+from .nodes import Nodes, not_given
 from .pools import Pools
+from .spec import RunSpec, check_limits, run_permission
 from .state import RESUMABLE_STATES, RunState
 
 __all__ = ["Launcher", "Plan"]
@@ -43,78 +46,95 @@ class Plan:
     """The warm pool to claim the first node from (:mod:`nodeprov.runs.pools`)."""
     pool_wait: bool = False
     """Wait for a node of an empty pool, rather than provision one cold."""
+    agent_grace: float | None = None
+    """Seconds the agent is kept with no control plane attached (None: not kept)."""
 
 
 class Launcher:
     """Checks and records what :meth:`Orchestrator.start` and :meth:`Orchestrator.resume`
     are asked, and plans the drive; runs are owned by ``lease``."""
 
-    def __init__(self, store: Store, lease: Lease, nodes: Nodes, pools: Pools) -> None:
+    def __init__(
+        self, store: Store, lease: Lease, nodes: Nodes, pools: Pools, *, agent_grace: float | None
+    ) -> None:
+        if agent_grace is not None:
+            KeepOptions(grace=agent_grace)  # a grace a keeper cannot keep: refused now, not per run
+        self._agent_grace = agent_grace  # a run's, unless its spec says
         self._store = store
         self._lease = lease
         self._nodes = nodes
         self._pools = pools
 
-    async def plan_start(
-        self,
-        prompt: Prompt,
-        *,
-        provider: str | None,
-        pool: str | None,
-        provider_settings: Mapping[str, Any] | None,
-        agent: str | None,
-        options: AgentOptions | Mapping[str, Any] | None,
-        workspace: str,
-        node_config: NodeConfig | None,
-        deadline: float | None,
-        idle_timeout: float | None,
-        run_id: str | None = None,
-    ) -> tuple[RunRecord, Plan]:
+    async def agent_of_token(self, token: str) -> str | None:
+        """The agent of the run a snapshot token resumes (None: no such token or run; the
+        claim says what is wrong)."""
+        peeked = await self._store.peek_snapshot(token)
+        record = await self._store.run(peeked.run_id) if peeked is not None else None
+        return record.agent if record is not None else None
+
+    async def plan_start(self, spec: RunSpec, options: dict[str, Any]) -> tuple[RunRecord, Plan]:
         """The record of a new run (not stored yet: store it with the plan's images) and
-        the plan of its first drive; ``run_id`` as given, or new.
+        the plan of its first drive, by the rules of :mod:`nodeprov.runs.spec`; ``options``
+        are the spec's (:meth:`RunSpec.given_options`), on its offline model if it runs one.
 
         Raises:
-            ProviderNotFoundError, ConfigError: the provider, the agent, or their settings
-                or options are wrong, or the agent refuses the prompt (its images).
-            RunStateError: a run ``run_id`` exists already.
+            ProviderNotFoundError, ConfigError: the spec is wrong (see
+                :meth:`RunSpec.check`), or the provider, the agent, or their settings or
+                options are, or the agent refuses the prompt (its images); no such pool.
+            RunStateError: a run ``spec.run_id`` exists already, or the pool is being removed.
             StoreError: the store failed.
         """
-        if run_id is not None and await self._store.run(run_id) is not None:
-            raise RunStateError(f"run {run_id} exists already")
-        settings = dict(provider_settings or {})
-        if (provider is None) == (pool is None):
-            raise ConfigError("start a run with a provider or a pool, not both")
-        if pool is not None:
-            if node_config is not None:
-                raise ConfigError(f"a run from pool {pool!r} is made from the pool's node template")
-            provider, settings, node_config = await self._pools.template(pool, settings)
-        assert provider is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
+        spec.check()
+        if spec.run_id is not None and await self._store.run(spec.run_id) is not None:
+            raise RunStateError(f"run {spec.run_id} exists already")
+        node_config = spec.node_config
+        if spec.pool is not None:  # read once: its provider, settings and template
+            provider, settings, node_config = await self._pools.template(
+                spec.pool, lambda name: {**self._nodes.secrets(name), **spec.provider_settings}
+            )
+        else:
+            assert spec.provider is not None  # noqa: S101 - narrows a type: spec.check() says so
+            provider, settings = (
+                spec.provider,
+                {**self._nodes.defaults(spec.provider), **spec.provider_settings},
+            )
         # Fail now, not in the background; store what another environment needs to find the node.
-        checked = (await self._nodes.provider(provider, settings)).resolved_settings()
-        model = options.model if isinstance(options, AgentOptions) else (options or {}).get("model")
-        chosen = await _agent_of(lambda: get_agent(route_model(model, agent), options))
-        blocks = chosen.prepare_prompt(prompt)
-        _check_limits(deadline, idle_timeout)
-        if pool is not None and chosen.options.ship_cli:
-            _check_shipped(pool, chosen, node_config)
-        session = await self._store.active_session(workspace, chosen.name)
-        run_id = run_id or new_id("run")
+        made = await self._nodes.provider(provider, settings)
+        check_image(made)
+        checked = made.resolved_settings()
+        options = dict(options)
+        model = spec.model if spec.model is not None else options.get("model")
+        options["permission"] = run_permission(
+            options.get("permission"), model=model, provider=provider, on_this_host=made.on_this_host
+        )
+        options.setdefault("ship_cli", made.on_this_host)
+        chosen = await _agent_of(lambda: get_agent(route_model(options.get("model"), spec.agent), options))
+        blocks = chosen.prepare_prompt(spec.prompt)
+        if spec.pool is not None and chosen.options.ship_cli:
+            _check_shipped(spec.pool, chosen, node_config)
+        grace = self._agent_grace if spec.agent_grace is None else spec.agent_grace or None
+        if grace is not None:
+            KeepOptions(grace=grace)  # a grace a keeper cannot keep: refused now
+        session = await self._store.active_session(spec.workspace, chosen.name)
+        run_id = spec.run_id or new_id("run")
         plan = Plan(
             blocks,
             provider,
             settings,
             chosen,
-            workspace,
+            spec.workspace,
             node_config or NodeConfig(),
-            None,
-            deadline,
-            idle_timeout,
-            pool=pool,
+            deadline=spec.deadline,
+            idle_timeout=spec.idle_timeout,
+            keep_node=spec.keep_node,
+            pool=spec.pool,
+            pool_wait=spec.pool_wait,
+            agent_grace=grace,
         )
         record = RunRecord(
             id=run_id,
             session_id=session.id,
-            workspace_id=workspace,
+            workspace_id=spec.workspace,
             prompt=prompt_text(blocks),
             prompt_blocks=_blocks_json(blocks),
             node_provider=provider,
@@ -133,6 +153,7 @@ class Launcher:
             pause_request=None,
             created_at=now(),
             updated_at=now(),
+            agent_grace=grace or 0.0,
         )
         return record, plan
 
@@ -145,6 +166,7 @@ class Launcher:
         given_settings: dict[str, Any],
         deadline: float | None,
         idle_timeout: float | None,
+        agent_grace: float | None,
     ) -> SnapshotRecord:
         """Check a resume (see :meth:`Orchestrator.resume`), then use up ``token``.
 
@@ -156,7 +178,9 @@ class Launcher:
             RunStateError: the run is not paused or failed, or its workspace's session was
                 archived.
         """
-        _check_limits(deadline, idle_timeout)
+        check_limits(deadline, idle_timeout, agent_grace)
+        if agent_grace:
+            KeepOptions(grace=agent_grace)  # a grace a keeper cannot keep: refused before the token is used
         peeked = await self._store.peek_snapshot(token)
         if peeked is not None and peeked.used_at is None:  # else claiming says what is wrong
             current = await self._store.run(peeked.run_id)
@@ -165,7 +189,12 @@ class Launcher:
                     f"run {current.id} is {current.state}: only a paused or failed run can be resumed"
                 )
             missing = (
-                sorted(set(json.loads(current.node_secret_fields)) - set(given_settings)) if current else []
+                not_given(
+                    current.node_secret_fields,
+                    {**self._nodes.secrets(current.node_provider), **given_settings},
+                )
+                if current
+                else []
             )
             if missing:
                 raise ConfigError(
@@ -196,6 +225,7 @@ class Launcher:
         *,
         deadline: float | None,
         idle_timeout: float | None,
+        agent_grace: float | None,
     ) -> Plan:
         """Take the run of a claimed ``snapshot`` over (a compare-and-set from paused or
         failed) and plan its drive.
@@ -209,6 +239,7 @@ class Launcher:
         if record is None:
             raise RunStateError(f"run {snapshot.run_id} is gone")
         agent = await _agent_of(lambda: _resumed_agent(record, options))
+        grace = self._grace_of(record) if agent_grace is None else agent_grace or None
         if not await self._store.update_run(
             record.id,
             expect_states=RESUMABLE_STATES,
@@ -217,10 +248,11 @@ class Launcher:
             outcome=None,
             error=None,
             pause_request=None,
+            agent_grace=grace or 0.0,
         ):
             raise RunStateError(f"run {record.id} was resumed by another control plane")
         await self._store.use_snapshots(record.id)  # an earlier pause's token must not fork the run
-        settings = {**json.loads(record.node_settings), **given_settings}
+        settings = {**self._nodes.settings_for(record), **given_settings}
         blocks = prompt_blocks(message)
         await self._store.images.put(prompt_images(blocks), run_id=record.id)
         if snapshot.agent_session_id is None:  # the agent never started: start it afresh
@@ -236,6 +268,7 @@ class Launcher:
             snapshot,
             deadline,
             idle_timeout,
+            agent_grace=grace,
         )
 
     async def plan_adoption(self, record: RunRecord) -> Plan:
@@ -249,7 +282,20 @@ class Launcher:
         agent = await _agent_of(lambda: get_agent(record.agent, json.loads(record.agent_options)))
         config = NodeConfig.model_validate_json(record.node_config)
         settings = self._nodes.settings_for(record)
-        return Plan((), record.node_provider, settings, agent, record.workspace_id, config)
+        return Plan(
+            (),
+            record.node_provider,
+            settings,
+            agent,
+            record.workspace_id,
+            config,
+            agent_grace=self._grace_of(record),
+        )
+
+    def _grace_of(self, record: RunRecord) -> float | None:
+        """The run's own agent grace (None: not kept); a run stored before runs kept theirs
+        (NULL), this control plane's."""
+        return self._agent_grace if record.agent_grace is None else record.agent_grace or None
 
     async def _stored_prompt(self, record: RunRecord) -> tuple[Block, ...]:
         """The run's first prompt, its images read back from the store.
@@ -289,17 +335,6 @@ class Launcher:
         if not unused:
             raise RunStateError(f"run {run_id} has no snapshot to resume from")
         return unused[-1].token
-
-
-def _check_limits(deadline: float | None, idle_timeout: float | None) -> None:
-    """Refuse a limit that is not a positive number of seconds.
-
-    Raises:
-        ConfigError: ``deadline`` or ``idle_timeout`` is not a positive number.
-    """
-    for name, value in (("deadline", deadline), ("idle_timeout", idle_timeout)):
-        if value is not None and not 0 < value < float("inf"):
-            raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
 
 
 def _blocks_json(blocks: tuple[Block, ...]) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 from ..errors import NodeGoneError, NodeprovError
 from ..fleet import Fleet
 from ..node import NodeProvider
+from ..registry import provider_class
 from ..store import NodeRecord, NodeRecordState, RunRecord, Store
 
 __all__ = ["Nodes", "not_given"]
@@ -27,9 +28,9 @@ def not_given(secret_fields: str, given: Mapping[str, Any]) -> list[str]:
 
 class Nodes:
     """Providers made once each, with what they were made with (a :class:`~nodeprov.fleet.Fleet`
-    that reads no environment: a run's settings are all it is made with);
-    ``provider_settings`` (per provider) are laid over a run's stored settings when acting
-    on runs driven elsewhere."""
+    that reads no environment: a run's settings are all it is made with). This control
+    plane's ``provider_settings`` (per provider) are laid under a new run's own, and their
+    secrets over what a run or a pool stored."""
 
     def __init__(self, store: Store, provider_settings: dict[str, dict[str, Any]]) -> None:
         self._store = store
@@ -54,16 +55,38 @@ class Nodes:
         return await self.provider(record.node_provider, self.settings_for(record))
 
     def settings_for(self, record: RunRecord) -> dict[str, Any]:
-        """A run's provider settings as stored, with this control plane's laid over."""
-        return self.laid_over(record.node_provider, record.node_settings)
+        """A run's provider settings as stored, with this control plane's secrets laid over."""
+        return self.laid_over(record.node_provider, record.node_settings, record.node_secret_fields)
+
+    def defaults(self, provider: str) -> dict[str, Any]:
+        """This control plane's settings for ``provider``: a new run's, under its own."""
+        return dict(self._provider_settings.get(provider, {}))
+
+    def secrets(self, provider: str) -> dict[str, Any]:
+        """This control plane's secret settings for ``provider`` (those its settings model
+        declares secret), the ones stored runs and pools never hold.
+
+        Raises:
+            ProviderNotFoundError, ConfigError: the provider does not load.
+        """
+        given = self._provider_settings.get(provider, {})
+        if not given:
+            return {}
+        secret = provider_class(provider).settings_model.secret_fields()
+        return {name: value for name, value in given.items() if name in secret}
 
     def not_given(self, provider: str, secret_fields: str) -> list[str]:
         """Which of ``secret_fields`` this control plane was not given for ``provider``."""
         return not_given(secret_fields, self._provider_settings.get(provider, {}))
 
-    def laid_over(self, provider: str, stored: str) -> dict[str, Any]:
-        """Provider settings as stored (JSON), with this control plane's for ``provider`` laid over."""
-        return {**json.loads(stored), **self._provider_settings.get(provider, {})}
+    def laid_over(self, provider: str, stored: str, secret_fields: str) -> dict[str, Any]:
+        """Provider settings as stored (JSON), with this control plane's values of their
+        ``secret_fields`` (JSON list) laid over: the rest is the run's or the pool's own."""
+        given = self._provider_settings.get(provider, {})
+        return {
+            **json.loads(stored),
+            **{name: given[name] for name in json.loads(secret_fields) if name in given},
+        }
 
     async def drop_kept(self, run_id: str) -> None:
         """Destroy the nodes kept by earlier pauses of ``run_id`` (its resume does not use

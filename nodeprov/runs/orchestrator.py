@@ -75,15 +75,15 @@ import socket
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping
 from contextlib import suppress
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import anyio
 from anyio.abc import TaskGroup
 
 from ..agents import AgentOptions
 from ..errors import ConfigError, NodeprovError, RunStateError
-from ..node import GarbageReport, NodeConfig, NodeProvider
-from ..prompts import Prompt, prompt_images
+from ..node import GarbageReport, NodeProvider
+from ..prompts import Prompt, prompt_blocks, prompt_images, prompt_text
 from ..store import Store, patience
 from .driver import Drive, Driver, Steps, Teardown
 from .events import RunEvent
@@ -92,12 +92,14 @@ from .keeping import Takeover
 from .launch import Launcher, Plan
 from .lease import Lease, owner_lives
 from .nodes import Nodes
+from .offline import OfflineModels
 from .pauses import PauseRequests
 from .pool_keeping import PoolKeeper
 from .pools import Pools
 from .reconcile import Reconciler, ReconcileReport, every
 from .retention import DEFAULT_RETENTION
 from .run import PauseKind, Run
+from .spec import RunFields, RunSpec
 
 __all__ = ["Orchestrator"]
 
@@ -130,14 +132,17 @@ class Orchestrator:
         if not keep_for > 0:
             raise ConfigError(f"keep_for must be positive, got {keep_for!r}")
         self.agent_grace = agent_grace
-        """Seconds a run's agent runs on, kept, with no control plane attached; reconcile takes
-        such runs over with ``take_over`` (None: not kept, stopped when its channel closes)."""
+        """Seconds a run's agent runs on, kept, with no control plane attached, unless its spec
+        says (None: not kept, stopped when its channel closes); with it, reconcile takes the
+        runs of dead control planes whose agents are kept over (``take_over``)."""
         self.store = store
         self.keep_for = keep_for
         """How long a node kept for a paused run's resume is kept at most (a day by default)."""
         self.provider_settings = {name: dict(given) for name, given in (provider_settings or {}).items()}
-        """Per provider, settings laid over what a run stored, when this control plane acts on
-        runs it does not drive (reconcile, garbage collection): the secrets runs never store."""
+        """Per provider, this control plane's settings: laid under a new run's own (the CLI and
+        the service give the environment's, ``NODEPROV_<PROVIDER>_<FIELD>``), and, of them, the
+        secrets runs and pools never store laid over what they stored, whenever it acts on one
+        (a resume, reconcile, a take-over, garbage collection)."""
         self.holder = holder or f"{socket.gethostname()} pid {os.getpid()}"
         self.lease_ttl = lease_ttl
         self.reconcile_interval = lease_ttl / 2 if reconcile_interval is None else reconcile_interval
@@ -165,10 +170,10 @@ class Orchestrator:
             self._teardown,
             keep_for=keep_for,
             spawn=self._spawn,
-            agent_grace=agent_grace,
             pools=self.pools,
         )
-        self._launcher = Launcher(store, self._lease, self._nodes, self.pools)
+        self._launcher = Launcher(store, self._lease, self._nodes, self.pools, agent_grace=agent_grace)
+        self._models = OfflineModels()
         self._pauses = PauseRequests(store, self._lease, live=self._runs.get, spawn=self._spawn)
         self._takeover = Takeover(
             store,
@@ -193,6 +198,7 @@ class Orchestrator:
 
     async def __aenter__(self) -> Self:
         await self._lease.take()
+        await self._models.__aenter__()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(every, self.lease_ttl / 3, self._lease.renew, "lease heartbeat")
@@ -221,6 +227,7 @@ class Orchestrator:
                 await self._lease.release()
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
                 await self._nodes.aclose()  # their connections; the nodes stay
+            await self._models.__aexit__(None, None, None)  # the runs are over: each held its model
 
     def _abort_runs(self) -> None:
         """The lease was lost: another control plane may take the runs over."""
@@ -247,99 +254,67 @@ class Orchestrator:
         except KeyError:
             raise RunStateError(f"run {run_id} is not driven by this control plane") from None
 
-    async def start(
-        self,
-        prompt: Prompt,
-        *,
-        provider: str | None = None,
-        pool: str | None = None,
-        pool_wait: bool = False,
-        provider_settings: Mapping[str, Any] | None = None,
-        agent: str | None = None,
-        options: AgentOptions | Mapping[str, Any] | None = None,
-        workspace: str = "default",
-        node_config: NodeConfig | None = None,
-        deadline: float | None = None,
-        idle_timeout: float | None = None,
-        run_id: str | None = None,
-        keep_node: bool = False,
-    ) -> Run:
-        """Start a run of ``prompt`` on a new node of ``provider``, or one claimed from the warm
-        ``pool`` (:mod:`nodeprov.runs.pools`; its provider, settings with ``provider_settings``
-        laid over, and node template; when it has none ready, a node made cold from them, or
-        with ``pool_wait`` one waited for); returns at once.
-
-        ``prompt`` is text, or text and image blocks (:mod:`nodeprov.prompts`), checked
-        against the agent's model before anything is provisioned (see
-        :meth:`~nodeprov.agents.Agent.prepare_prompt`); the run keeps its images by hash.
-
-        ``agent`` names the agent (see :func:`~nodeprov.registry.route_model`: by default
-        the one the options' model routes to); ``options`` are its options (its options
-        model, or a mapping of them). The workspace's session follows the agent: a run of
-        another agent than the workspace's last one archives that session.
-
-        ``deadline`` bounds the whole run in seconds (provisioning included);
-        ``idle_timeout`` bounds the time the agent may go without progress (a message other
-        than the agent's model-API retry notices). Either ends the run as failed, with the
-        cause: the model API's last error when it kept failing.
-
-        ``run_id`` names the run (new ids are made otherwise): a caller that must never
-        start a run twice (a service retrying a request) chooses the id first.
-
-        ``keep_node`` keeps the node for the resume when a pause does not say otherwise (a
-        pause request from another process, or this control plane shutting down).
+    async def start(self, spec: Prompt | RunSpec, /, **fields: Unpack[RunFields]) -> Run:
+        """Start a run, given as a :class:`~nodeprov.runs.RunSpec` or as its prompt and
+        fields (see :class:`~nodeprov.runs.RunSpec` for each, and :mod:`nodeprov.runs.spec`
+        for what is decided when left out); returns at once, the run starting.
 
         Raises:
-            ProviderNotFoundError, ConfigError: the provider, the agent, or their settings
-                or options are wrong, or the agent refuses the prompt's images (a model
-                that cannot see them; too many, too large, or of a type its API refuses);
-                neither or both of ``provider`` and ``pool`` are given; no such pool.
+            ProviderNotFoundError, ConfigError: the spec is wrong (neither or both of a
+                provider and a pool, a bad limit), the provider, the agent, or their
+                settings or options are, or the agent refuses the prompt's images (a model
+                that cannot see them; too many, too large, or of a type its API refuses); a
+                real model on this machine without a permission; no such pool.
             RunStateError: a run ``run_id`` exists already, or the pool is being removed.
             StoreError: the store failed.
         """
-        record, plan = await self._launcher.plan_start(
-            prompt,
-            provider=provider,
-            pool=pool,
-            provider_settings=provider_settings,
-            agent=agent,
-            options=options,
-            workspace=workspace,
-            node_config=node_config,
-            deadline=deadline,
-            idle_timeout=idle_timeout,
-            run_id=run_id,
+        if isinstance(spec, RunSpec):
+            if fields:
+                raise ConfigError("give a RunSpec, or a prompt and its fields, not both")
+        else:
+            spec = RunSpec(prompt=spec, **fields)
+        spec.check()
+        agent = await spec.agent_name()
+        chosen = dataclasses.replace(spec, agent=agent)
+
+        async def launch(options: dict[str, Any]) -> Run:
+            record, plan = await self._launcher.plan_start(chosen, options)
+            self._launching.add(record.id)
+            try:
+                await self.store.create_run(record, prompt_images(plan.prompt))
+                return await self._launch(record.id, plan)
+            finally:
+                self._launching.discard(record.id)
+
+        return await self._models.start(
+            spec.model, agent, prompt_text(prompt_blocks(spec.prompt)), chosen.given_options(), launch
         )
-        self._launching.add(record.id)
-        try:
-            await self.store.create_run(record, prompt_images(plan.prompt))
-            return await self._launch(
-                record.id, dataclasses.replace(plan, keep_node=keep_node, pool_wait=pool_wait)
-            )
-        finally:
-            self._launching.discard(record.id)
 
     async def resume(
         self,
         token: str,
         *,
         message: Prompt = "continue",
+        model: str | None = None,
         options: AgentOptions | Mapping[str, Any] | None = None,
         provider_settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         idle_timeout: float | None = None,
         keep_node: bool = False,
+        agent_grace: float | None = None,
     ) -> Run:
         """Resume a paused (or failed) run from its snapshot token; the token is used up.
 
         The run's own agent resumes its session: on a kept node there; otherwise a fresh
         node is provisioned and the agent's session state restored onto it first.
         ``options`` are laid over the run's stored ones, and carry what was never stored
-        (``env``, with credentials). ``provider_settings`` are laid over the stored ones:
-        the run's secret settings (never stored) must be given again. A run paused before
+        (``env``, with credentials); ``model`` over theirs, as for :meth:`start`.
+        ``provider_settings`` are laid over the stored ones: the run's secret settings (never
+        stored) must be given again, unless this control plane has them. A run paused before
         its agent ever started is started again with its own prompt (its images too),
         followed by ``message`` unless that is ``"continue"``. ``message`` may hold images,
-        as a prompt of :meth:`start`. ``keep_node`` as for :meth:`start`.
+        as a prompt of :meth:`start`. ``keep_node`` as for :meth:`start`; ``agent_grace``
+        too, the run's own when None.
 
         Raises:
             TokenError: the token is unknown or used already.
@@ -351,50 +326,47 @@ class Orchestrator:
                 control plane resumed it first.
         """
         given = dict(provider_settings or {})
-        snapshot = await self._launcher.claim(
-            token,
-            message=message,
-            options=options,
-            given_settings=given,
-            deadline=deadline,
-            idle_timeout=idle_timeout,
-        )
-        self._launching.add(snapshot.run_id)
-        try:
-            plan = await self._launcher.plan_resume(
-                snapshot, message, options, given, deadline=deadline, idle_timeout=idle_timeout
-            )
-            return await self._launch(snapshot.run_id, dataclasses.replace(plan, keep_node=keep_node))
-        finally:
-            self._launching.discard(snapshot.run_id)
+        laid = RunSpec(prompt=message, model=model, options=options).given_options()
+        agent = await self._launcher.agent_of_token(token)
 
-    async def resume_run(
-        self,
-        run_id: str,
-        *,
-        message: Prompt = "continue",
-        options: AgentOptions | Mapping[str, Any] | None = None,
-        provider_settings: Mapping[str, Any] | None = None,
-        deadline: float | None = None,
-        idle_timeout: float | None = None,
-        keep_node: bool = False,
-    ) -> Run:
-        """Resume ``run_id`` from its latest unused snapshot (see :meth:`resume`).
+        async def launch(on_model: dict[str, Any]) -> Run:
+            snapshot = await self._launcher.claim(
+                token,
+                message=message,
+                options=on_model,
+                given_settings=given,
+                deadline=deadline,
+                idle_timeout=idle_timeout,
+                agent_grace=agent_grace,
+            )
+            self._launching.add(snapshot.run_id)
+            try:
+                plan = await self._launcher.plan_resume(
+                    snapshot,
+                    message,
+                    on_model,
+                    given,
+                    deadline=deadline,
+                    idle_timeout=idle_timeout,
+                    agent_grace=agent_grace,
+                )
+                return await self._launch(snapshot.run_id, dataclasses.replace(plan, keep_node=keep_node))
+            finally:
+                self._launching.discard(snapshot.run_id)
+
+        text = prompt_text(prompt_blocks(message))
+        return await self._models.start(model, agent or "", text, laid, launch)
+
+    async def resume_run(self, run_id: str, **how: Any) -> Run:
+        """Resume ``run_id`` from its latest unused snapshot (see :meth:`resume`, whose
+        keyword arguments it takes).
 
         Raises:
             RunStateError: the run does not exist, is not paused or failed, or has no
                 snapshot left to resume from.
             ConfigError: as :meth:`resume`.
         """
-        return await self.resume(
-            await self._launcher.latest_token(run_id),
-            message=message,
-            options=options,
-            provider_settings=provider_settings,
-            deadline=deadline,
-            idle_timeout=idle_timeout,
-            keep_node=keep_node,
-        )
+        return await self.resume(await self._launcher.latest_token(run_id), **how)
 
     async def _launch(self, run_id: str, plan: Plan) -> Run:
         if self._tg is None:
@@ -457,7 +429,7 @@ class Orchestrator:
         take over once this control plane leaves (:meth:`adopt`). Raises RunStateError: it is
         not driven here, or its agent is not kept."""
         drive = self._runs.get(run_id)
-        if drive is None or self.agent_grace is None:
+        if drive is None or drive.run.agent_grace is None:
             raise RunStateError(f"run {run_id} is not driven here with its agent kept")
         drive.detach()
         await drive.events.wait_ended()

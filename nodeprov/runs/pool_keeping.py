@@ -145,7 +145,8 @@ class PoolKeeper:
         name = record.name
         try:
             provider = await self._nodes.provider(
-                record.provider, self._nodes.laid_over(record.provider, record.provider_settings)
+                record.provider,
+                self._nodes.laid_over(record.provider, record.provider_settings, record.secret_fields),
             )
         except NodeprovError as error:
             await self._store.pools.note_failure(name, first_line(error), _MAX_BACKOFF)

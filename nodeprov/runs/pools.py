@@ -220,13 +220,15 @@ class Pools:
             return True
         return False
 
-    async def template(self, name: str, given: Mapping[str, Any]) -> tuple[str, dict[str, Any], NodeConfig]:
-        """The provider, settings (the stored ones with ``given`` laid over: the secrets)
-        and node template of pool ``name``, for a run that claims from it.
+    async def template(
+        self, name: str, given: Callable[[str], Mapping[str, Any]]
+    ) -> tuple[str, dict[str, Any], NodeConfig]:
+        """The provider, settings (the stored ones with ``given(provider)`` laid over: the
+        secrets) and node template of pool ``name``, for a run that claims from it.
 
         Raises:
             ConfigError: there is no such pool, or a secret setting it was made with is
-                not in ``given``.
+                not given.
             RunStateError: the pool is being removed.
         """
         record = await self._store.pools.get(name)
@@ -234,12 +236,13 @@ class Pools:
             raise ConfigError(f"no pool {name!r}")
         if record.state != "active":
             raise RunStateError(f"pool {name!r} is being removed")
-        missing = not_given(record.secret_fields, given)
+        laid = given(record.provider)
+        missing = not_given(record.secret_fields, laid)
         if missing:
             raise ConfigError(
                 f"pool {name!r} was made with secret settings to give again: {', '.join(missing)}"
             )
-        settings = {**json.loads(record.provider_settings), **given}
+        settings = {**json.loads(record.provider_settings), **laid}
         return record.provider, settings, NodeConfig.model_validate_json(record.node_config)
 
     async def claim(

@@ -257,7 +257,8 @@ class Reconciler:
                 continue
             try:
                 platform = await self._nodes.provider(
-                    pool.provider, self._nodes.laid_over(pool.provider, pool.provider_settings)
+                    pool.provider,
+                    self._nodes.laid_over(pool.provider, pool.provider_settings, pool.secret_fields),
                 )
             except NodeprovError as error:
                 logger.warning("pool %s: cannot end its nodes past max_age here: %s", pool.name, error)

@@ -44,6 +44,7 @@ class Run:
         keep_for: float,
         *,
         keep_node: bool = False,
+        agent_grace: float | None = None,
     ) -> None:
         self.id = run_id
         self.state = state
@@ -56,7 +57,9 @@ class Run:
         self._pause = pause  # the driver's: stops the agent, saves the snapshot
         self._keep_for = keep_for
         self.keep_node = keep_node
-        """Whether a pause that does not say keeps the node (see :meth:`Orchestrator.start`)."""
+        """Whether a pause that does not say keeps the node (see :class:`~nodeprov.runs.RunSpec`)."""
+        self.agent_grace = agent_grace
+        """Seconds its agent runs on, kept, with no control plane attached (None: not kept)."""
 
     def events(self, *, after: int | None = None) -> AsyncIterator[RunEvent]:
         """The events of this drive of the run from its ``run.started`` (a late subscriber

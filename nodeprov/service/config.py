@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from ..runs.spec import KEPT_AGENT_GRACE
 from ..settings import Settings
 
 __all__ = ["ServiceConfig", "is_loopback"]
@@ -95,7 +96,7 @@ class ServiceConfig(Settings):
     )
     lease_ttl: float = Field(default=30.0, gt=0, description="The replica's lease in the store, in seconds.")
     agent_grace: float | None = Field(
-        default=180.0,
+        default=KEPT_AGENT_GRACE,
         ge=2,
         description="Keep each run's agent on its node: it outlives a dropped connection and a dead "
         "replica for this many seconds with none attached, and any replica's reconcile takes such a "

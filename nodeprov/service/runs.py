@@ -11,11 +11,9 @@ import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from ..agents.registry import SCRIPTED, route_model
+from ..agents.registry import SCRIPTED
 from ..errors import ConfigError, RunStateError
-from ..fleet import secret_settings_from_env, settings_from_env
-from ..prompts import prompt_text
-from ..runs import Run, RunState
+from ..runs import RunSpec, RunState
 from ..store import DEFAULT_TENANT, RunRecord, SessionRecord, SnapshotRecord, new_id
 from .answers import PausedRunOut, RunDetailOut, RunOut, SessionOut, WorkspaceDetailOut, WorkspaceOut
 from .audit import note
@@ -76,12 +74,10 @@ async def _load(service: Service, who: Principal, run_id: str) -> RunRecord:
     return record
 
 
-def _options(body: RunIn | ResumeIn, model: str | None) -> dict[str, Any]:
+def _options(body: RunIn | ResumeIn) -> dict[str, Any]:
     options: dict[str, Any] = {**body.options, "env": dict(body.env)}
-    if model is not None:
-        options["model"] = None if model == SCRIPTED else model
-    if body.permission is not None:
-        options["permission"] = body.permission
+    if isinstance(body, RunIn) and body.output_schema is not None:
+        options["output_schema"] = body.output_schema
     return options
 
 
@@ -104,25 +100,34 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
     """Start a run on a new node, or one claimed from a warm pool; returns at once (follow its events)."""
     forbid(who, "runs")
     service = service_of(request)
-    name, stored = await _provider_of(service, who, body)
-    service.check_provider(name)
     config = service.config
+    spec = RunSpec(
+        prompt=prompt_of(body.prompt),
+        provider=body.provider,
+        pool=None if body.pool is None else pool_name(who, body.pool),
+        pool_wait=body.pool_wait,
+        provider_settings=body.settings,
+        node_config=None
+        if body.pool
+        else body.node.config(owner=service.orchestrator.owner, default_ttl=config.node_ttl),
+        agent=body.agent,
+        model=body.model,
+        options=_options(body),
+        permission=body.permission,
+        workspace=workspace_name(who, body.workspace),
+        deadline=body.timeout,
+        idle_timeout=body.idle_timeout,
+        keep_node=body.keep_node,
+        agent_grace=body.agent_grace,
+    )
+    spec.check()
+    name = await _provider_of(service, who, body)
+    service.check_provider(name)
     check_settings(name, body.settings, config.allow_settings)
-    agent = route_model(None if body.model == SCRIPTED else body.model, body.agent)
+    agent = await spec.agent_name()
     check_options(agent, body.options, config.allow_options)
     check_env(body.env, config.allow_env)
-    provider = await service.fleet.provider(name, stored | body.settings)
-    options = _options(body, body.model)
-    if body.permission is None:
-        if provider.on_this_host and body.model != SCRIPTED:
-            raise ConfigError(
-                f"a real model on the {name} provider runs unsandboxed on the service's host: "
-                "choose a permission (read-only, edit or full)"
-            )
-        options["permission"] = "full"
-    if body.output_schema is not None:
-        options["output_schema"] = body.output_schema
-    options.setdefault("ship_cli", provider.on_this_host)
+    _check_grace(body.agent_grace, config.agent_grace)
     run_id = new_id("run")
     if key is not None:
         claim = await claim_key(
@@ -153,34 +158,8 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
         options=sorted(body.options),
         env=sorted(body.env),
     )
-    prompt = prompt_of(body.prompt)
-    if body.pool is None:
-        settings = await anyio.to_thread.run_sync(settings_from_env, name, body.settings)
-    else:  # the pool's settings, and the secrets they never store
-        secrets = await anyio.to_thread.run_sync(secret_settings_from_env, name)
-        settings = secrets.get(name, {}) | body.settings
-
-    async def start(on_model: dict[str, Any]) -> Run:
-        return await service.orchestrator.start(
-            prompt,
-            provider=body.provider,
-            pool=None if body.pool is None else pool_name(who, body.pool),
-            pool_wait=body.pool_wait,
-            provider_settings=settings,
-            agent=agent,
-            options=on_model,
-            workspace=workspace_name(who, body.workspace),
-            node_config=None
-            if body.pool
-            else body.node.config(owner=service.orchestrator.owner, default_ttl=service.config.node_ttl),
-            deadline=body.timeout,
-            idle_timeout=body.idle_timeout,
-            run_id=run_id,
-            keep_node=body.keep_node,
-        )
-
     try:
-        run = await service.start_on_model(body.model, agent, prompt_text(prompt), options, start)
+        run = await service.orchestrator.start(dataclasses.replace(spec, agent=agent, run_id=run_id))
     except BaseException:
         with anyio.CancelScope(shield=True):
             if await service.store.run(run_id) is None:  # nothing was made: a retry starts afresh
@@ -193,19 +172,28 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
     return JSONResponse(run_body(who, await _load(service, who, run.id)), 201)
 
 
-async def _provider_of(service: Service, who: Principal, body: RunIn) -> tuple[str, dict[str, Any]]:
-    """The provider of a run to start, and the settings stored for it (a pool's)."""
-    if (body.provider is None) == (body.pool is None):
-        raise ConfigError("a run names a provider or a pool, not both")
+def _check_grace(asked: float | None, offered: float | None) -> None:
+    """A run's agent is kept no longer than the operator keeps agents (``--agent-grace``).
+
+    Raises:
+        ConfigError: it asks for longer, or for a kept agent where none are kept.
+    """
+    if asked and (offered is None or asked > offered):
+        kept = f"at most {offered:g} s" if offered is not None else "not at all (serve --agent-grace 0)"
+        raise ConfigError(f"agent_grace: this service keeps agents {kept}")
+
+
+async def _provider_of(service: Service, who: Principal, body: RunIn) -> str:
+    """The provider of a run to start (a pool's: it must be the caller's), for the policy."""
     if body.pool is None:
-        assert body.provider is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
-        return body.provider, {}
+        assert body.provider is not None  # noqa: S101 - narrows a type: RunSpec.check says so
+        return body.provider
     if body.node.model_fields_set:
-        raise ConfigError("a run from a pool gets a node of the pool's template: give no `node`")
+        raise ConfigError(f"a run from pool {body.pool!r} gets a node of its template: give no node config")
     record = await service.store.pools.get(pool_name(who, body.pool))
     if record is None:
         raise ServiceError(404, "pool_not_found", f"no pool {body.pool!r}")
-    return record.provider, json.loads(record.provider_settings)
+    return record.provider
 
 
 @router.get(
@@ -290,10 +278,7 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
     check_settings(record.node_provider, body.settings, service.config.allow_settings)
     check_options(record.agent, body.options, service.config.allow_options)
     check_env(body.env, service.config.allow_env)
-    # The run's secret settings are never stored: the service's environment gives them again.
-    secrets = await anyio.to_thread.run_sync(secret_settings_from_env, record.node_provider)
-    model = body.model or json.loads(record.agent_options).get("model") or SCRIPTED
-    message = prompt_of(body.message)
+    _check_grace(body.agent_grace, service.config.agent_grace)
     await note(
         request,
         who,
@@ -305,20 +290,16 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
         options=sorted(body.options),
         env=sorted(body.env),
     )
-
-    async def resume(on_model: dict[str, Any]) -> Run:
-        return await service.orchestrator.resume_run(
-            run_id,
-            message=message,
-            options=on_model,
-            provider_settings=secrets.get(record.node_provider, {}) | body.settings,
-            deadline=body.timeout,
-            idle_timeout=body.idle_timeout,
-            keep_node=body.keep_node,
-        )
-
-    run = await service.start_on_model(
-        model, record.agent, prompt_text(message), _options(body, model), resume
+    run = await service.orchestrator.resume_run(
+        run_id,
+        message=prompt_of(body.message),
+        model=body.model or json.loads(record.agent_options).get("model") or SCRIPTED,
+        options={**_options(body), **({"permission": body.permission} if body.permission else {})},
+        provider_settings=body.settings,
+        deadline=body.timeout,
+        idle_timeout=body.idle_timeout,
+        keep_node=body.keep_node,
+        agent_grace=body.agent_grace,
     )
     return run_body(who, await _load(service, who, run.id))
 

@@ -234,6 +234,14 @@ class RunIn(_Body):
         default="default", description="The workspace whose agent session the run continues."
     )
     keep_node: bool = Field(default=False, description="Keep the node when the run pauses, for its resume.")
+    agent_grace: float | None = Field(
+        default=None,
+        ge=0,
+        le=_LONGEST,
+        allow_inf_nan=False,
+        description="Seconds the agent runs on, kept, with nobody attached (0: not kept); at most the "
+        "service's --agent-grace, which is the default.",
+    )
     timeout: float | None = Field(
         default=None,
         gt=0,
@@ -300,5 +308,13 @@ class ResumeIn(_Body):
         description="Provider settings over the run's stored ones (its secret ones again).",
     )
     keep_node: bool = Field(default=False, description="Keep the node when the run pauses again.")
+    agent_grace: float | None = Field(
+        default=None,
+        ge=0,
+        le=_LONGEST,
+        allow_inf_nan=False,
+        description="Seconds the agent runs on, kept, with nobody attached (0: not kept); at most the "
+        "service's --agent-grace; default: the run's own.",
+    )
     timeout: float | None = Field(default=None, gt=0, le=_LONGEST, allow_inf_nan=False)
     idle_timeout: float | None = Field(default=None, gt=0, le=_LONGEST, allow_inf_nan=False)

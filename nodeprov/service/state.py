@@ -7,21 +7,20 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Annotated, Any
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..agents.registry import SCRIPTED, agent_class, agent_names, import_soon, on_model
+from ..agents.registry import agent_class, agent_names, import_soon
 from ..errors import NodeprovError, log_failure
-from ..fleet import Fleet, secret_settings_from_env
+from ..fleet import Fleet, provider_settings_from_env
 from ..node import NodeHandle
 from ..registry import provider_class, provider_names
-from ..runs import Orchestrator, Run
+from ..runs import Orchestrator
 from ..store import Store
 from .auth import Authenticator, Principal
 from .config import ServiceConfig
@@ -39,11 +38,8 @@ _NODES_REMEMBERED = 10000
 class Service:
     """One service process's parts (see the module)."""
 
-    def __init__(
-        self, config: ServiceConfig, store: Store, orchestrator: Orchestrator, fleet: Fleet, models: TaskGroup
-    ) -> None:
+    def __init__(self, config: ServiceConfig, store: Store, orchestrator: Orchestrator, fleet: Fleet) -> None:
         self.config = config
-        self._models = models
         self.store = store
         self.orchestrator = orchestrator
         self.fleet = fleet
@@ -64,33 +60,6 @@ class Service:
         """The owner label of nodes made through the API: never judged gone by a reaper, so
         a node outlives the replica that made it, until it is destroyed or its lifetime ends."""
         return "service:nodeprov"
-
-    async def start_on_model(
-        self,
-        model: str,
-        agent: str,
-        prompt: str,
-        options: dict[str, Any],
-        start: Callable[[dict[str, Any]], Awaitable[Run]],
-    ) -> Run:
-        """``start(options)`` for ``agent`` on ``model`` (see
-        :func:`~nodeprov.agents.registry.on_model`): the scripted model stays up while the
-        run is driven here.
-
-        Raises:
-            ConfigError: the agent has no offline model; and what ``start`` raises.
-        """
-        if model != SCRIPTED:
-            return await start(options)
-
-        async def hold(*, task_status: TaskStatus[Run]) -> None:
-            async with on_model(model, agent, prompt, options) as on_it:
-                run = await start(on_it)
-                task_status.started(run)
-                await run.wait()
-
-        run: Run = await self._models.start(hold)
-        return run
 
     def remember(self, node: NodeHandle) -> None:
         """Note where ``node`` is, so the next request for it asks that provider alone."""
@@ -123,14 +92,12 @@ class Service:
                 keep_pools=config.keep_pools,
                 retention=config.retention,
                 # What runs never store, for a dead replica's runs that this one reconciles.
-                provider_settings=await anyio.to_thread.run_sync(secret_settings_from_env, None),
+                provider_settings=await anyio.to_thread.run_sync(provider_settings_from_env, None),
             )
             fleet = Fleet()
             stack.push_async_callback(fleet.aclose)
-            # Left after the orchestrator, which ends every run: each model there outlives its run.
-            models = await stack.enter_async_context(anyio.create_task_group())
             await stack.enter_async_context(orchestrator)
-            service = cls(config, store, orchestrator, fleet, models)
+            service = cls(config, store, orchestrator, fleet)
             stack.callback(service.stopping.set)  # first on the way out
             async with anyio.create_task_group() as tg:
                 tg.start_soon(service._purge_keys)

@@ -288,6 +288,14 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    [
+        # The seconds a run's agent is kept with nobody attached (0: not kept), its own: a
+        # control plane that takes the run over or resumes it keeps it so. NULL: stored before.
+        "ALTER TABLE runs ADD COLUMN agent_grace DOUBLE PRECISION",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema this code writes: a store of a later one is refused."""
 

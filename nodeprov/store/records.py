@@ -45,7 +45,9 @@ class RunRecord:
     blocks as JSON (text blocks, and images as :meth:`~nodeprov.prompts.ImageBlock.ref`,
     their bytes in the store's images), ``[]`` for a prompt that is text alone.
     ``agent_keeper`` is where the agent's process runs kept on the node (its keeper's
-    directory, see :mod:`nodeprov.node.keeper`) while the run drives it.
+    directory, see :mod:`nodeprov.node.keeper`) while the run drives it; ``agent_grace`` the
+    seconds it is kept with no control plane attached (0: not kept; None: a run stored before
+    runs kept their own).
     """
 
     id: str
@@ -70,6 +72,7 @@ class RunRecord:
     node_config: str = "{}"
     prompt_blocks: str = "[]"
     agent_keeper: str | None = None
+    agent_grace: float | None = None
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ async def until_said(run: Run) -> None:
 
 async def make(url: str, work: Path) -> dict[str, Any]:
     fake = fake_agent_command(work)
-    local: dict[str, Any] = {"provider": "local", "provider_settings": {"root": str(work / "nodes")}}
+    root = {"root": str(work / "nodes")}
+    local: dict[str, Any] = {"provider": "local", "provider_settings": root, "permission": "edit"}
 
     def agent(*steps: dict[str, Any]) -> dict[str, Any]:
         return {"cli_path": fake, "env": {"NODEPROV_FAKE_AGENT": json.dumps(list(steps))}}
@@ -75,7 +76,9 @@ async def make(url: str, work: Path) -> dict[str, Any]:
             with anyio.fail_after(60):
                 while (await plane.pools.get("warm")).ready < 1:  # noqa: ASYNC110 - the store
                     await anyio.sleep(0.05)
-            claimed = await plane.start("from the pool", pool="warm", options=agent({"text": "warm"}))
+            claimed = await plane.start(
+                "from the pool", pool="warm", options=agent({"text": "warm"}), permission="edit"
+            )
             assert await claimed.wait() == "ok", claimed.error
             with anyio.fail_after(60):  # refilled
                 while (await plane.pools.get("warm")).ready < 1:  # noqa: ASYNC110 - the store
