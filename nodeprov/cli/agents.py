@@ -17,7 +17,7 @@ __all__ = ["agents"]
 _CHECK_TIMEOUT = 120.0  # a node provisioned to look for the CLIs in its image
 
 
-@app.command()
+@app.command(short_help="Installed agents, their models, where their CLI is.")
 def agents(
     provider: Annotated[
         str | None,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from ..errors import ConfigError, NodeprovError, leaf
 from ..scripted import SCRIPTED
@@ -35,6 +36,7 @@ __all__ = [
     "SettingOption",
     "StoreOption",
     "app",
+    "commands",
     "errors",
     "fail",
     "open_store",
@@ -45,11 +47,78 @@ __all__ = [
 ]
 
 
-app = typer.Typer(
+# What each option's value is called in help, by the option's name (the same name means the same
+# thing in every command); any other: its type's word (N, NUMBER, FILE), else its name.
+_VALUES = {
+    "setting": "KEY=VALUE",
+    "option": "KEY=VALUE",
+    "label": "KEY=VALUE",
+    "env": "NAME[=VALUE]",
+    "allow_env": "NAME",
+    "allow_setting": "PROVIDER.NAME",
+    "allow_option": "AGENT.NAME",
+    "trusted_proxy": "CIDR",
+    "store": "URL",
+    "timeout": "SECONDS",
+    "idle_timeout": "SECONDS",
+    "agent_grace": "SECONDS",
+    "probe_timeout": "SECONDS",
+    "settle": "SECONDS",
+    "max_age": "SECONDS",
+    "wait": "SECONDS",
+    "ttl": "HOURS",
+    "node_ttl": "HOURS",
+    "older_than": "AGE",
+    "cwd": "DIR",
+    "message": "TEXT",
+    "reason": "TEXT",
+}
+_TYPES = {"int": "N", "float": "NUMBER", "Path": "FILE", "FileText": "FILE"}
+
+
+class _Argument(TyperArgument):
+    """An argument shown as click shows one: ``NAME``, ``[NAME]``, ``NAME...``, no Python type."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+
+def _name_values(command: TyperCommand | TyperGroup) -> None:
+    """Name every value in ``command``'s help as users read it, not as Python types it."""
+    for param in command.params:
+        name = param.name or ""
+        if isinstance(param, TyperArgument):
+            param.__class__ = _Argument  # typer makes its own; this one only shows itself otherwise
+            param.metavar = param.metavar or name.upper()
+        elif isinstance(param, TyperOption) and not (param.metavar or param.is_flag or param.count):
+            param.metavar = _VALUES.get(name) or _TYPES.get(param.bare_type()) or name.upper()
+
+
+class _Commands(TyperGroup):
+    """Commands whose help reads at 80 columns: click's plain layout, values named by what
+    they are (see :func:`_name_values`)."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if isinstance(command, TyperCommand | TyperGroup):
+            _name_values(command)
+        return command
+
+
+def commands(**settings: Any) -> typer.Typer:
+    """A typer app (or sub-app) of nodeprov's commands."""
+    return typer.Typer(cls=_Commands, add_completion=False, rich_markup_mode=None, **settings)
+
+
+app = commands(
     name="nodeprov",
     no_args_is_help=True,
-    add_completion=False,
-    help="Provision nodes for AI coding agents and run Claude Code on them.",
+    help="Provision nodes for AI coding agents (Claude Code, Codex, OpenCode) and run them there: "
+    "over the platform's own exec channel, paused and resumed, kept across dropped connections.",
 )
 
 

@@ -21,7 +21,7 @@ __all__ = ["attach"]
 _EXITS = {"ok": 0, "paused": 3, "detached": 0}
 
 
-@app.command()
+@app.command(short_help="Follow a run; take over one whose control plane died.")
 def attach(
     run_id: RunOption,
     pause: Annotated[

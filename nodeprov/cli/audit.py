@@ -17,7 +17,7 @@ from .render import emit, print_table, when
 __all__ = ["audit"]
 
 
-@app.command()
+@app.command(short_help="The HTTP API's audit trail: who did what, when.")
 def audit(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's entries.")] = None,
     after: Annotated[int, typer.Option(min=0, help="Only entries after this seq (to page).")] = 0,

@@ -20,6 +20,7 @@ from .app import (
     SettingOption,
     StoreOption,
     app,
+    commands,
     errors,
     fail,
     open_store,
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["create", "keep", "ls", "pool_app", "rm", "shipped_clis"]
 
-pool_app = typer.Typer(
+pool_app = commands(
+    short_help="Warm pools: nodes made before a run asks.",
     name="pool",
     no_args_is_help=True,
     help="Warm pools: nodes made before a run asks, claimed by `nodeprov run --pool NAME` in milliseconds.",
@@ -70,7 +72,7 @@ def shipped_clis() -> dict[str, str]:
     return found
 
 
-@pool_app.command()
+@pool_app.command(short_help="Make a warm pool and fill it.")
 def create(  # noqa: PLR0917 - one parameter per command-line option
     name: Annotated[str, typer.Argument(help="The pool's name: lowercase letters, digits and '-'.")],
     provider: Annotated[str, typer.Option("--provider", "-p", help="Provider name.")] = "local",
@@ -139,7 +141,7 @@ def create(  # noqa: PLR0917 - one parameter per command-line option
         fail(f"pool {name}: its nodes could not be made: {status.error}")
 
 
-@pool_app.command()
+@pool_app.command(short_help="List warm pools and their nodes.")
 def ls(store: StoreOption = None, json_output: JsonOption = False) -> None:
     """List the pools: ready and starting nodes, who keeps each, and why a refill failed."""
 
@@ -152,7 +154,7 @@ def ls(store: StoreOption = None, json_output: JsonOption = False) -> None:
     _show(statuses, json_output)
 
 
-@pool_app.command()
+@pool_app.command(short_help="Remove a warm pool and its nodes.")
 def rm(
     name: Annotated[str, typer.Argument(help="The pool.")],
     wait: Annotated[float, typer.Option(help="Seconds to wait for its nodes to go.")] = 120,
@@ -171,7 +173,7 @@ def rm(
     err.print(f"removed pool {name}", soft_wrap=True, markup=False)
 
 
-@pool_app.command()
+@pool_app.command(short_help="Keep warm pools filled until stopped.")
 def keep(
     names: Annotated[list[str] | None, typer.Argument(help="The pools to keep; default: all.")] = None,
     store: StoreOption = None,

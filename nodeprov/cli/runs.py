@@ -149,7 +149,7 @@ def _agent_options(
     return options
 
 
-@app.command()
+@app.command(short_help="Run an agent (Claude Code, Codex, OpenCode) on a new node.")
 def run(  # noqa: PLR0917 - one parameter per command-line option
     prompt: Annotated[str, typer.Argument(help="The task for the agent.")],
     image: ImageOption = None,
@@ -231,7 +231,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     _exit_for(outcome)
 
 
-@app.command()
+@app.command(short_help="Resume a paused or failed run.")
 def resume(  # noqa: PLR0917 - one parameter per command-line option
     run_id: RunOption,
     message: Annotated[str, typer.Option(help="What to tell the agent.")] = "continue",
@@ -302,7 +302,7 @@ def _exit_for(outcome: str) -> NoReturn:
     raise typer.Exit({"ok": 0, "paused": 3}.get(outcome, 1))
 
 
-@app.command()
+@app.command(short_help="Pause a run driven by another nodeprov process.")
 def pause(  # noqa: PLR0917 - one parameter per command-line option
     run_id: RunOption,
     kind: Annotated[str, typer.Option(help="human, external or system (diagnostics).")] = "human",
@@ -352,7 +352,7 @@ def pause(  # noqa: PLR0917 - one parameter per command-line option
         out.print(f"paused {run_id}; resume with `nodeprov resume {run_id}`", soft_wrap=True)
 
 
-@app.command()
+@app.command(short_help="Show a run's events, from any process.")
 def logs(
     run_id: RunOption,
     follow: Annotated[
@@ -392,7 +392,7 @@ def logs(
         anyio.run(show)
 
 
-@app.command()
+@app.command(short_help="List runs, oldest first.")
 def runs(store: StoreOption = None, json_output: JsonOption = False) -> None:
     """List runs, oldest first."""
 
@@ -426,7 +426,7 @@ def runs(store: StoreOption = None, json_output: JsonOption = False) -> None:
     )
 
 
-@app.command()
+@app.command(short_help="List workspaces' agent sessions.")
 def sessions(store: StoreOption = None, json_output: JsonOption = False) -> None:
     """List workspaces' agent sessions (archived ones too)."""
 
@@ -457,7 +457,7 @@ def sessions(store: StoreOption = None, json_output: JsonOption = False) -> None
     )
 
 
-@app.command()
+@app.command(short_help="Show a run and its snapshots.")
 def status(run_id: RunOption, store: StoreOption = None, json_output: JsonOption = False) -> None:
     """Show a run and its snapshots."""
 

@@ -14,7 +14,7 @@ from .app import StoreOption, app, errors
 __all__ = ["serve"]
 
 
-@app.command()
+@app.command(short_help="Serve the HTTP API.")
 def serve(  # noqa: PLR0917 - one parameter per command-line option
     host: Annotated[
         str | None,

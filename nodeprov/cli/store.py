@@ -14,7 +14,7 @@ from .render import emit, out, print_table
 __all__ = ["prune"]
 
 
-@app.command()
+@app.command(short_help="Delete runs that are over and old.")
 def prune(
     older_than: Annotated[
         str,

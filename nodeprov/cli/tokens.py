@@ -12,12 +12,13 @@ import anyio
 import typer
 
 from ..store import DEFAULT_TENANT, SCOPES, TokenRecord, add_to_tokens_file
-from .app import JsonOption, StoreOption, app, errors, fail, open_store
+from .app import JsonOption, StoreOption, app, commands, errors, fail, open_store
 from .render import emit, err, out, print_table, when
 
 __all__ = ["create", "ls", "revoke", "tokens_app"]
 
-tokens_app = typer.Typer(
+tokens_app = commands(
+    short_help="API tokens of nodeprov serve.",
     name="tokens",
     no_args_is_help=True,
     help="API tokens of `nodeprov serve`: make one (its secret is shown once), list, revoke.",
@@ -25,7 +26,7 @@ tokens_app = typer.Typer(
 app.add_typer(tokens_app)
 
 
-@tokens_app.command()
+@tokens_app.command(short_help="Make an API token; its secret is shown once.")
 def create(  # noqa: PLR0917 - one parameter per command-line option
     name: Annotated[str, typer.Argument(help="What the token is for (a person, a CI job).")],
     scope: Annotated[
@@ -86,7 +87,7 @@ def _described(scopes: tuple[str, ...], tenant: str) -> str:
     return ", ".join(scopes) + (f"; tenant {tenant}" if tenant != DEFAULT_TENANT else "")
 
 
-@tokens_app.command()
+@tokens_app.command(short_help="List API tokens.")
 def ls(store: StoreOption = None, json_output: JsonOption = False) -> None:
     """List tokens, revoked ones too, oldest first (never a secret)."""
 
@@ -117,7 +118,7 @@ def ls(store: StoreOption = None, json_output: JsonOption = False) -> None:
     )
 
 
-@tokens_app.command()
+@tokens_app.command(short_help="Revoke an API token.")
 def revoke(
     token_id: Annotated[str, typer.Argument(metavar="ID", help="Token id (tok-...).")],
     store: StoreOption = None,
