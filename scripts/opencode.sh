@@ -46,4 +46,9 @@ if ! binary=$(find_binary); then
         exit 1
     }
 fi
+# Linked where nodeprov looks after PATH (nodeprov/agents/_installed.py): found with nothing exported.
+bin_dir=${XDG_DATA_HOME:-$HOME/.local/share}/nodeprov/bin
+case $bin_dir in /*) ;; *) bin_dir=$HOME/.local/share/nodeprov/bin ;; esac
+mkdir -p "$bin_dir"
+ln -sfn "$binary" "$bin_dir/opencode"
 echo "$binary"

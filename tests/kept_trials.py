@@ -86,7 +86,7 @@ def on_docker(work: Path, image: str) -> Where:
         {"target": _PYTHON, "source": sys.base_prefix, "type": "bind", "read_only": True},
         {"target": _FAKE, "source": str(fake), "type": "bind", "read_only": True},
     ]
-    settings = {"image": image, "pull": "never", "network_mode": "none", "mounts": mounts}
+    settings = {"image": image, "pull": "never", "network_mode": "host", "mounts": mounts}
     return Where("docker", settings, f"{_FAKE}/fake-agent")
 
 

@@ -358,6 +358,7 @@ def test_the_local_cli_follows_the_npm_launcher_to_the_native_binary(
     assert OpenCodeAgent.local_cli() == str(natives[0])
     monkeypatch.delenv("NODEPROV_OPENCODE_CLI")
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # nothing installed by the scripts
     assert OpenCodeAgent.local_cli() is None
 
 

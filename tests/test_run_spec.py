@@ -39,12 +39,18 @@ MISTAKES: dict[str, tuple[dict[str, Any], list[str], dict[str, Any]]] = {
         {"provider": "local", "agent_grace": 1},
     ),
     "no such pool": ({"pool": "nope"}, ["--pool", "nope"], {"pool": "nope"}),
+    "the scripted model where a node cannot reach it": (
+        {"provider": "docker", "provider_settings": {"image": "any"}},
+        ["--provider", "docker", "-s", "image=any"],
+        {"provider": "docker", "settings": {"image": "any"}},
+    ),
 }
 WORDS = {
     "a provider and a pool": "a run names a provider or a pool, not both",
     "a real model on this machine without a permission": "the local provider runs unsandboxed",
     "a grace no keeper keeps": "a keeper's grace must be 2 s or more",
     "no such pool": "no pool 'nope'",
+    "the scripted model where a node cannot reach it": "give the setting network_mode=host",
 }
 
 
@@ -58,6 +64,7 @@ async def test_the_same_bad_run_gets_the_same_error_through_every_face(tmp_path:
             said[mistake]["library"] = str(refused.value)
         assert await store.runs() == []
     environ = {**os.environ, "NO_COLOR": "1", "COLUMNS": "500", "NODEPROV_STORE": store_url}
+    assert "NODEPROV_DOCKER_NETWORK_MODE" not in environ  # the faces' Docker nodes: the default network
     for mistake, (_, argv, _) in MISTAKES.items():
         done = subprocess.run(  # noqa: ASYNC221 - a test's own sequence: nothing else runs meanwhile
             [sys.executable, "-m", "nodeprov", "run", *argv, "task"],

@@ -88,6 +88,7 @@ from . import (
 )
 from ._files import archive_file, read_lines, write_images, write_jsonl
 from ._guard import leave_running, start_agent
+from ._installed import installed_cli
 from .structured import check_structured
 
 __all__ = ["CodexAgent", "CodexOptions", "CodexSession", "ModelProvider"]
@@ -188,10 +189,11 @@ class CodexAgent(Agent[CodexOptions]):
 
     @classmethod
     def local_cli(cls) -> str | None:
-        """``NODEPROV_CODEX_CLI``, else ``codex`` on PATH, if an executable file is there; an
-        npm install's JavaScript launcher is followed to the native binary it runs (which
-        needs no node.js on a node)."""
-        found = os.environ.get("NODEPROV_CODEX_CLI") or shutil.which("codex")
+        """``NODEPROV_CODEX_CLI``, else ``codex`` on PATH, else the one ``scripts/codex.sh``
+        installed (:func:`~nodeprov.agents._installed.installed_cli`), if an executable file
+        is there; an npm install's JavaScript launcher is followed to the native binary it
+        runs (which needs no node.js on a node)."""
+        found = os.environ.get("NODEPROV_CODEX_CLI") or shutil.which("codex") or installed_cli("codex")
         if found is None:
             return None
         path = Path(found).resolve()

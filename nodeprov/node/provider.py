@@ -46,6 +46,12 @@ class NodeProvider(ABC, Generic[SettingsT]):
     def __init__(self, settings: SettingsT) -> None:
         self.settings = settings
 
+    def unreachable_loopback(self) -> str | None:
+        """Why this provider's nodes, as its settings make them, cannot reach this machine's
+        127.0.0.1 (where the offline scripted models listen), with the setting that fixes it;
+        None when they can, or when it cannot be told (a run then finds out). Quick, no I/O."""
+        return None
+
     @classmethod
     def from_settings(cls, **raw: Any) -> Self:
         """Validate ``raw`` against :attr:`settings_model` and build the provider.

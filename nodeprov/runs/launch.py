@@ -17,6 +17,7 @@ from ..fleet import check_image
 from ..node import NodeConfig
 from ..node.keeper import KeepOptions
 from ..prompts import Block, ImageBlock, Prompt, TextBlock, prompt_blocks, prompt_images, prompt_text
+from ..scripted import SCRIPTED
 from ..store import RunRecord, SnapshotRecord, Store, dumps, new_id, now
 from .lease import Lease
 from .nodes import Nodes, not_given
@@ -101,6 +102,8 @@ class Launcher:
         # Fail now, not in the background; store what another environment needs to find the node.
         made = await self._nodes.provider(provider, settings)
         check_image(made)
+        if spec.model == SCRIPTED and (why := made.unreachable_loopback()):
+            raise ConfigError(f"the offline scripted model listens on this machine's 127.0.0.1, and {why}")
         checked = made.resolved_settings()
         options = dict(options)
         model = spec.model if spec.model is not None else options.get("model")

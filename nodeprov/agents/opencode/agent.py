@@ -31,6 +31,7 @@ from ...spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from .. import Agent, AgentOptions, AgentSession, Capabilities, Message, ModelInfo, Result, SessionArchive
 from .._files import read_lines, write_images
 from .._guard import leave_running, start_agent
+from .._installed import installed_cli
 from .events import Converter, parse
 from .state import home_of, load_state, save_state, state_key, workspace_env
 
@@ -168,11 +169,15 @@ class OpenCodeAgent(Agent[OpenCodeOptions]):
 
     @classmethod
     def local_cli(cls) -> str | None:
-        """``NODEPROV_OPENCODE_CLI``, else ``opencode`` on PATH; the npm package's launcher
+        """``NODEPROV_OPENCODE_CLI``, else ``opencode`` on PATH, else the one
+        ``scripts/opencode.sh`` installed (:func:`~nodeprov.agents._installed.installed_cli`);
+        the npm package's launcher
         (``opencode-ai/bin/opencode.exe``, a copy of the native binary or, when its
         postinstall did not run, a script saying so) is followed to its platform package's
         binary, which needs no node.js on a node."""
-        found = os.environ.get("NODEPROV_OPENCODE_CLI") or shutil.which("opencode")
+        found = (
+            os.environ.get("NODEPROV_OPENCODE_CLI") or shutil.which("opencode") or installed_cli("opencode")
+        )
         if found is None:
             return None
         path = Path(found).resolve()

@@ -323,6 +323,18 @@ class DockerProvider(NodeProvider[DockerSettings]):
             )
         ]
 
+    def unreachable_loopback(self) -> str | None:
+        """Only a container on the host's network, of an engine on this machine, reaches its 127.0.0.1."""
+        host = self.settings.docker_host or os.environ.get("DOCKER_HOST") or _LOCAL_SOCKET
+        if not host.startswith("unix://"):
+            return f"the docker provider's engine ({host}) is another machine's, whose nodes do not reach it"
+        if self.settings.network_mode != "host":
+            return (
+                f"the docker provider's nodes (network {self.settings.network_mode or 'default'}) do not "
+                "reach it: give the setting network_mode=host (-s network_mode=host)"
+            )
+        return None
+
     def resolved_settings(self) -> DockerSettings:
         """The engine made explicit: ``docker_host``, else ``DOCKER_HOST``, else the local socket."""
         host = self.settings.docker_host or os.environ.get("DOCKER_HOST") or _LOCAL_SOCKET
