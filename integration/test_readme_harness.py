@@ -1,6 +1,7 @@
-"""The README's example of a control plane's tests with nodeprov's test containers passes, run
-as a user runs it: its code block, alone in a directory, under pytest in a process of its own
-(nodeprov's plugin loaded by its entry point, none of this suite's fixtures)."""
+"""The docs' example (docs/testing.md) of a control plane's tests with nodeprov's test
+containers passes, run as a user runs it: its code block, alone in a directory, under
+pytest in a process of its own (nodeprov's plugin loaded by its entry point, none of this
+suite's fixtures)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).parents[1] / "README.md"
-SECTION = "### Throwaway engines in containers"
+TESTING_PAGE = Path(__file__).parents[1] / "docs" / "testing.md"
+SECTION = "## Throwaway engines in containers"
 
 
 def readme_example() -> str:
-    """The first Python code block of the README's section on the test containers."""
-    section = README.read_text().split(SECTION, 1)[1]
+    """The first Python code block of docs/testing.md's section on the test containers."""
+    section = TESTING_PAGE.read_text().split(SECTION, 1)[1]
     return section.split("```python\n", 1)[1].split("\n```", 1)[0] + "\n"
 
 

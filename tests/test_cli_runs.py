@@ -90,7 +90,7 @@ def test_resume_defaults_to_the_runs_model_and_takes_settings(
     result = runner.invoke(app, ["resume", run_id, "-s", 'env={"TOKEN": "t"}', *store])
     assert (result.exit_code, result.stderr) == (1, "error: stopped here\n")
     assert calls[0]["options"] == {"env": {}}  # laid over the run's own by the orchestrator
-    assert calls[0]["model"] == "claude-x"  # not the built-in scripted model
+    assert calls[0]["model"] is None  # the run's own, as the orchestrator has it
     assert calls[0]["provider_settings"] == {"env": {"TOKEN": "t"}}
 
     runner.invoke(app, ["resume", run_id, "--model", "scripted", "--permission", "edit", *store])

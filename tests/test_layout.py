@@ -5,6 +5,8 @@ no provider reaching into another's unexported modules."""
 from __future__ import annotations
 
 import ast
+import re
+import warnings
 from collections.abc import Iterator
 from fnmatch import fnmatch
 from pathlib import Path
@@ -39,17 +41,40 @@ def _imports(path: Path) -> Iterator[str]:
                 yield node.module
 
 
-def test_no_module_over_600_lines_and_no_class_over_400() -> None:
-    too_big = []
+def _over_the_caps() -> dict[str, str]:
+    """Each module over MAX_MODULE_LINES and class over MAX_CLASS_LINES: its name (``path`` or
+    ``path: Class``) and size."""
+    found = {}
     for path in SOURCES:
         text = path.read_text()
+        name = str(path.relative_to(ROOT))
         if (lines := text.count("\n")) > MAX_MODULE_LINES:
-            too_big.append(f"{path.relative_to(ROOT)}: {lines} lines")
+            found[name] = f"{lines} lines"
         for node in ast.walk(ast.parse(text)):
             size = (node.end_lineno or node.lineno) - node.lineno + 1 if isinstance(node, ast.ClassDef) else 0
             if size > MAX_CLASS_LINES:
-                too_big.append(f"{path.relative_to(ROOT)}: class {getattr(node, 'name', '')}, {size} lines")
-    assert too_big == []
+                found[f"{name}: {getattr(node, 'name', '')}"] = f"{size} lines"
+    return found
+
+
+def _kept_whole() -> dict[str, str]:
+    """ARCHITECTURE.md's "Over the size caps": ``- `NAME`: why it stays whole`` per line."""
+    section = (ROOT / "ARCHITECTURE.md").read_text().split("## Over the size caps", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"^- `([^`]+)`: (.+)$", section, re.M))
+
+
+def test_a_room_over_the_size_caps_is_named_with_why_it_stays_whole() -> None:
+    """The caps (600 lines a module, 400 a class) detect a smell; they are not a goal: a
+    module is split along its seams, never to fit. One over them is named in a warning, and
+    ARCHITECTURE.md says why it stays whole (the review of the change that grew it); a reason
+    for one no longer over them goes."""
+    over, reasons = _over_the_caps(), _kept_whole()
+    for name, size in over.items():
+        warnings.warn(
+            f"{name} is over the size caps ({size}): {reasons.get(name, 'no reason given')}", stacklevel=1
+        )
+    assert sorted(set(over) - set(reasons)) == [], "say in ARCHITECTURE.md why each stays whole, or split it"
+    assert sorted(set(reasons) - set(over)) == [], "a reason for one no longer over the caps"
 
 
 UPPER_LAYERS = {

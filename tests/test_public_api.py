@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+LIBRARY_PAGE = Path(__file__).resolve().parent.parent / "docs" / "library.md"
 
 EXPORTS = {
     "nodeprov": [
@@ -119,8 +119,8 @@ def _documented() -> dict[str, set[str]]:
     """The README's "What the packages export": one bullet per package or module,
     ``- `NAME`:`` followed by its names in backticks (the bullet may run over several
     lines)."""
-    text = README.read_text()
-    section = text.split("### What the packages export", 1)[1].split("\n#", 1)[0]
+    text = LIBRARY_PAGE.read_text()
+    section = text.split("## What the packages export", 1)[1].split("\n#", 1)[0]
     documented: dict[str, set[str]] = {}
     for bullet in re.split(r"\n(?=- `)", section):
         if match := re.match(r"- `([a-z0-9_.]+)`:(.*)", bullet, re.S):
@@ -137,7 +137,7 @@ def test_a_package_exports_exactly_what_is_pinned_and_each_name_resolves(package
         assert getattr(module, name) is not None, f"{package}.{name}"
 
 
-def test_the_readme_documents_what_each_package_exports() -> None:
+def test_the_docs_say_what_each_package_exports() -> None:
     assert _documented() == {package: set(names) for package, names in EXPORTS.items()}
 
 

@@ -1,7 +1,7 @@
 """Nothing in the store grows for ever: retention deletes runs that are over and old with all
 they own (and only that), dead leases are compacted once nothing names them (a lease then
 unknown is "cannot tell", never "dead"), and one control plane of those sharing a store prunes
-at most hourly. integration/test_store_postgres.py runs these again on PostgreSQL."""
+at most hourly. integration/test_retention_postgres.py runs these again on PostgreSQL."""
 
 from __future__ import annotations
 

@@ -4,18 +4,22 @@ or provisioned; and what a caller leaves out is decided in one place."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from nodeprov.errors import ConfigError
 from nodeprov.runs import Orchestrator, RunSpec
 from nodeprov.scripted import SCRIPTED
 from nodeprov.store import Store
+from nodeprov.testing import fake_agent_command
+from nodeprov.testing.conformance import wait_until
 
 from .serving import serving
 
@@ -113,3 +117,37 @@ def test_given_options_lay_the_model_permission_and_shipping_over_the_options() 
     )
     assert spec.given_options() == {"model": None, "permission": "edit", "max_turns": 3, "ship_cli": False}
     assert RunSpec(prompt="task", provider="local", options=None).given_options() == {}
+
+
+async def test_a_resume_that_names_no_model_runs_on_the_runs_own_the_scripted_one_too(tmp_path: Path) -> None:
+    """A run remembers the model it asked for (the scripted one too), and a resume that
+    names none runs on it again, whichever face asks: before, the library took a scripted
+    run's stored null for its agent's real default model, the CLI and the service for the
+    scripted one. The fake agent writes down the model endpoint it was given."""
+    said = tmp_path / "base-url"
+    write = f'printf %s "$ANTHROPIC_BASE_URL" > {said}.part && mv {said}.part {said}'
+    steps = json.dumps([{"spawn": ["sh", "-c", write]}, {"wait_for": str(said)}, {"stall": True}])
+    options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": steps}}
+    where: dict[str, Any] = {"provider": "local", "provider_settings": {"root": str(tmp_path / "nodes")}}
+
+    async def written() -> bool:
+        return await anyio.Path(said).exists()
+
+    async def endpoint() -> str:
+        assert await wait_until(written, 60), "the agent never started"
+        return await anyio.Path(said).read_text()
+
+    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store, Orchestrator(store) as plane:
+        run = await plane.start("task", model=SCRIPTED, options=options, **where)
+        assert (await endpoint()).startswith("http://127.0.0.1:")
+        said.unlink()
+        await run.pause("human", "to resume")
+        record = await store.run(run.id)
+        assert record is not None
+        assert (record.model, json.loads(record.agent_options).get("model")) == (SCRIPTED, None)
+        resumed = await plane.resume_run(run.id, options=options)
+        assert (await endpoint()).startswith("http://127.0.0.1:"), "resumed off the offline model"
+        await resumed.pause("human", "done")
+        record = await store.run(run.id)
+        assert record is not None
+        assert record.model == SCRIPTED

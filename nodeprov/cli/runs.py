@@ -79,7 +79,7 @@ AgentGraceOption = Annotated[
 PermissionOption = Annotated[
     str | None,
     typer.Option(
-        help="What the agent may do: read-only, edit or full (see the README for each agent's flags). "
+        help="What the agent may do: read-only, edit or full (docs/agents/: each agent's flags). "
         "Default: full, except for a real model on the local provider (unsandboxed, as you on this "
         "host), which must name one."
     ),
@@ -263,7 +263,7 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
     """Resume a paused (or failed) run with a message, on its kept node or a fresh one, with
     the run's own agent. Its options (model, permission...) are the run's own unless given."""
     with errors():
-        record = anyio.run(_load_run, store, run_id)
+        anyio.run(_load_run, store, run_id)  # no such run: said before anything starts
         from .drive import RunRequest, drive_run  # see the imports
 
         request = RunRequest(keep_node=keep_node, store=store, json_output=json_output)
@@ -273,7 +273,7 @@ def resume(  # noqa: PLR0917 - one parameter per command-line option
             return await orchestrator.resume_run(
                 run_id,
                 message=full_message,
-                model=model or json.loads(record.agent_options).get("model") or SCRIPTED,
+                model=model,
                 options=_agent_options(env, option, permission=permission),
                 provider_settings=parse_settings(setting),
                 deadline=timeout,

@@ -96,7 +96,7 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
         ),
     ] = None,
 ) -> None:
-    """Serve the HTTP API (see the README's "The service"): nodes, runs, events as
+    """Serve the HTTP API (docs/service/): nodes, runs, events as
     server-sent events. Stops gracefully on SIGTERM or Ctrl-C: each replica pauses the runs
     it drives (kind system). Every setting (limits, heartbeats, leases) can be given as JSON
     in NODEPROV_SERVE_CONFIG; options given here win."""

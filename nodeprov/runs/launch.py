@@ -66,12 +66,15 @@ class Launcher:
         self._nodes = nodes
         self._pools = pools
 
-    async def agent_of_token(self, token: str) -> str | None:
-        """The agent of the run a snapshot token resumes (None: no such token or run; the
-        claim says what is wrong)."""
+    async def resumed(self, token: str, model: str | None) -> tuple[str, str | None]:
+        """The agent of the run a snapshot token resumes, and the model its resume runs on:
+        ``model``, else the run's own (the scripted one too); ``("", model)`` when there is
+        no such token or run (the claim says what is wrong)."""
         peeked = await self._store.peek_snapshot(token)
         record = await self._store.run(peeked.run_id) if peeked is not None else None
-        return record.agent if record is not None else None
+        if record is None:
+            return "", model
+        return record.agent, record.model if model is None else model
 
     async def plan_start(self, spec: RunSpec, options: dict[str, Any]) -> tuple[RunRecord, Plan]:
         """The record of a new run (not stored yet: store it with the plan's images) and
@@ -157,6 +160,7 @@ class Launcher:
             created_at=now(),
             updated_at=now(),
             agent_grace=grace or 0.0,
+            model=model,
         )
         return record, plan
 
@@ -229,9 +233,10 @@ class Launcher:
         deadline: float | None,
         idle_timeout: float | None,
         agent_grace: float | None,
+        model: str | None,
     ) -> Plan:
         """Take the run of a claimed ``snapshot`` over (a compare-and-set from paused or
-        failed) and plan its drive.
+        failed) and plan its drive, on ``model`` (see :meth:`resumed`).
 
         Raises:
             RunStateError: the run is gone, or another control plane resumed it first.
@@ -252,6 +257,7 @@ class Launcher:
             error=None,
             pause_request=None,
             agent_grace=grace or 0.0,
+            model=model,
         ):
             raise RunStateError(f"run {record.id} was resumed by another control plane")
         await self._store.use_snapshots(record.id)  # an earlier pause's token must not fork the run

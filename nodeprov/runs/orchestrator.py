@@ -326,8 +326,8 @@ class Orchestrator:
                 control plane resumed it first.
         """
         given = dict(provider_settings or {})
+        agent, model = await self._launcher.resumed(token, model)
         laid = RunSpec(prompt=message, model=model, options=options).given_options()
-        agent = await self._launcher.agent_of_token(token)
 
         async def launch(on_model: dict[str, Any]) -> Run:
             snapshot = await self._launcher.claim(
@@ -349,13 +349,14 @@ class Orchestrator:
                     deadline=deadline,
                     idle_timeout=idle_timeout,
                     agent_grace=agent_grace,
+                    model=model,
                 )
                 return await self._launch(snapshot.run_id, dataclasses.replace(plan, keep_node=keep_node))
             finally:
                 self._launching.discard(snapshot.run_id)
 
         text = prompt_text(prompt_blocks(message))
-        return await self._models.start(model, agent or "", text, laid, launch)
+        return await self._models.start(model, agent, text, laid, launch)
 
     async def resume_run(self, run_id: str, **how: Any) -> Run:
         """Resume ``run_id`` from its latest unused snapshot (see :meth:`resume`, whose

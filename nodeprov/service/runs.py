@@ -11,7 +11,6 @@ import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from ..agents.registry import SCRIPTED
 from ..errors import ConfigError, RunStateError
 from ..runs import RunSpec, RunState
 from ..store import DEFAULT_TENANT, RunRecord, SessionRecord, SnapshotRecord, new_id
@@ -293,7 +292,7 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
     run = await service.orchestrator.resume_run(
         run_id,
         message=prompt_of(body.message),
-        model=body.model or json.loads(record.agent_options).get("model") or SCRIPTED,
+        model=body.model,
         options={**_options(body), **({"permission": body.permission} if body.permission else {})},
         provider_settings=body.settings,
         deadline=body.timeout,

@@ -296,6 +296,14 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    [
+        # The model the run asked for ('scripted': its agent's offline one; NULL: its agent's
+        # default), which a resume that names none runs on again, through every face.
+        "ALTER TABLE runs ADD COLUMN model TEXT",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema this code writes: a store of a later one is refused."""
 

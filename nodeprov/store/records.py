@@ -47,7 +47,9 @@ class RunRecord:
     ``agent_keeper`` is where the agent's process runs kept on the node (its keeper's
     directory, see :mod:`nodeprov.node.keeper`) while the run drives it; ``agent_grace`` the
     seconds it is kept with no control plane attached (0: not kept; None: a run stored before
-    runs kept their own).
+    runs kept their own). ``model`` is the model it asked for: a model id,
+    :data:`~nodeprov.scripted.SCRIPTED` (its agent's offline model), or None (its agent's
+    default); a resume that names none runs on it again.
     """
 
     id: str
@@ -73,6 +75,7 @@ class RunRecord:
     prompt_blocks: str = "[]"
     agent_keeper: str | None = None
     agent_grace: float | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True)
