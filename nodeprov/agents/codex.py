@@ -55,15 +55,14 @@ import re
 import secrets
 import shutil
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._json import loads
-from ..errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
+from ..errors import AgentExitError, AgentOutputError, ConfigError, NodeprovError
 from ..node import NodeHandle
 from ..node.keeper import KeepOptions, KeptProcess, reattach, stopped_by_keeper
 from ..offline import demo_responses
@@ -72,7 +71,6 @@ from ..spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from . import (
     Agent,
     AgentOptions,
-    AgentSession,
     AgentText,
     Capabilities,
     ErrorMessage,
@@ -87,8 +85,9 @@ from . import (
     ToolUse,
 )
 from ._files import archive_file, read_lines, write_images, write_jsonl
-from ._guard import leave_running, start_agent
+from ._guard import start_agent
 from ._installed import installed_cli
+from .per_turn import PerTurnSession
 from .structured import check_structured
 
 __all__ = ["CodexAgent", "CodexOptions", "CodexSession", "ModelProvider"]
@@ -105,7 +104,6 @@ _QUIET = ["--skip-git-repo-check", "--disable", "plugins", "-c", "analytics.enab
 _PROJECT_PREFIX = "codex-"
 _STDERR_TAIL_LINES = 20
 _EXIT_TIMEOUT = 10.0  # for the process to exit once its turn is over
-_MAX_LINE = 16 * 1024 * 1024
 _WRAPPER = """\
 home=$1 err=$2; shift 2
 mkdir -p "$home/nodeprov" && chmod 700 "$home" || exit 1
@@ -273,29 +271,11 @@ class CodexAgent(Agent[CodexOptions]):
             )
 
 
-class CodexSession(AgentSession):
+class CodexSession(PerTurnSession):
     """Codex turns on a node: one ``codex exec`` process per turn."""
 
-    def __init__(
-        self,
-        agent: CodexAgent,
-        node: NodeHandle,
-        project_key: str,
-        resume: str | None,
-        archive: SessionArchive | None,
-        *,
-        keep: KeepOptions | None,
-    ) -> None:
-        self.session_id = resume
-        self._agent = agent
-        self._node = node
-        self._project_key = project_key
-        self._archive = archive
-        self._keep = keep
-        self._process: SpawnedProcess | None = None
-        self._interrupted = False
-        self._failure = ""  # the last reconnect notice of the turn
-        self._stderr_file = ""
+    cli: ClassVar[str] = "codex"
+    _agent: CodexAgent
 
     async def turn(self, prompt: Prompt) -> AsyncIterator[Message]:
         node, options = self._node, self._agent.options
@@ -343,10 +323,11 @@ class CodexSession(AgentSession):
         """The turn's messages off ``process``, less the first ``skip``, to its result."""
         options = self._agent.options
         self._process = process
+        converter = _Converter()
         try:
             await process.stderr.aclose()
             result: Result | None = None
-            async for batch in self._messages(process, options.no_output_timeout or float("inf")):
+            async for batch in self._events(process, converter, options.no_output_timeout or float("inf")):
                 for message in batch:
                     if isinstance(message, Result):
                         result = message
@@ -358,7 +339,7 @@ class CodexSession(AgentSession):
                 if result is not None:
                     break
             if result is None:
-                result = await self._ending(process)
+                result = await self._ending(process, converter.failure)
             elif options.output_schema is not None:
                 result = check_structured(result, options.output_schema)
             await self._archive_state()
@@ -366,52 +347,13 @@ class CodexSession(AgentSession):
         finally:
             self._process = None
 
-    async def _messages(self, process: SpawnedProcess, quiet_limit: float) -> AsyncIterator[list[Message]]:
-        """The turn's messages, those of each read together (a generator step per message
-        would cost more than the conversion), until its result; bounded while Codex waits
-        on its model."""
-        converter = _Converter()
-        pending = b""
-        stream = process.stdout
-        quiet_since = anyio.current_time()
-        while True:
-            with anyio.move_on_after(max(0.0, quiet_since + quiet_limit - anyio.current_time())) as waiting:
-                try:
-                    chunk = await stream.receive()
-                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    chunk = b""
-            if waiting.cancelled_caught:
-                if converter.running_tools:
-                    quiet_since = anyio.current_time()  # a tool of the agent's is running
-                    continue
-                raise DeadlineError(
-                    f"codex said nothing for {quiet_limit:g} s while waiting for its model"
-                    + (f" ({converter.failure})" if converter.failure else "")
-                )
-            if not chunk:
-                break
-            *lines, pending = (pending + chunk).split(b"\n")
-            if len(pending) > _MAX_LINE:
-                raise AgentOutputError(f"codex output line of more than {_MAX_LINE} bytes")
-            batch = [message for line in lines for message in converter.convert(_parse(line))]
-            if any(not (isinstance(m, Notice) and m.retry) for m in batch):
-                quiet_since = anyio.current_time()
-            if converter.thread_id:
-                self.session_id = converter.thread_id
-            if batch:
-                yield batch
-        if pending.strip():
-            yield converter.convert(_parse(pending))
-        self.session_id = converter.thread_id or self.session_id
-        self._failure = converter.failure
-
-    async def _ending(self, process: SpawnedProcess) -> Result:
-        """A turn that ended without ``turn.completed`` or ``turn.failed``."""
+    async def _ending(self, process: SpawnedProcess, said: str) -> Result:
+        """A turn that ended without ``turn.completed`` or ``turn.failed`` (``said``: the
+        last reconnect notice)."""
         with anyio.move_on_after(_EXIT_TIMEOUT):
             await process.wait()
         if self._interrupted:
             return Result(True, "interrupted", session_id=self.session_id)
-        said = self._failure
         lines = await read_lines(self._node, self._stderr_file) if self._stderr_file else []
         raise AgentExitError(
             stopped_by_keeper(process)
@@ -421,11 +363,6 @@ class CodexSession(AgentSession):
             stderr_tail="\n".join(line[:2000] for line in lines[-_STDERR_TAIL_LINES:]),
         )
 
-    async def _archive_state(self) -> None:
-        if self._archive is not None and self.session_id is not None:
-            with anyio.CancelScope(shield=True):
-                await self._agent.export_state(self._node, self.session_id, self._project_key, self._archive)
-
     async def interrupt(self) -> None:
         """Codex takes no interrupt over ``exec``: the turn's process group is sent SIGTERM,
         which the wrapper turns into the SIGINT on which Codex stops its commands and exits;
@@ -434,17 +371,6 @@ class CodexSession(AgentSession):
         if process is not None:
             self._interrupted = True
             await process.terminate()
-
-    async def detach(self) -> None:
-        await leave_running(self._process)
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        with anyio.CancelScope(shield=True):
-            process, self._process = self._process, None
-            if process is not None:
-                with suppress(NodeprovError):
-                    await process.aclose()
 
 
 def _home(node: NodeHandle, project_key: str) -> str:
@@ -466,22 +392,6 @@ async def _rollouts(node: NodeHandle, home: str, thread_id: str) -> list[str]:
     return sorted(line for line in said.decode(errors="replace").splitlines() if line.startswith("/"))
 
 
-def _parse(line: bytes) -> dict[str, Any] | None:
-    """One JSONL event; blank and non-JSON lines (log noise) are None."""
-    text = line.strip()
-    if not text.startswith(b"{"):
-        if text:
-            logger.debug("skipping a non-JSON line of codex output: %.200r", text)
-        return None
-    try:
-        event = loads(text)
-    except ValueError as error:  # UnicodeDecodeError included
-        raise AgentOutputError(f"codex output is not valid JSON ({error}): {text[:200]!r}") from None
-    if not isinstance(event, dict):
-        raise AgentOutputError(f"codex output is not an event: {text[:200]!r}")
-    return event
-
-
 class _Converter:
     """Codex JSONL events to messages (the table in the module's docstring)."""
 
@@ -491,6 +401,14 @@ class _Converter:
         self.last_text = ""
         self.thread_id: str | None = None
         self.failure = ""  # the last reconnect notice: why the model is not answering
+
+    @property
+    def session_id(self) -> str | None:
+        return self.thread_id
+
+    @property
+    def waiting_on_model(self) -> bool:
+        return not self.running_tools
 
     def convert(self, event: dict[str, Any] | None) -> list[Message]:  # noqa: PLR0911 - one per kind
         if event is None:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Self
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ...errors import AgentExitError, AgentOutputError, ConfigError, DeadlineError, NodeprovError
+from ...errors import AgentExitError, ConfigError, NodeprovError
 from ...node import NodeHandle
 from ...node.keeper import KeepOptions, stopped_by_keeper
 from ...offline import demo_chat
@@ -28,11 +28,12 @@ from ...prompts import (
     prompt_text,
 )
 from ...spawn import SpawnedProcess, SpawnOptions, StopPolicy
-from .. import Agent, AgentOptions, AgentSession, Capabilities, Message, ModelInfo, Result, SessionArchive
+from .. import Agent, AgentOptions, Capabilities, Message, ModelInfo, Result, SessionArchive
 from .._files import read_lines, write_images
-from .._guard import leave_running, start_agent
+from .._guard import start_agent
 from .._installed import installed_cli
-from .events import Converter, parse
+from ..per_turn import PerTurnSession
+from .events import Converter
 from .state import home_of, load_state, save_state, state_key, workspace_env
 
 __all__ = ["OpenCodeAgent", "OpenCodeOptions", "OpenCodeProvider", "OpenCodeSession", "ProviderModel"]
@@ -55,7 +56,6 @@ _PERMISSION: dict[str, dict[str, Any]] = {
 that matches wins). A denied tool is not offered to the model; a call to it, or to a denied
 path, is an error the model sees, and the turn goes on."""
 _EXIT_TIMEOUT = 10.0  # for the process to exit once its output is over
-_MAX_LINE = 16 * 1024 * 1024
 _TITLE = "nodeprov"  # a title given: OpenCode asks its model for none
 _WRAPPER = """\
 home=$1 err=$2; shift 2
@@ -294,28 +294,11 @@ class OpenCodeAgent(Agent[OpenCodeOptions]):
         self._exported.discard((node.node_id, session_id or ""))
 
 
-class OpenCodeSession(AgentSession):
+class OpenCodeSession(PerTurnSession):
     """OpenCode turns on a node: one ``opencode run`` process per turn."""
 
-    def __init__(
-        self,
-        agent: OpenCodeAgent,
-        node: NodeHandle,
-        project_key: str,
-        resume: str | None,
-        archive: SessionArchive | None,
-        *,
-        keep: KeepOptions | None,
-    ) -> None:
-        self.session_id = resume
-        self._agent = agent
-        self._node = node
-        self._project_key = project_key
-        self._archive = archive
-        self._keep = keep
-        self._process: SpawnedProcess | None = None
-        self._interrupted = False
-        self._stderr_file = ""
+    cli: ClassVar[str] = "opencode"
+    _agent: OpenCodeAgent
 
     async def turn(self, prompt: Prompt) -> AsyncIterator[Message]:
         blocks = self._agent.prepare_prompt(prompt)
@@ -350,7 +333,7 @@ class OpenCodeSession(AgentSession):
             await process.stdin.send(f"{text}\n".encode())
             await end_input()
             await process.stderr.aclose()
-            async for batch in self._messages(process, converter, options.no_output_timeout or float("inf")):
+            async for batch in self._events(process, converter, options.no_output_timeout or float("inf")):
                 for message in batch:
                     yield message
             result = await self._ending(process, converter)
@@ -358,42 +341,8 @@ class OpenCodeSession(AgentSession):
             yield result
         finally:
             self._process = None
-            await _stop(process)
-
-    async def _messages(
-        self, process: SpawnedProcess, converter: Converter, quiet_limit: float
-    ) -> AsyncIterator[list[Message]]:
-        """The turn's messages, those of each read together, until OpenCode's output ends.
-        Bounded while OpenCode waits on its model: outside a step (a step starts once the
-        model answers; OpenCode says nothing of a tool until it is over, so the silence
-        inside a step may be a running tool)."""
-        pending = b""
-        stream = process.stdout
-        quiet_since = anyio.current_time()
-        while True:
-            limit = float("inf") if converter.step_open else quiet_limit
-            with anyio.move_on_after(max(0.0, quiet_since + limit - anyio.current_time())) as waiting:
-                try:
-                    chunk = await stream.receive()
-                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    chunk = b""
-            if waiting.cancelled_caught:
-                raise DeadlineError(
-                    f"opencode said nothing for {quiet_limit:g} s while waiting for its model"
-                )
-            if not chunk:
-                break
-            *lines, pending = (pending + chunk).split(b"\n")
-            if len(pending) > _MAX_LINE:
-                raise AgentOutputError(f"opencode output line of more than {_MAX_LINE} bytes")
-            batch = [message for line in lines for message in converter.convert(parse(line))]
-            if batch:
-                quiet_since = anyio.current_time()
-                self.session_id = converter.session_id or self.session_id
-                yield batch
-        if pending.strip():
-            yield converter.convert(parse(pending))
-        self.session_id = converter.session_id or self.session_id
+            with anyio.CancelScope(shield=True):
+                await self._stop(process)
 
     async def _ending(self, process: SpawnedProcess, converter: Converter) -> Result:
         """The turn's result, once OpenCode's output is over (it says none of its own)."""
@@ -412,11 +361,6 @@ class OpenCodeSession(AgentSession):
             stderr_tail="\n".join(line[:2000] for line in lines[-20:]),
         )
 
-    async def _archive_state(self) -> None:
-        if self._archive is not None and self.session_id is not None:
-            with anyio.CancelScope(shield=True):
-                await self._agent.export_state(self._node, self.session_id, self._project_key, self._archive)
-
     async def interrupt(self) -> None:
         """OpenCode takes no interrupt: it dies on SIGINT or SIGTERM at once, leaving the
         commands it started (each in a session of its own) to the guard, which stops them.
@@ -431,22 +375,11 @@ class OpenCodeSession(AgentSession):
             with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, NodeprovError):
                 await process.stdin.aclose()
 
-    async def detach(self) -> None:
-        await leave_running(self._process)
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        with anyio.CancelScope(shield=True):
-            process, self._process = self._process, None
-            if process is not None:
-                await _stop(process)
-
-
-async def _stop(process: SpawnedProcess) -> None:
-    """Stop a turn's process (shielded, never raises): SIGTERM to OpenCode before the end of
-    the guard's channel, so that the guard finds it gone and sweeps what it left at once
-    (rather than after its grace, OpenCode not being gone yet)."""
-    with anyio.CancelScope(shield=True), suppress(NodeprovError):
-        if process.returncode is None:
-            await process.terminate()
-        await process.aclose()
+    async def _stop(self, process: SpawnedProcess) -> None:
+        """SIGTERM to OpenCode before the end of the guard's channel, so that the guard finds
+        it gone and sweeps what it left at once (rather than after its grace, OpenCode not
+        being gone yet); never raises."""
+        with suppress(NodeprovError):
+            if process.returncode is None:
+                await process.terminate()
+            await process.aclose()

@@ -3,36 +3,18 @@ table in :mod:`nodeprov.agents.opencode`)."""
 
 from __future__ import annotations
 
-import json
-import logging
 from typing import Any
 
 from ...errors import AgentOutputError
 from ..messages import AgentText, ErrorMessage, Message, Notice, Result, Thinking, ToolResult, ToolUse
+from ..per_turn import parse_event
 
 __all__ = ["Converter", "parse"]
 
-logger = logging.getLogger("nodeprov.agents.opencode")
-
-_decoder = json.JSONDecoder()
-
 
 def parse(line: bytes) -> dict[str, Any] | None:
-    """One event of a line; blank and non-JSON lines (log noise) are None.
-
-    Raises:
-        AgentOutputError: the line starts as a JSON object but is not one.
-    """
-    text = line.strip()
-    if not text.startswith(b"{"):
-        if text:
-            logger.debug("skipping a non-JSON line of opencode output: %.200r", text)
-        return None
-    try:
-        event: dict[str, Any] = _decoder.decode(text.decode())  # "{...": an object, or an error
-    except ValueError as error:  # UnicodeDecodeError included
-        raise AgentOutputError(f"opencode output is not valid JSON ({error}): {text[:200]!r}") from None
-    return event
+    """One event of a line of OpenCode's output (see :func:`~nodeprov.agents.per_turn.parse_event`)."""
+    return parse_event(line, "opencode")
 
 
 class Converter:
@@ -42,6 +24,7 @@ class Converter:
     def __init__(self, session_id: str | None = None) -> None:
         self.session_id = session_id
         self.step_open = False  # between step_start and step_finish: the model has answered
+        self.failure = ""  # OpenCode says nothing of its model's failures while it retries
         self.last_text = ""
         self.errors: list[str] = []
         self._said_session = False
@@ -56,6 +39,12 @@ class Converter:
             "total": 0,
         }
         self._cost = 0.0
+
+    @property
+    def waiting_on_model(self) -> bool:
+        """Outside a step: a step starts once the model answers, and OpenCode says nothing of
+        a tool until it is over, so the silence inside one may be a running tool."""
+        return not self.step_open
 
     def convert(self, event: dict[str, Any] | None) -> list[Message]:  # noqa: PLR0911 - one per kind
         if event is None:
