@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -22,6 +22,26 @@ import anyio.to_thread
 # How often a server looks at its shutdown flag: stop() waits up to this long (the
 # default, 0.5 s, was most of a short `nodeprov run`'s shutdown).
 _POLL_INTERVAL = 0.02
+_STALL_PING = 0.2  # seconds between the comments that keep a stalled stream open
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A model turn that starts streaming ``text`` and then sends nothing more: the response
+    stays open until the client goes away or the server stops, which lets a test interrupt
+    an agent in the middle of a model call. The same turn on every scripted API."""
+
+    text: str = "thinking"
+
+
+@dataclass(frozen=True)
+class HttpError:
+    """A model turn answered with an HTTP error status instead of a stream. An agent that
+    retries (Codex and OpenCode do, on a 5xx) takes the next turn with each retry: a
+    persistent failure is best scripted as the ``fallback``."""
+
+    status: int = 500
+    message: str = "scripted failure"
 
 
 def decode_data_url(url: object) -> tuple[str, bytes] | None:
@@ -116,6 +136,95 @@ class ScriptHandler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+
+
+class OpenAIHandler(ScriptHandler):
+    """What the OpenAI-style APIs (Responses, Chat Completions) answer alike: the model list
+    on GET, 400 for a body that is no JSON object, 404 off the API's ``paths``, a scripted
+    :class:`HttpError` as OpenAI's error, and a turn as a stream (held open, pinged, for a
+    :class:`Stall`) or as one answer. A subclass gives the API's own parts."""
+
+    shared: Any  # the API's ScriptState, with its ``model`` and ``closing``
+    paths: ClassVar[frozenset[str]]
+    ok: ClassVar[Any]
+    """The turn a request past the script gets (a text turn of the API's)."""
+    stream_end: ClassVar[bytes] = b""
+    """What ends a stream that was not held open."""
+
+    def _headers(self) -> dict[str, str]:
+        return {key.lower(): value for key, value in self.headers.items()}
+
+    def _record(self, method: str, body: dict[str, Any], is_agent: bool) -> Any:
+        """The API's record of this request."""
+        raise NotImplementedError
+
+    def _is_agent(self, path: str, body: dict[str, Any]) -> bool:
+        """Whether the request is an agent's turn (else the agent's own bookkeeping)."""
+        raise NotImplementedError
+
+    def _models(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _frames(self, turn: Any, body: dict[str, Any], number: int) -> Iterator[bytes]:
+        """The stream of ``turn``, frame by frame."""
+        raise NotImplementedError
+
+    def _answer(self, turn: Any, body: dict[str, Any], number: int) -> dict[str, Any]:
+        """``turn`` as one answer (a request that does not stream)."""
+        raise NotImplementedError
+
+    def do_GET(self) -> None:
+        self.shared.take(self._record("GET", {}, False), self.ok)
+        path = self.path.split("?", 1)[0]
+        if path in {"/v1/models", "/models"}:
+            self._send_json(200, self._models())
+        else:
+            self._send_json(404, openai_error("not_found", f"no route {path}"))
+
+    def do_POST(self) -> None:
+        try:
+            body = self._body()
+        except ValueError:
+            self._send_json(400, openai_error("invalid_request_error", "body is not JSON"))
+            return
+        if not isinstance(body, dict):
+            self._send_json(400, openai_error("invalid_request_error", "body is not a JSON object"))
+            return
+        path = self.path.split("?", 1)[0]
+        turn, number = self.shared.take(self._record("POST", body, self._is_agent(path, body)), self.ok)
+        if path not in self.paths:
+            self._send_json(404, openai_error("not_found", f"no route {path}"))
+        elif isinstance(turn, HttpError):
+            kind = "server_error" if turn.status >= 500 else "invalid_request_error"
+            self._send_json(turn.status, openai_error(kind, turn.message))
+        elif body.get("stream"):
+            self._stream(turn, body, number)
+        else:
+            self._send_json(200, self._answer(turn, body, number))
+
+    def _stream(self, turn: Any, body: dict[str, Any], number: int) -> None:
+        self._start_events()
+        try:
+            for frame in self._frames(turn, body, number):
+                self.wfile.write(frame)
+                self.wfile.flush()
+            if isinstance(turn, Stall):
+                # Hold the stream open; a vanished client shows up as a failed write. An SSE
+                # comment is no event, so the client's idle timer is not reset by it.
+                while not self.shared.closing.wait(_STALL_PING):
+                    self.wfile.write(b": ping\n\n")
+                    self.wfile.flush()
+                return
+            if self.stream_end:
+                self.wfile.write(self.stream_end)
+                self.wfile.flush()
+        except OSError:
+            pass  # the client went away (an interrupted agent): nothing to answer
+
+
+def openai_error(code: str, message: str) -> dict[str, Any]:
+    """An error as OpenAI's APIs say one."""
+    return {"error": {"type": code, "code": code, "message": message, "param": None}}
 
 
 class ScriptedServer(Generic[TurnT, RecordT]):

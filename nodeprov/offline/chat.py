@@ -22,7 +22,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._server import ScriptedServer, ScriptHandler, ScriptState, decode_data_url, strings_of
+from ._server import (
+    HttpError,
+    OpenAIHandler,
+    ScriptedServer,
+    ScriptState,
+    Stall,
+    decode_data_url,
+    strings_of,
+)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -77,27 +85,6 @@ class BashCommand:
     text: str = ""
     description: str = "Runs a scripted command"
     workdir: str | None = None
-
-
-@dataclass(frozen=True)
-class Stall:
-    """A model turn that starts streaming ``text`` and then sends nothing more.
-
-    The response stays open until the client goes away or the server stops, which lets a
-    test interrupt an agent in the middle of a model call.
-    """
-
-    text: str = "thinking"
-
-
-@dataclass(frozen=True)
-class HttpError:
-    """A model turn answered with an HTTP error status instead of a stream. A client that
-    retries takes the next turn with each retry: a persistent failure is best scripted as
-    the ``fallback``."""
-
-    status: int = 500
-    message: str = "scripted failure"
 
 
 Turn = Text | ToolCall | BashCommand | Stall | HttpError
@@ -256,69 +243,30 @@ class ScriptedChat(ScriptedServer[Turn, ChatRequest]):
 
 
 # How often a stalled stream checks that its client is still there.
-_STALL_PING = 0.2
 
 
-class _Handler(ScriptHandler):
+class _Handler(OpenAIHandler):
     shared: _State
+    paths = _CHAT_PATHS
+    ok = Text("ok")
+    stream_end = b"data: [DONE]\n\n"
 
-    def _headers(self) -> dict[str, str]:
-        return {key.lower(): value for key, value in self.headers.items()}
+    def _record(self, method: str, body: dict[str, Any], is_agent: bool) -> ChatRequest:
+        return ChatRequest(method, self.path, body, is_agent, self._headers())
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's handler name
-        self.shared.take(ChatRequest("GET", self.path, {}, False, self._headers()), Text("ok"))
-        path = self.path.split("?", 1)[0]
-        if path in {"/v1/models", "/models"}:
-            model = {"id": self.shared.model, "object": "model", "created": 0, "owned_by": "nodeprov"}
-            self._send_json(200, {"object": "list", "data": [model]})
-        else:
-            self._send_json(404, _error("not_found", f"no route {path}"))
+    def _is_agent(self, path: str, body: dict[str, Any]) -> bool:
+        return path in _CHAT_PATHS and bool(body.get("tools"))
 
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's handler name
-        try:
-            body = self._body()
-        except ValueError:
-            self._send_json(400, _error("invalid_request_error", "body is not JSON"))
-            return
-        if not isinstance(body, dict):
-            self._send_json(400, _error("invalid_request_error", "body is not a JSON object"))
-            return
-        path = self.path.split("?", 1)[0]
-        is_agent = path in _CHAT_PATHS and bool(body.get("tools"))
-        turn, number = self.shared.take(
-            ChatRequest("POST", self.path, body, is_agent, self._headers()), Text("ok")
-        )
-        if path not in _CHAT_PATHS:
-            self._send_json(404, _error("not_found", f"no route {path}"))
-        elif isinstance(turn, HttpError):
-            kind = "server_error" if turn.status >= 500 else "invalid_request_error"
-            self._send_json(turn.status, _error(kind, turn.message))
-        elif body.get("stream"):
-            self._stream(turn, body, number)
-        else:
-            self._send_json(200, _completion(turn, body, number))
+    def _models(self) -> dict[str, Any]:
+        model = {"id": self.shared.model, "object": "model", "created": 0, "owned_by": "nodeprov"}
+        return {"object": "list", "data": [model]}
 
-    def _stream(self, turn: Turn, body: Mapping[str, Any], number: int) -> None:
-        self._start_events()
-        try:
-            for chunk in _chunks(turn, body, number):
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.flush()
-            if isinstance(turn, Stall):
-                # Hold the stream open; a vanished client shows up as a failed write. An SSE
-                # comment is no event, so the client's idle timer is not reset by it.
-                while not self.shared.closing.wait(_STALL_PING):
-                    self.wfile.write(b": ping\n\n")
-                    self.wfile.flush()
-                return
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-        except OSError:
-            pass  # the client went away (an interrupted agent): nothing to answer
+    def _frames(self, turn: Turn, body: dict[str, Any], number: int) -> Iterator[bytes]:
+        for chunk in _chunks(turn, body, number):
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
 
-
-def _error(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"type": code, "code": code, "message": message, "param": None}}
+    def _answer(self, turn: Turn, body: dict[str, Any], number: int) -> dict[str, Any]:
+        return _completion(turn, body, number)
 
 
 def _usage() -> dict[str, Any]:

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._server import ScriptedServer, ScriptHandler, ScriptState
+from ._server import ScriptedServer, ScriptHandler, ScriptState, Stall
 
 __all__ = ["RecordedRequest", "ScriptedModel", "Stall", "Text", "ToolUse", "Turn"]
 
@@ -40,17 +40,6 @@ class ToolUse:
     name: str
     input: Mapping[str, Any]
     text: str = ""
-
-
-@dataclass(frozen=True)
-class Stall:
-    """An assistant turn that starts streaming and then sends nothing more.
-
-    The response stays open until the client goes away or the server closes, which
-    lets a test interrupt an agent in the middle of a model call.
-    """
-
-    text: str = "thinking"
 
 
 Turn = Text | ToolUse | Stall

@@ -21,7 +21,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._server import ScriptedServer, ScriptHandler, ScriptState, decode_data_url, strings_of
+from ._server import (
+    HttpError,
+    OpenAIHandler,
+    ScriptedServer,
+    ScriptState,
+    Stall,
+    decode_data_url,
+    strings_of,
+)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -65,29 +73,6 @@ class ExecCommand:
     command: Sequence[str] | str
     text: str = ""
     workdir: str | None = None
-
-
-@dataclass(frozen=True)
-class Stall:
-    """A model turn that starts streaming ``text`` and then sends nothing more.
-
-    The response stays open until the client goes away or the server stops, which lets a
-    test interrupt an agent in the middle of a model call.
-    """
-
-    text: str = "thinking"
-
-
-@dataclass(frozen=True)
-class HttpError:
-    """A model turn answered with an HTTP error status instead of a stream.
-
-    Codex retries a 5xx itself (each retry is a new request and takes the next turn), so a
-    persistent failure is best scripted as the ``fallback``.
-    """
-
-    status: int = 500
-    message: str = "scripted failure"
 
 
 Turn = Text | ExecCommand | Stall | HttpError
@@ -240,7 +225,6 @@ class ScriptedResponses(ScriptedServer[Turn, ResponsesRequest]):
 
 
 # How often a stalled stream checks that its client is still there.
-_STALL_PING = 0.2
 
 
 # Where Codex posts a model turn: ``base_url`` + ``/responses`` (with or without ``/v1``).
@@ -261,61 +245,26 @@ def _is_agent_turn(path: str, body: Mapping[str, Any], headers: Mapping[str, str
     return bool(body.get("tools"))
 
 
-class _Handler(ScriptHandler):
+class _Handler(OpenAIHandler):
     shared: _State
+    paths = _RESPONSES_PATHS
+    ok = Text("ok")
 
-    def _headers(self) -> dict[str, str]:
-        return {key.lower(): value for key, value in self.headers.items()}
+    def _record(self, method: str, body: dict[str, Any], is_agent: bool) -> ResponsesRequest:
+        return ResponsesRequest(method, self.path, body, is_agent, self._headers())
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's handler name
-        self.shared.take(ResponsesRequest("GET", self.path, {}, False, self._headers()), Text("ok"))
-        path = self.path.split("?", 1)[0]
-        if path in {"/v1/models", "/models"}:
-            self._send_json(200, _models(self.shared.model))
-        else:
-            self._send_json(404, _error("not_found", f"no route {path}"))
+    def _is_agent(self, path: str, body: dict[str, Any]) -> bool:
+        return _is_agent_turn(path, body, self._headers())
 
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's handler name
-        try:
-            body = self._body()
-        except ValueError:
-            self._send_json(400, _error("invalid_request_error", "body is not JSON"))
-            return
-        if not isinstance(body, dict):
-            self._send_json(400, _error("invalid_request_error", "body is not a JSON object"))
-            return
-        path = self.path.split("?", 1)[0]
-        is_agent = _is_agent_turn(path, body, self._headers())
-        record = ResponsesRequest("POST", self.path, body, is_agent, self._headers())
-        turn, number = self.shared.take(record, Text("ok"))
-        if path not in _RESPONSES_PATHS:
-            self._send_json(404, _error("not_found", f"no route {path}"))
-        elif isinstance(turn, HttpError):
-            kind = "server_error" if turn.status >= 500 else "invalid_request_error"
-            self._send_json(turn.status, _error(kind, turn.message))
-        elif body.get("stream"):
-            self._stream(turn, body, number)
-        else:
-            self._send_json(200, _response(turn, body, number, _output(turn, body, number), "completed"))
+    def _models(self) -> dict[str, Any]:
+        return _models(self.shared.model)
 
-    def _stream(self, turn: Turn, body: Mapping[str, Any], number: int) -> None:
-        self._start_events()
-        try:
-            for event in _events(turn, body, number):
-                self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
-                self.wfile.flush()
-            if isinstance(turn, Stall):
-                # Hold the stream open; a vanished client shows up as a failed write. An SSE
-                # comment is no event, so the client's idle timer is not reset by it.
-                while not self.shared.closing.wait(_STALL_PING):
-                    self.wfile.write(b": ping\n\n")
-                    self.wfile.flush()
-        except OSError:
-            pass  # the client went away (an interrupted agent): nothing to answer
+    def _frames(self, turn: Turn, body: dict[str, Any], number: int) -> Iterator[bytes]:
+        for event in _events(turn, body, number):
+            yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
-
-def _error(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"type": code, "code": code, "message": message, "param": None}}
+    def _answer(self, turn: Turn, body: dict[str, Any], number: int) -> dict[str, Any]:
+        return _response(turn, body, number, _output(turn, body, number), "completed")
 
 
 def _models(model: str) -> dict[str, Any]:
