@@ -17,6 +17,7 @@ Nothing secret is stored or emitted: the agent options' ``env`` never reaches th
 an event; callers pass their options (with credentials) again when resuming.
 
 One concern per module: :mod:`~nodeprov.runs.orchestrator` (the facade),
+:mod:`~nodeprov.runs.plane` (what the parts share, and how they reach each other),
 :mod:`~nodeprov.runs.spec` (a run as asked, and what it gets when it does not say),
 :mod:`~nodeprov.runs.offline` (the offline scripted models runs are driven on),
 :mod:`~nodeprov.runs.run` (the handle a caller holds), :mod:`~nodeprov.runs.journal`

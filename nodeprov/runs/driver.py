@@ -5,10 +5,10 @@ control plane shuts down."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -31,14 +31,16 @@ from .events import (
     RunPaused,
     RunStarted,
 )
-from .journal import Journal, RunEvents
+from .journal import RunEvents
 from .launch import Plan
 from .lease import Lease
-from .nodes import Nodes
 from .pools import Pools
 from .progress import Progress, progress_bounded, result_error
 from .run import Pause, Run, snapshot_of
 from .state import TRANSITIONS, RunState
+
+if TYPE_CHECKING:
+    from .plane import ControlPlane
 
 __all__ = ["Drive", "Driver", "Steps", "Teardown", "kept_agent"]
 
@@ -106,28 +108,19 @@ class Driver:
     """Drives runs through the state table, each move a compare-and-set on the run's state
     and its owner (``lease``'s). A failure ends its run, never another."""
 
-    def __init__(
-        self,
-        store: Store,
-        lease: Lease,
-        journal: Journal,
-        nodes: Nodes,
-        teardown: Teardown,
-        *,
-        keep_for: float,
-        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
-        pools: Pools,
-    ) -> None:
-        self._store = store
+    def __init__(self, plane: ControlPlane, *, keep_for: float, pools: Pools) -> None:
+        self._store, self._lease, self._journal = plane.store, plane.lease, plane.journal
+        self._nodes, self._teardown = plane.nodes, plane.teardown
         self._source = NodeSource(
-            store, lease, nodes, pools, time_left=teardown.time_left, archive=self._archive
+            plane.store,
+            plane.lease,
+            plane.nodes,
+            pools,
+            time_left=plane.teardown.time_left,
+            archive=self._archive,
         )
-        self._lease = lease
-        self._journal = journal
-        self._nodes = nodes
-        self._teardown = teardown
         self._keep_for = keep_for
-        self._spawn = spawn  # starts a task of the orchestrator's
+        self._spawn = plane.spawn
 
     def begin(self, run_id: str, plan: Plan, first_seq: int) -> Drive:
         """A drive of ``run_id`` by ``plan``, its ``run.started`` emitted: :meth:`drive` drives it."""

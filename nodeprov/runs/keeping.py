@@ -17,9 +17,8 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -31,9 +30,12 @@ from ..store import RunRecord, Store
 from .driver import Drive, Driver, Steps
 from .events import AgentMessage, AgentReattached, RunStarted, event_from_json
 from .launch import Launcher, Plan
-from .lease import Lease, owner_lives
+from .lease import owner_lives
 from .nodes import Nodes
 from .state import RunState
+
+if TYPE_CHECKING:
+    from .plane import ControlPlane
 
 __all__ = ["Takeover", "follower"]
 
@@ -134,24 +136,13 @@ class Takeover:
     orchestrator's reconcile asks, see :meth:`adopt`); ``launch`` drives a taken run here,
     and ``launching`` holds the ids of those being taken, for reconcile to leave alone."""
 
-    def __init__(
-        self,
-        store: Store,
-        lease: Lease,
-        launcher: Launcher,
-        driver: Driver,
-        nodes: Nodes,
-        *,
-        launch: Callable[[Drive, Plan, Steps], None],
-        launching: set[str],
-    ) -> None:
-        self._store = store
-        self._lease = lease
+    def __init__(self, plane: ControlPlane, launcher: Launcher) -> None:
+        assert plane.driver is not None  # noqa: S101 - narrows a type: the plane's driver is made first
+        self._store, self._lease, self._nodes = plane.store, plane.lease, plane.nodes
         self._launcher = launcher
-        self._driver = driver
-        self._nodes = nodes
-        self._launch = launch
-        self._launching = launching
+        self._driver = plane.driver
+        self._launch = plane.drive_here
+        self._launching = plane.launching
 
     async def adopt_run(self, run_id: str) -> None:
         """Take over ``run_id``, a running run whose control plane is dead and whose agent is

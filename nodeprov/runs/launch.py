@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -18,12 +18,14 @@ from ..node import NodeConfig
 from ..node.keeper import KeepOptions
 from ..prompts import Block, ImageBlock, Prompt, TextBlock, prompt_blocks, prompt_images, prompt_text
 from ..scripted import SCRIPTED
-from ..store import RunRecord, SnapshotRecord, Store, dumps, new_id, now
-from .lease import Lease
-from .nodes import Nodes, not_given
+from ..store import RunRecord, SnapshotRecord, dumps, new_id, now
+from .nodes import not_given
 from .pools import Pools
 from .spec import RunSpec, check_limits, run_permission
 from .state import RESUMABLE_STATES, RunState
+
+if TYPE_CHECKING:
+    from .plane import ControlPlane
 
 __all__ = ["Launcher", "Plan"]
 
@@ -55,15 +57,11 @@ class Launcher:
     """Checks and records what :meth:`Orchestrator.start` and :meth:`Orchestrator.resume`
     are asked, and plans the drive; runs are owned by ``lease``."""
 
-    def __init__(
-        self, store: Store, lease: Lease, nodes: Nodes, pools: Pools, *, agent_grace: float | None
-    ) -> None:
+    def __init__(self, plane: ControlPlane, pools: Pools, *, agent_grace: float | None) -> None:
         if agent_grace is not None:
             KeepOptions(grace=agent_grace)  # a grace a keeper cannot keep: refused now, not per run
         self._agent_grace = agent_grace  # a run's, unless its spec says
-        self._store = store
-        self._lease = lease
-        self._nodes = nodes
+        self._store, self._lease, self._nodes = plane.store, plane.lease, plane.nodes
         self._pools = pools
 
     async def resumed(self, token: str, model: str | None) -> tuple[str, str | None]:

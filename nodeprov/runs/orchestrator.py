@@ -1,7 +1,9 @@
 """The orchestrator: starts, pauses, resumes and reconciles runs; see :mod:`nodeprov.runs`.
 
-A facade over the modules of :mod:`nodeprov.runs`, one concern each: it owns the task
-group, the runs it drives, and the order of entering and leaving.
+A facade over the modules of :mod:`nodeprov.runs`, one concern each, which share one
+:class:`~nodeprov.runs.plane.ControlPlane` (the store, the lease, the providers, the journal,
+the runs driven here, the task group): it makes them, enters and leaves them in order, and
+offers what callers call.
 
 **Ownership.** On entering, it takes a lease in the store (id, holder, heartbeat,
 expiry by the database's clock) and renews it every ``lease_ttl / 3`` seconds. Its runs
@@ -72,7 +74,7 @@ import dataclasses
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import suppress
 from types import TracebackType
 from typing import Any, Self, Unpack
@@ -84,16 +86,16 @@ from ..agents import AgentOptions
 from ..errors import ConfigError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeProvider
 from ..prompts import Prompt, prompt_blocks, prompt_images, prompt_text
-from ..store import Store, patience
-from .driver import Drive, Driver, Steps, Teardown
+from ..store import Store
+from .driver import Driver, Teardown
 from .events import RunEvent
-from .journal import Journal, RunEvents
+from .journal import RunEvents
 from .keeping import Takeover
 from .launch import Launcher, Plan
-from .lease import Lease, owner_lives
-from .nodes import Nodes
+from .lease import owner_lives
 from .offline import OfflineModels
 from .pauses import PauseRequests
+from .plane import ControlPlane
 from .pool_keeping import PoolKeeper
 from .pools import Pools
 from .reconcile import Reconciler, ReconcileReport, every
@@ -148,62 +150,43 @@ class Orchestrator:
         self.reconcile_interval = lease_ttl / 2 if reconcile_interval is None else reconcile_interval
         self.shutdown_timeout = shutdown_timeout
         self._poll_interval = poll_interval
-        self._runs: dict[str, Drive] = {}
-        self._launching: set[str] = set()  # owned in the store, not yet in _runs
-        self._tg: TaskGroup | None = None
-        self._lease = Lease(store, self.holder, lease_ttl, on_lost=self._abort_runs)
-        self._journal = Journal(store)
-        self._nodes = Nodes(store, self.provider_settings)
         self._teardown = Teardown(shutdown_timeout)
+        self._tg: TaskGroup | None = None
+        plane = ControlPlane(
+            store,
+            holder=self.holder,
+            lease_ttl=lease_ttl,
+            provider_settings=self.provider_settings,
+            teardown=self._teardown,
+        )
+        self._plane = plane
         only = None if isinstance(keep_pools, bool) else frozenset(keep_pools)
-        keeper = PoolKeeper(
-            store, self._lease, self._nodes, only=only, interval=poll_interval, spawn=self._spawn
-        )
-        self._keeper = keeper if keep_pools else None
-        self.pools = Pools(store, self._nodes, self._keeper, poll_interval=poll_interval)
+        self._keeper = PoolKeeper(plane, only=only, interval=poll_interval) if keep_pools else None
+        self.pools = Pools(plane, self._keeper, poll_interval=poll_interval)
         """The store's warm pools; with ``keep_pools`` (all, or those named) held and refilled here."""
-        self._driver = Driver(
-            store,
-            self._lease,
-            self._journal,
-            self._nodes,
-            self._teardown,
-            keep_for=keep_for,
-            spawn=self._spawn,
-            pools=self.pools,
-        )
-        self._launcher = Launcher(store, self._lease, self._nodes, self.pools, agent_grace=agent_grace)
+        plane.driver = self._driver = Driver(plane, keep_for=keep_for, pools=self.pools)
+        self._launcher = Launcher(plane, self.pools, agent_grace=agent_grace)
         self._models = OfflineModels()
-        self._pauses = PauseRequests(store, self._lease, live=self._runs.get, spawn=self._spawn)
-        self._takeover = Takeover(
-            store,
-            self._lease,
-            self._launcher,
-            self._driver,
-            self._nodes,
-            launch=self._drive_here,
-            launching=self._launching,
-        )
+        self._pauses = PauseRequests(plane)
+        self._takeover = Takeover(plane, self._launcher)
         adopt = self._takeover.adopt if agent_grace is not None and take_over else None
-        self._reconciler = Reconciler(
-            store, self._lease, self._nodes, driven=self._driven, adopt=adopt, retention=retention
-        )
+        self._reconciler = Reconciler(plane, adopt=adopt, retention=retention)
 
     @property
     def owner(self) -> str:
         """``lease:ID`` once entered: the owner of the runs and nodes this control plane makes."""
-        return self._lease.owner
+        return self._plane.lease.owner
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        await self._lease.take()
+        await self._plane.lease.take()
         await self._models.__aenter__()
-        self._tg = anyio.create_task_group()
+        self._tg = self._plane.tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(every, self.lease_ttl / 3, self._lease.renew, "lease heartbeat")
+        self._tg.start_soon(every, self.lease_ttl / 3, self._plane.lease.renew, "lease heartbeat")
         self._tg.start_soon(every, self._poll_interval, self._pauses.serve, "pause requests")
-        self._tg.start_soon(self._journal.write_forever)
+        self._tg.start_soon(self._plane.journal.write_forever)
         self._tg.start_soon(self._reconciler.keep_clean, self.reconcile_interval)
         if self._keeper is not None:
             self._tg.start_soon(self._keeper.keep_forever)
@@ -216,30 +199,18 @@ class Orchestrator:
         self._teardown.shut_down()
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.shutdown_timeout * 0.8):
             async with anyio.create_task_group() as pausing:  # all at once: each may take seconds
-                for drive in list(self._runs.values()):
+                for drive in list(self._plane.drives.values()):
                     pausing.start_soon(_pause_for_shutdown, drive.run)
         self._tg.cancel_scope.cancel()  # drives still going end in their bounded cleanup
         try:
             await self._tg.__aexit__(None, None, None)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
-                await self._journal.flush()
-                await self._lease.release()
+                await self._plane.journal.flush()
+                await self._plane.lease.release()
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
-                await self._nodes.aclose()  # their connections; the nodes stay
+                await self._plane.nodes.aclose()  # their connections; the nodes stay
             await self._models.__aexit__(None, None, None)  # the runs are over: each held its model
-
-    def _abort_runs(self) -> None:
-        """The lease was lost: another control plane may take the runs over."""
-        for drive in list(self._runs.values()):
-            drive.abort()
-
-    def _driven(self, run_id: str) -> bool:
-        return run_id in self._runs or run_id in self._launching
-
-    def _spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        assert self._tg is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
-        self._tg.start_soon(_unhurried, task)
 
     # -- starting and resuming ---------------------------------------------------------
 
@@ -250,7 +221,7 @@ class Orchestrator:
             RunStateError: no such run is driven here.
         """
         try:
-            return self._runs[run_id].run
+            return self._plane.drives[run_id].run
         except KeyError:
             raise RunStateError(f"run {run_id} is not driven by this control plane") from None
 
@@ -279,12 +250,12 @@ class Orchestrator:
 
         async def launch(options: dict[str, Any]) -> Run:
             record, plan = await self._launcher.plan_start(chosen, options)
-            self._launching.add(record.id)
+            self._plane.launching.add(record.id)
             try:
                 await self.store.create_run(record, prompt_images(plan.prompt))
                 return await self._launch(record.id, plan)
             finally:
-                self._launching.discard(record.id)
+                self._plane.launching.discard(record.id)
 
         return await self._models.start(
             spec.model, agent, prompt_text(prompt_blocks(spec.prompt)), chosen.given_options(), launch
@@ -339,7 +310,7 @@ class Orchestrator:
                 idle_timeout=idle_timeout,
                 agent_grace=agent_grace,
             )
-            self._launching.add(snapshot.run_id)
+            self._plane.launching.add(snapshot.run_id)
             try:
                 plan = await self._launcher.plan_resume(
                     snapshot,
@@ -353,7 +324,7 @@ class Orchestrator:
                 )
                 return await self._launch(snapshot.run_id, dataclasses.replace(plan, keep_node=keep_node))
             finally:
-                self._launching.discard(snapshot.run_id)
+                self._plane.launching.discard(snapshot.run_id)
 
         text = prompt_text(prompt_blocks(message))
         return await self._models.start(model, agent, text, laid, launch)
@@ -370,26 +341,9 @@ class Orchestrator:
         return await self.resume(await self._launcher.latest_token(run_id), **how)
 
     async def _launch(self, run_id: str, plan: Plan) -> Run:
-        if self._tg is None:
-            raise ConfigError("use the Orchestrator as an async context manager")
         drive = self._driver.begin(run_id, plan, await self.store.last_event_seq(run_id) + 1)
-        self._runs[run_id] = drive
-        self._tg.start_soon(self._drive, drive, plan)
+        self._plane.drive_here(drive, plan)
         return drive.run
-
-    def _drive_here(self, drive: Drive, plan: Plan, steps: Steps) -> None:
-        assert self._tg is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
-        self._runs[drive.run.id] = drive
-        self._tg.start_soon(self._drive, drive, plan, steps)
-
-    async def _drive(self, drive: Drive, plan: Plan, steps: Steps | None = None) -> None:
-        try:
-            with patience(None):  # started for a caller in a hurry (a request), it rides outages out
-                await self._driver.drive(drive, plan, steps)
-        finally:
-            if self._runs.get(drive.run.id) is drive:
-                del self._runs[drive.run.id]
-            drive.events.end()  # after it left: a follower woken by the end must not find it driven
 
     # -- events ------------------------------------------------------------------------
 
@@ -404,7 +358,7 @@ class Orchestrator:
             RunStateError: there is no such run.
             StoreError: the store could not be read.
         """
-        return self._journal.follow(
+        return self._plane.journal.follow(
             run_id,
             after=after,
             follow=follow,
@@ -414,7 +368,7 @@ class Orchestrator:
         )
 
     def _live_events(self, run_id: str) -> RunEvents | None:
-        drive = self._runs.get(run_id)
+        drive = self._plane.drives.get(run_id)
         return drive.events if drive is not None else None
 
     # -- across processes --------------------------------------------------------------
@@ -429,7 +383,7 @@ class Orchestrator:
         """Stop driving ``run_id`` here, leaving it running, its kept agent too, for another to
         take over once this control plane leaves (:meth:`adopt`). Raises RunStateError: it is
         not driven here, or its agent is not kept."""
-        drive = self._runs.get(run_id)
+        drive = self._plane.drives.get(run_id)
         if drive is None or drive.run.agent_grace is None:
             raise RunStateError(f"run {run_id} is not driven here with its agent kept")
         drive.detach()
@@ -482,10 +436,3 @@ async def _pause_for_shutdown(run: Run) -> None:
     with suppress(NodeprovError):  # over, or pausing already: either way it ends
         await run.pause("system", "the control plane is shutting down")
     await run.wait()  # a pause under way (another caller's) ends too
-
-
-async def _unhurried(task: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """A run's own work, started for a caller in a hurry (a request) or not: it rides a store
-    outage out (:func:`~nodeprov.store.patience`)."""
-    with patience(None):
-        await task()

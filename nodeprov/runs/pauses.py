@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import NodeprovError, RunStateError
-from ..store import Store, new_id
-from .driver import Drive
-from .lease import Lease
+from ..store import new_id
 from .run import Run, check_pause_kind
 from .state import RunState
+
+if TYPE_CHECKING:
+    from .plane import ControlPlane
 
 __all__ = ["PauseRequests"]
 
@@ -26,18 +26,10 @@ class PauseRequests:
     """Pause requests in the store. Those for runs of ``lease``'s owner are served by pausing
     the drive ``live`` gives, each in a task ``spawn`` starts."""
 
-    def __init__(
-        self,
-        store: Store,
-        lease: Lease,
-        *,
-        live: Callable[[str], Drive | None],
-        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
-    ) -> None:
-        self._store = store
-        self._lease = lease
-        self._live = live
-        self._spawn = spawn
+    def __init__(self, plane: ControlPlane) -> None:
+        self._store, self._lease = plane.store, plane.lease
+        self._live = plane.live
+        self._spawn = plane.spawn
 
     async def request(self, run_id: str, kind: str, reason: str, *, keep_node: bool | None) -> str:
         """See :meth:`Orchestrator.request_pause`.

@@ -4,18 +4,20 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Coroutine
+from collections.abc import Awaitable, Callable, Collection
 from contextlib import suppress
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..errors import NodeGoneError, NodeprovError, first_line, log_failure
 from ..node import NodeConfig, NodeHandle, NodeProvider
 from ..store import PoolNodeRecord, PoolNodeState, PoolRecord, Store
-from .lease import Lease, owner_check
-from .nodes import Nodes
+from .lease import owner_check
+
+if TYPE_CHECKING:
+    from .plane import ControlPlane
 
 __all__ = ["PoolKeeper", "end_pool_node"]
 
@@ -33,22 +35,11 @@ class PoolKeeper:
     Provisions and destroys run as tasks of ``spawn``, so a slow platform never holds a round
     up; a round's failure is logged and the next goes on."""
 
-    def __init__(
-        self,
-        store: Store,
-        lease: Lease,
-        nodes: Nodes,
-        *,
-        only: Collection[str] | None,
-        interval: float,
-        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
-    ) -> None:
-        self._store = store
-        self._lease = lease
-        self._nodes = nodes
+    def __init__(self, plane: ControlPlane, *, only: Collection[str] | None, interval: float) -> None:
+        self._store, self._lease, self._nodes = plane.store, plane.lease, plane.nodes
         self._only = only
         self._interval = interval
-        self._spawn = spawn
+        self._spawn = plane.spawn
         self._woken = anyio.Event()
         self._after_claim = False
         self._busy: set[str] = set()  # pool nodes a task here provisions or destroys

@@ -39,11 +39,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConfigError, NodeGoneError, RunStateError
 from ..node import NodeConfig, NodeHandle, NodeProvider
-from ..store import NodeRecordState, PoolRecord, Store, dumps, now
+from ..store import NodeRecordState, PoolRecord, dumps, now
 from .lease import LEASE_PREFIX, owner_check
-from .nodes import Nodes, not_given
+from .nodes import not_given
 
 if TYPE_CHECKING:
+    from .plane import ControlPlane
     from .pool_keeping import PoolKeeper
 
 __all__ = ["Pool", "PoolStatus", "Pools"]
@@ -139,11 +140,8 @@ class Pools:
     Every method raises :class:`~nodeprov.errors.StoreError` when the store fails.
     """
 
-    def __init__(
-        self, store: Store, nodes: Nodes, keeper: PoolKeeper | None, *, poll_interval: float
-    ) -> None:
-        self._store = store
-        self._nodes = nodes
+    def __init__(self, plane: ControlPlane, keeper: PoolKeeper | None, *, poll_interval: float) -> None:
+        self._store, self._nodes = plane.store, plane.nodes
         self._keeper = keeper  # None: this control plane keeps no pool
         self._poll = poll_interval
 

@@ -7,22 +7,24 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..errors import NodeGoneError, NodeprovError, log_failure
 from ..node import GarbageReport, NodeProvider
 from ..node.keeper import kept_state
-from ..store import POOL_HELD, NodeRecord, NodeRecordState, PoolNodeState, RunRecord, Store, now
+from ..store import POOL_HELD, NodeRecord, NodeRecordState, PoolNodeState, RunRecord, now
 from .events import RunFinished
 from .journal import event_record
-from .lease import Lease, owner_check
-from .nodes import Nodes
+from .lease import owner_check
 from .pool_keeping import end_pool_node
 from .retention import check_retention, prune_forever
 from .run import snapshot_of
 from .state import LIVE_STATES, RESUMABLE_STATES, RunState
+
+if TYPE_CHECKING:
+    from .plane import ControlPlane
 
 __all__ = ["ReconcileReport", "Reconciler"]
 
@@ -50,18 +52,13 @@ class Reconciler:
 
     def __init__(
         self,
-        store: Store,
-        lease: Lease,
-        nodes: Nodes,
+        plane: ControlPlane,
         *,
-        driven: Callable[[str], bool],
         adopt: Callable[[RunRecord], Awaitable[bool]] | None = None,
         retention: float | None = None,
     ) -> None:
-        self._store = store
-        self._lease = lease
-        self._nodes = nodes
-        self._driven = driven
+        self._store, self._lease, self._nodes = plane.store, plane.lease, plane.nodes
+        self._driven = plane.driven
         self._adopt = adopt  # takes over a running run whose agent is kept; whether it did
         self._retention = check_retention(retention)
 
