@@ -24,7 +24,7 @@ from ..store import Store, read_tokens_file
 from .app import CONFIG_VARIABLE, create_app
 from .config import ServiceConfig
 
-__all__ = ["add_file_tokens", "check_exposure", "serve"]
+__all__ = ["add_file_tokens", "check_exposure", "listening_socket", "serve"]
 
 logger = logging.getLogger("nodeprov.service")
 
@@ -93,13 +93,7 @@ def serve(config: ServiceConfig, *, workers: int = 1) -> None:
     anyio.run(check_exposure, config)
     if config.tls_cert is not None:
         _check_certificate(config.tls_cert, config.tls_key)
-    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((config.host, config.port))
-    except OSError as error:
-        raise ConfigError(f"cannot listen on {config.host}:{config.port}: {error.strerror}") from None
+    sock = listening_socket(config.host, config.port)
     sock.set_inheritable(True)
     port = sock.getsockname()[1]
     options = {
@@ -132,6 +126,26 @@ def serve(config: ServiceConfig, *, workers: int = 1) -> None:
         )
         Multiprocess(uv_config, sockets=[sock]).run()
     sys.stdout.flush()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` (0: a free port) for uvicorn to listen on.
+
+    Raises:
+        ConfigError: it cannot be bound (the address is in use, say).
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it: an answer written in two parts (headers, then body)
+    # is not held back until the client's delayed ACK (44 ms a request on a kept-alive
+    # connection without it; bench/keepalive.py).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    return sock
 
 
 def _check_certificate(cert: str, key: str | None) -> None:
