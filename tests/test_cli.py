@@ -103,6 +103,7 @@ try:
 except SystemExit:
     pass
 print("claude_agent_sdk" in sys.modules, "mcp" in sys.modules, file=sys.stderr)
+print("store", "nodeprov.store" in sys.modules, file=sys.stderr)
 """
 
 
@@ -130,7 +131,19 @@ def test_only_commands_that_drive_claude_import_the_sdk(
     done = subprocess.run(
         [sys.executable, "-c", _IMPORTS_AFTER, *args], env=env, capture_output=True, text=True, check=True
     )
-    assert done.stderr.splitlines()[-1] == f"{loads_sdk} {loads_sdk}", done.stderr
+    assert done.stderr.splitlines()[-2] == f"{loads_sdk} {loads_sdk}", done.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["run", "--help"], ["tokens", "create", "--help"], ["audit", "--help"]]
+)
+def test_help_imports_no_store(args: list[str]) -> None:
+    """The store (a fifth of `nodeprov --help`'s import time, issue 47) loads only for a
+    command that uses it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_AFTER, *args], capture_output=True, text=True, check=True
+    )
+    assert done.stderr.splitlines()[-1] == "store False", done.stderr
 
 
 def test_agents_lists_each_agent_its_routes_and_what_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:

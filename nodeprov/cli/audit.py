@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
 
-from ..store import AuditEntry
 from .app import JsonOption, StoreOption, app, errors, open_store
 from .render import emit, print_table, when
+
+if TYPE_CHECKING:
+    from ..store import AuditEntry
 
 __all__ = ["audit"]
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
-from ..store import Store
 from .app import (
     JsonOption,
     SettingOption,
@@ -33,6 +32,7 @@ from .render import emit, err, out, print_table
 
 if TYPE_CHECKING:
     from ..runs import Orchestrator, PoolStatus
+    from ..store import Store
 
 __all__ = ["create", "keep", "ls", "pool_app", "rm", "shipped_clis"]
 

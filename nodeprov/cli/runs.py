@@ -11,7 +11,6 @@ import anyio
 import typer
 
 from ..errors import ConfigError, RunStateError
-from ..store import RunRecord, SnapshotRecord, Store
 from .app import (
     SCRIPTED,
     AgentOptionsOption,
@@ -31,6 +30,7 @@ from .render import emit, out, print_table, when
 if TYPE_CHECKING:
     from ..prompts import Block, Prompt
     from ..runs import Orchestrator, Run
+    from ..store import RunRecord, SnapshotRecord, Store
 
 __all__ = [
     "AgentOption",

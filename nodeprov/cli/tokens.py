@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
 
-from ..store import DEFAULT_TENANT, SCOPES, TokenRecord, add_to_tokens_file
+from ..scopes import DEFAULT_TENANT, SCOPES
 from .app import JsonOption, StoreOption, app, commands, errors, fail, open_store
 from .render import emit, err, out, print_table, when
+
+if TYPE_CHECKING:
+    from ..store import TokenRecord
 
 __all__ = ["create", "ls", "revoke", "tokens_app"]
 
@@ -59,6 +62,8 @@ def create(  # noqa: PLR0917 - one parameter per command-line option
 
     with errors():
         if file is not None:
+            from ..store import add_to_tokens_file  # not for --help
+
             entry, secret = add_to_tokens_file(file, name, scope or (), tenant)
             made = {
                 "name": entry.name,

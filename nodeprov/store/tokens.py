@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..scopes import DEFAULT_TENANT, SCOPES
 from ._db import Database, Row
 
 __all__ = [
@@ -44,12 +45,7 @@ __all__ = [
     "read_tokens_file",
 ]
 
-SCOPES: tuple[str, ...] = ("read", "runs", "nodes", "admin")
-"""What a token may be given leave to do (the HTTP API decides what each scope allows)."""
-
 _SECRET_PREFIX = "npt_"  # noqa: S105 - public: marks a nodeprov token (to a reader, a secret scanner)
-DEFAULT_TENANT = "default"
-"""The tenant of what the library and the CLI make, and of a token given none."""
 
 _COLUMNS = "id, name, scopes, created_at, revoked_at, tenant"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
