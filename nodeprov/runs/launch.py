@@ -15,7 +15,6 @@ from ..agents.registry import get_agent, import_soon, route_model
 from ..errors import ConfigError, RunStateError
 from ..fleet import check_image
 from ..node import NodeConfig
-from ..node.keeper import KeepOptions
 from ..prompts import Block, ImageBlock, Prompt, TextBlock, prompt_blocks, prompt_images, prompt_text
 from ..scripted import SCRIPTED
 from ..store import RunRecord, SnapshotRecord, dumps, new_id, now
@@ -58,8 +57,7 @@ class Launcher:
     are asked, and plans the drive; runs are owned by ``lease``."""
 
     def __init__(self, plane: ControlPlane, pools: Pools, *, agent_grace: float | None) -> None:
-        if agent_grace is not None:
-            KeepOptions(grace=agent_grace)  # a grace a keeper cannot keep: refused now, not per run
+        check_limits(None, None, agent_grace)  # a default no keeper can keep: refused now, not per run
         self._agent_grace = agent_grace  # a run's, unless its spec says
         self._store, self._lease, self._nodes = plane.store, plane.lease, plane.nodes
         self._pools = pools
@@ -76,17 +74,16 @@ class Launcher:
 
     async def plan_start(self, spec: RunSpec, options: dict[str, Any]) -> tuple[RunRecord, Plan]:
         """The record of a new run (not stored yet: store it with the plan's images) and
-        the plan of its first drive, by the rules of :mod:`nodeprov.runs.spec`; ``options``
-        are the spec's (:meth:`RunSpec.given_options`), on its offline model if it runs one.
+        the plan of its first drive, by the rules of :mod:`nodeprov.runs.spec` (the spec
+        checked already: :meth:`RunSpec.check`); ``options`` are the spec's
+        (:meth:`RunSpec.given_options`), on its offline model if it runs one.
 
         Raises:
-            ProviderNotFoundError, ConfigError: the spec is wrong (see
-                :meth:`RunSpec.check`), or the provider, the agent, or their settings or
-                options are, or the agent refuses the prompt (its images); no such pool.
+            ProviderNotFoundError, ConfigError: the provider, the agent, or their settings or
+                options are wrong, or the agent refuses the prompt (its images); no such pool.
             RunStateError: a run ``spec.run_id`` exists already, or the pool is being removed.
             StoreError: the store failed.
         """
-        spec.check()
         if spec.run_id is not None and await self._store.run(spec.run_id) is not None:
             raise RunStateError(f"run {spec.run_id} exists already")
         node_config = spec.node_config
@@ -117,8 +114,6 @@ class Launcher:
         if spec.pool is not None and chosen.options.ship_cli:
             _check_shipped(spec.pool, chosen, node_config)
         grace = self._agent_grace if spec.agent_grace is None else spec.agent_grace or None
-        if grace is not None:
-            KeepOptions(grace=grace)  # a grace a keeper cannot keep: refused now
         session = await self._store.active_session(spec.workspace, chosen.name)
         run_id = spec.run_id or new_id("run")
         plan = Plan(
@@ -184,8 +179,6 @@ class Launcher:
                 archived.
         """
         check_limits(deadline, idle_timeout, agent_grace)
-        if agent_grace:
-            KeepOptions(grace=agent_grace)  # a grace a keeper cannot keep: refused before the token is used
         peeked = await self._store.peek_snapshot(token)
         if peeked is not None and peeked.used_at is None:  # else claiming says what is wrong
             current = await self._store.run(peeked.run_id)

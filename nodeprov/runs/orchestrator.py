@@ -101,7 +101,7 @@ from .pools import Pools
 from .reconcile import Reconciler, ReconcileReport, every
 from .retention import DEFAULT_RETENTION
 from .run import PauseKind, Run
-from .spec import RunFields, RunSpec
+from .spec import ResumeFields, RunFields, RunSpec
 
 __all__ = ["Orchestrator"]
 
@@ -329,7 +329,7 @@ class Orchestrator:
         text = prompt_text(prompt_blocks(message))
         return await self._models.start(model, agent, text, laid, launch)
 
-    async def resume_run(self, run_id: str, **how: Any) -> Run:
+    async def resume_run(self, run_id: str, **how: Unpack[ResumeFields]) -> Run:
         """Resume ``run_id`` from its latest unused snapshot (see :meth:`resume`, whose
         keyword arguments it takes).
 

@@ -31,10 +31,11 @@ from ..agents import AgentOptions, Permission
 from ..agents.registry import route_model
 from ..errors import ConfigError
 from ..node import NodeConfig
+from ..node.keeper import KeepOptions
 from ..prompts import Prompt
 from ..scripted import SCRIPTED
 
-__all__ = ["KEPT_AGENT_GRACE", "RunFields", "RunSpec", "check_limits", "run_permission"]
+__all__ = ["KEPT_AGENT_GRACE", "ResumeFields", "RunFields", "RunSpec", "check_limits", "run_permission"]
 
 KEPT_AGENT_GRACE = 180.0
 """Seconds the CLI and the service keep a run's agent with nobody attached, unless told: a
@@ -134,7 +135,8 @@ class RunSpec:
 
 
 def check_limits(deadline: float | None, idle_timeout: float | None, agent_grace: float | None) -> None:
-    """Refuse a limit that is not a positive number of seconds, a grace that is negative.
+    """Refuse a limit that is not a positive number of seconds, and a grace a keeper cannot
+    keep (0: not kept).
 
     Raises:
         ConfigError: one of them is.
@@ -144,6 +146,22 @@ def check_limits(deadline: float | None, idle_timeout: float | None, agent_grace
             raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
     if agent_grace is not None and not 0 <= agent_grace < float("inf"):
         raise ConfigError(f"agent_grace must be 0 or more seconds, got {agent_grace!r}")
+    if agent_grace:
+        KeepOptions(grace=agent_grace)  # what a keeper can keep: 2 s or more
+
+
+class ResumeFields(TypedDict, total=False):
+    """The keyword arguments of :meth:`Orchestrator.resume <nodeprov.runs.Orchestrator.resume>`
+    and ``resume_run``."""
+
+    message: Prompt
+    model: str | None
+    options: AgentOptions | Mapping[str, Any] | None
+    provider_settings: Mapping[str, Any] | None
+    deadline: float | None
+    idle_timeout: float | None
+    keep_node: bool
+    agent_grace: float | None
 
 
 class RunFields(TypedDict, total=False):

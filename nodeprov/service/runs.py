@@ -103,12 +103,12 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
     spec = RunSpec(
         prompt=prompt_of(body.prompt),
         provider=body.provider,
-        pool=None if body.pool is None else pool_name(who, body.pool),
+        pool=body.pool,  # as the caller names it (its errors too); the tenant's own once checked
         pool_wait=body.pool_wait,
         provider_settings=body.settings,
-        node_config=None
-        if body.pool
-        else body.node.config(owner=service.orchestrator.owner, default_ttl=config.node_ttl),
+        node_config=body.node.config(owner=service.orchestrator.owner, default_ttl=config.node_ttl)
+        if body.pool is None or body.node.model_fields_set  # with a pool: RunSpec.check refuses it
+        else None,
         agent=body.agent,
         model=body.model,
         options=_options(body),
@@ -158,7 +158,14 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
         env=sorted(body.env),
     )
     try:
-        run = await service.orchestrator.start(dataclasses.replace(spec, agent=agent, run_id=run_id))
+        run = await service.orchestrator.start(
+            dataclasses.replace(
+                spec,
+                pool=None if body.pool is None else pool_name(who, body.pool),
+                agent=agent,
+                run_id=run_id,
+            )
+        )
     except BaseException:
         with anyio.CancelScope(shield=True):
             if await service.store.run(run_id) is None:  # nothing was made: a retry starts afresh
@@ -187,8 +194,6 @@ async def _provider_of(service: Service, who: Principal, body: RunIn) -> str:
     if body.pool is None:
         assert body.provider is not None  # noqa: S101 - narrows a type: RunSpec.check says so
         return body.provider
-    if body.node.model_fields_set:
-        raise ConfigError(f"a run from pool {body.pool!r} gets a node of its template: give no node config")
     record = await service.store.pools.get(pool_name(who, body.pool))
     if record is None:
         raise ServiceError(404, "pool_not_found", f"no pool {body.pool!r}")
