@@ -288,6 +288,23 @@ async def _start_on_ssh(
 
 
 _AGENT_CLIS = ".nodeprov/runs/.tools/"  # the agent CLIs shipped to the host
+
+
+def _agents_on(node_id: str) -> list[str]:
+    """The shipped agent CLIs running in node ``node_id``'s directory: other nodes of this
+    host's user (another pytest process's SSH tests) ship to the same place."""
+    directory = str(node_directory(UNPRIVILEGED, node_id, ".nodeprov/runs"))
+    found = []
+    for process in host_processes_matching(_AGENT_CLIS):
+        try:
+            cwd = os.readlink(f"/proc/{process.split(':')[0]}/cwd").removesuffix(" (deleted)")
+        except OSError:
+            continue  # gone since
+        if cwd == directory or cwd.startswith(directory + "/"):
+            found.append(process)
+    return found
+
+
 _CONNECT_TIMEOUT = 3.0
 _FAST_KEEPALIVE = {"keepalive_interval": 1.0, "keepalive_count_max": 2, "connect_timeout": _CONNECT_TIMEOUT}
 _KEEPALIVE_BOUND = 1.0 * (2 + 1)
@@ -321,9 +338,13 @@ async def test_sshd_dying_mid_run_fails_the_run_clearly_and_it_resumes(
         # again, each attempt bounded by connect_timeout.
         bound = _KEEPALIVE_BOUND if fault == "killed" else _KEEPALIVE_BOUND + 4 * _CONNECT_TIMEOUT
         assert took <= bound + 5, took
+
         # The agent saw its channel close (stdin EOF): its guard stopped it. (Its tool, in a
         # process group of its own, lives as long as the node.)
-        assert await wait_until(lambda: _gone(_AGENT_CLIS), 30), "the agent outlived its connection"
+        async def agent_gone() -> bool:
+            return not _agents_on(node_id)
+
+        assert await wait_until(agent_gone, 30), "the agent outlived its connection"
 
         before = len(scripted_model.agent_requests)
         scripted_model.extend([Text("the metal was tin")])
@@ -350,10 +371,11 @@ async def test_an_aborted_run_leaves_no_remote_process(
     marker = unique_marker()
     async with Orchestrator(store) as orchestrator:
         run_, node_id = await _start_on_ssh(orchestrator, scripted_model, sshd, marker)
+        assert _agents_on(node_id), host_processes_matching(_AGENT_CLIS)
         snapshot = await run_.pause(reason="abort")
         assert snapshot.node_kept is False
         assert await wait_until(lambda: _gone(marker), 15), "the agent's tool outlived the abort"
-        assert host_processes_matching(_AGENT_CLIS) == []
+        assert _agents_on(node_id) == []
     assert not node_directory(UNPRIVILEGED, node_id, ".nodeprov/runs").exists()
 
 

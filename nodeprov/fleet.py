@@ -31,6 +31,7 @@ __all__ = [
     "Fleet",
     "Readiness",
     "check_image",
+    "loaded_provider_class",
     "make_provider",
     "provider_settings_from_env",
     "readiness",
@@ -215,11 +216,9 @@ class Fleet:
         given = dict(settings or {})
         key = f"{name}\0{json.dumps(given, sort_keys=True, default=str)}"
         if key not in self._providers:
-            await anyio.to_thread.run_sync(_load, name)
+            cls = await loaded_provider_class(name)
             if key not in self._providers:  # else another task made it while this one waited
-                self._providers[key] = provider_class(name).from_settings(
-                    **settings_from_env(name, given, self._environ)
-                )
+                self._providers[key] = cls.from_settings(**settings_from_env(name, given, self._environ))
         return self._providers[key]
 
     async def configured(self) -> tuple[list[NodeProvider[Any]], list[str]]:
@@ -332,6 +331,17 @@ class Fleet:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+async def loaded_provider_class(name: str) -> type[NodeProvider[Any]]:
+    """The provider class ``name`` (see :func:`~nodeprov.registry.provider_class`), loaded in
+    a worker thread: the first load imports the provider and its platform's library.
+
+    Raises:
+        ProviderNotFoundError: nothing is registered under ``name``.
+        ConfigError: the provider does not load.
+    """
+    return await anyio.to_thread.run_sync(_load, name)
 
 
 def _load(name: str) -> type[NodeProvider[Any]]:

@@ -196,8 +196,9 @@ async def test_an_event_written_while_a_late_reader_reads_the_store_reaches_it(
     longer unwritten), still reaches the reader: it is in one or the other."""
     async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
         session = await store.active_session("ws", "claude")
-        await store.create_run(_run(session.id))
-        journal = Journal(store)
+        run = _run(session.id)
+        await store.create_run(run)
+        journal = Journal(store, lambda: run.owner)
         events = journal.stream("run-1", 1)
         events.emit(RunStarted, prompt="go", provider="fake")
         write = journal.flush
@@ -226,18 +227,18 @@ async def test_frames_are_written_one_batch_per_session_in_order_even_after_a_fa
     """Runs' frames interleave; a write takes each session's as one batch (a batch costs the
     store its statements whatever its size), in the order they came, and a write that
     failed is written again before what came after it."""
-    journal = Journal(store)
+    journal = Journal(store, lambda: "lease:test")
     first = EntryKey(project_key="p", session_id="a")
     second = EntryKey(project_key="p", session_id="b")
     written: list[list[str]] = []
     failures = [StoreError("the database is locked")]
     append = store.append_events
 
-    async def failing_once(events: Any, frames: Any = ()) -> None:
+    async def failing_once(events: Any, frames: Any = (), *, writer: str | None = None) -> None:
         written.append([entry["uuid"] for batch in frames for _, entry in batch.entries])
         if failures:
             raise failures.pop()
-        await append(events, frames)
+        await append(events, frames, writer=writer)
 
     monkeypatch.setattr(store, "append_events", failing_once)
     for key, uuid in ((first, "a1"), (second, "b1"), (first, "a2"), (second, "b2")):

@@ -22,6 +22,7 @@ import pytest
 
 from nodeprov.errors import RunStateError, TokenError
 from nodeprov.runs import TRANSITIONS, AgentMessage, Orchestrator, Run, RunFinished, RunState
+from nodeprov.runs.lease import LEASE_PREFIX
 from nodeprov.store import NodeRecordState, SnapshotRecord, Store
 
 pytestmark = pytest.mark.anyio
@@ -478,3 +479,27 @@ async def test_a_pause_that_does_not_say_keeps_the_node_as_the_run_was_started(
     # Leaving pauses what still runs (kind system), with the node the resume asked to keep.
     later = [s for s in await store.snapshots(run.id) if s.used_at is None]
     assert [(s.pause_kind, s.node_kept) for s in later] == [("system", True)]
+
+
+async def test_a_control_plane_judged_gone_while_it_drives_writes_nothing_more_of_the_run(
+    store: Store, agent: Any, tmp_path: Path
+) -> None:
+    """Its lease ends under it (as one expires under load) and another control plane ends
+    its run: what its drive says afterwards (the agent's next message, the drive's own end)
+    is not stored, so the run's events end once, with the survivor's end. (Before, the
+    torture test found two ends: the survivor's, then the drive's.)"""
+    go = tmp_path / "go"
+    steps = agent({"text": "hi"}, {"wait_for": str(go)}, {"text": "late"})
+    async with Orchestrator(store, lease_ttl=3600, reconcile_interval=0) as judged_gone:
+        run = await judged_gone.start("go", options=steps, **fake(tmp_path))
+        await agent_started(run)
+        await store.leases.release(judged_gone.owner.removeprefix(LEASE_PREFIX))
+        async with Orchestrator(store, reconcile_interval=0) as survivor:
+            assert (await survivor.reconcile()).ended == [run.id]
+        ended = await store.events(run.id, limit=1000)
+        assert ended[-1].kind == RunFinished.kind
+        go.touch()
+        with anyio.fail_after(30):
+            await run.wait()  # the drive went on, unaware, to its own end
+        assert isinstance([event async for event in run.events()][-1], RunFinished)
+    assert await store.events(run.id, limit=1000) == ended

@@ -60,6 +60,9 @@ HOT_PATHS: dict[str, HotPath] = {
     "live runs (reconcile)": lambda s: s.runs(states=tuple(LIVE_STATES)),
     "a run's compare-and-set": lambda s: s.update_run("run-0", expect_states=("running",), state="running"),
     "pause requests of an owner": lambda s: s.pause_requests("lease:x"),
+    "a run's events, by its owner (the journal)": lambda s: s.append_events(
+        [EventRecord("run-0", 9, "k", now(), "{}")], writer="lease:x"
+    ),
     "events after N": lambda s: s.events("run-0", after=1),
     "the last event": lambda s: s.last_event_seq("run-0"),
     "a run's nodes": lambda s: s.nodes(states=[NodeRecordState.INTENT], run_id="run-0"),
@@ -101,6 +104,15 @@ def captured() -> Iterator[list[Statement]]:
 
         patched.append((_postgres._PostgresTx, kind, original))
         setattr(_postgres._PostgresTx, kind, recording_pg)
+    for statements in (_sqlite._SQLiteStatements, _postgres._PostgresStatements):  # grouped writes
+        original = statements.executemany
+
+        def recording_many(self: Any, sql: str, rows: Any, _original: Any = original) -> None:
+            seen.extend((sql, tuple(row)) for row in rows[:1])
+            _original(self, sql, rows)
+
+        patched.append((statements, "executemany", original))
+        setattr(statements, "executemany", recording_many)  # noqa: B010 - as the loop above does
     try:
         yield seen
     finally:

@@ -38,8 +38,9 @@ class Journal:
     every 20 ms (less while the previous one commits), or at once by :meth:`flush`.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, writer: Callable[[], str]) -> None:
         self._store = store
+        self._writer = writer  # this control plane's owner name now: its runs' events alone are stored
         self._pending_events: list[tuple[RunEvent, RunEvents]] = []  # with the drive that emitted each
         # One batch per session and fold, in the order its frames came: runs interleave, and
         # each batch costs the store a few statements whatever its size.
@@ -101,7 +102,9 @@ class Journal:
             if not batch and not frames:
                 return
             try:
-                await self._store.append_events([event_record(event) for event, _ in batch], frames)
+                await self._store.append_events(
+                    [event_record(event) for event, _ in batch], frames, writer=self._writer()
+                )
             except BaseException:
                 self._pending_events[:0] = batch
                 queued_since, self._pending_frames = self._pending_frames.values(), {}

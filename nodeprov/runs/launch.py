@@ -88,9 +88,7 @@ class Launcher:
             raise RunStateError(f"run {spec.run_id} exists already")
         node_config = spec.node_config
         if spec.pool is not None:  # read once: its provider, settings and template
-            provider, settings, node_config = await self._pools.template(
-                spec.pool, lambda name: {**self._nodes.secrets(name), **spec.provider_settings}
-            )
+            provider, settings, node_config = await self._pools.template(spec.pool, spec.provider_settings)
         else:
             assert spec.provider is not None  # noqa: S101 - narrows a type: spec.check() says so
             provider, settings = (
@@ -189,7 +187,7 @@ class Launcher:
             missing = (
                 not_given(
                     current.node_secret_fields,
-                    {**self._nodes.secrets(current.node_provider), **given_settings},
+                    {**await self._nodes.secrets(current.node_provider), **given_settings},
                 )
                 if current
                 else []

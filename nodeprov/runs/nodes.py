@@ -10,9 +10,8 @@ from contextlib import suppress
 from typing import Any
 
 from ..errors import NodeGoneError, NodeprovError
-from ..fleet import Fleet
+from ..fleet import Fleet, loaded_provider_class
 from ..node import NodeProvider
-from ..registry import provider_class
 from ..store import NodeRecord, NodeRecordState, RunRecord, Store
 
 __all__ = ["Nodes", "not_given"]
@@ -62,7 +61,7 @@ class Nodes:
         """This control plane's settings for ``provider``: a new run's, under its own."""
         return dict(self._provider_settings.get(provider, {}))
 
-    def secrets(self, provider: str) -> dict[str, Any]:
+    async def secrets(self, provider: str) -> dict[str, Any]:
         """This control plane's secret settings for ``provider`` (those its settings model
         declares secret), the ones stored runs and pools never hold.
 
@@ -72,7 +71,7 @@ class Nodes:
         given = self._provider_settings.get(provider, {})
         if not given:
             return {}
-        secret = provider_class(provider).settings_model.secret_fields()
+        secret = (await loaded_provider_class(provider)).settings_model.secret_fields()
         return {name: value for name, value in given.items() if name in secret}
 
     def not_given(self, provider: str, secret_fields: str) -> list[str]:

@@ -43,7 +43,7 @@ class ControlPlane:
     ) -> None:
         self.store = store
         self.lease = Lease(store, holder, lease_ttl, on_lost=self.abort_drives)
-        self.journal = Journal(store)
+        self.journal = Journal(store, lambda: self.lease.owner)
         self.nodes = Nodes(store, provider_settings)
         self.teardown = teardown
         self.drives: dict[str, Drive] = {}

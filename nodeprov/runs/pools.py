@@ -218,15 +218,15 @@ class Pools:
             return True
         return False
 
-    async def template(
-        self, name: str, given: Callable[[str], Mapping[str, Any]]
-    ) -> tuple[str, dict[str, Any], NodeConfig]:
-        """The provider, settings (the stored ones with ``given(provider)`` laid over: the
-        secrets) and node template of pool ``name``, for a run that claims from it.
+    async def template(self, name: str, given: Mapping[str, Any]) -> tuple[str, dict[str, Any], NodeConfig]:
+        """The provider, settings and node template of pool ``name``, for a run that claims
+        from it: the stored settings with this control plane's secrets for the provider laid
+        over, and the run's ``given`` settings over those.
 
         Raises:
-            ConfigError: there is no such pool, or a secret setting it was made with is
-                not given.
+            ConfigError: there is no such pool, a secret setting it was made with is not
+                given, or its provider does not load.
+            ProviderNotFoundError: its provider is not installed here.
             RunStateError: the pool is being removed.
         """
         record = await self._store.pools.get(name)
@@ -234,7 +234,7 @@ class Pools:
             raise ConfigError(f"no pool {name!r}")
         if record.state != "active":
             raise RunStateError(f"pool {name!r} is being removed")
-        laid = given(record.provider)
+        laid = {**await self._nodes.secrets(record.provider), **given}
         missing = not_given(record.secret_fields, laid)
         if missing:
             raise ConfigError(

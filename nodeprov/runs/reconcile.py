@@ -102,6 +102,7 @@ class Reconciler:
                 record.id,
                 expect_states=(record.state,),
                 expect_owner=record.owner,
+                owner=self._lease.owner,  # its end is written by this control plane alone
                 state=target,
                 outcome=target.outcome,
                 error=None if finishing else reason,
@@ -212,7 +213,7 @@ class Reconciler:
             agent_session_id=record.agent_session_id,
         )
         with suppress(NodeprovError):  # its writer got there after all: the stream has an end
-            await self._store.append_events([event_record(event)])
+            await self._store.append_events([event_record(event)], writer=self._lease.owner)
 
     async def collect_garbage(
         self, provider: NodeProvider[Any], *, dry_run: bool = False, settle: float = 0.0

@@ -473,6 +473,8 @@ class Store(_Parts):
         self,
         events: Sequence[EventRecord],
         transcripts: Sequence[EntryBatch] = (),
+        *,
+        writer: str | None = None,
     ) -> None:
         """Store run events and batches of transcript entries (each entry with its idempotency
         key, see :func:`~nodeprov.store.entries.keyed`; in the order given) in one transaction,
@@ -481,15 +483,26 @@ class Store(_Parts):
         an entry whose key is, are skipped, so a batch whose fate was unknown (a timeout, a
         cancelled caller, a connection lost as it committed) is written again as it was.
 
+        ``writer``, a control plane's owner name: only the events of runs it owns are stored,
+        the others skipped. A control plane judged gone while it still drives (its lease
+        expired under load) writes nothing more of the runs another one took over or ended,
+        so a run's events never hold two drives' at once. ``None``: whoever owns the run.
+
         Raises:
             StoreError: the database failed: nothing of the call was written, or (the error
                 says so) it may have been, and writing it again is safe.
         """
         if not events and not transcripts:
             return
-        sql = f"INSERT INTO run_events ({columns(EventRecord)}) VALUES (?, ?, ?, ?, ?)"
+        sql = f"INSERT INTO run_events ({columns(EventRecord)}) SELECT ?, ?, ?, ?, ?"
+        rows: list[tuple[str | int, ...]]
+        if writer is None:
+            sql += " WHERE TRUE"  # SQLite's upsert needs a WHERE after INSERT ... SELECT
+            rows = [(e.run_id, e.seq, e.kind, e.at, e.body) for e in events]
+        else:
+            sql += " WHERE EXISTS (SELECT 1 FROM runs WHERE id = ? AND owner = ?)"
+            rows = [(e.run_id, e.seq, e.kind, e.at, e.body, e.run_id, writer) for e in events]
         sql += " ON CONFLICT (run_id, seq) DO NOTHING"
-        rows = [(e.run_id, e.seq, e.kind, e.at, e.body) for e in events]
 
         def write(statements: Statements) -> None:
             if rows:
