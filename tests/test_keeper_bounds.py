@@ -83,6 +83,10 @@ async def test_200_mb_of_stdout_leave_the_node_as_they_are_read(node: NodeHandle
     assert process.stdout_offset == block * blocks
     # At most one block unread at a time, and what the node had yet to free of the read (it
     # frees as it is told, a fallocate behind the reader): nothing like the 200 MB written.
+    print(  # the figures (pytest -s)
+        f"200 MB written: the node's journals held at most {peak / _MIB:.1f} MiB, "
+        f"the control plane {held / _MIB:.2f} MiB at its peak"
+    )
     assert peak <= JOURNAL_CAP + 3 * block, peak
     assert held < 8 * _MIB, held
 
