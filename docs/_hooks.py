@@ -27,6 +27,7 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
 
 
 def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every command's path under ``command`` (the top level's once :func:`load_commands` ran)."""
     yield path
     for name, sub in getattr(command, "commands", {}).items():
         yield from _commands(sub, (*path, name))
@@ -38,7 +39,9 @@ def cli_reference() -> str:
     from typer.testing import CliRunner
 
     from nodeprov.cli import app
+    from nodeprov.cli.app import load_commands
 
+    load_commands()
     runner = CliRunner()
     sections = []
     for path in _commands(typer.main.get_command(app)):

@@ -5,11 +5,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer.main
 from typer.testing import CliRunner
 
 from nodeprov.cli import app
+from nodeprov.cli.app import COMMANDS, load_commands, summary
 from nodeprov.errors import ProviderError
 from nodeprov.testing.fake_provider import FakeProvider
 from nodeprov.testing.pytest_plugin import require_engine
@@ -104,6 +107,9 @@ except SystemExit:
     pass
 print("claude_agent_sdk" in sys.modules, "mcp" in sys.modules, file=sys.stderr)
 print("store", "nodeprov.store" in sys.modules, file=sys.stderr)
+heavy = [name for name in sys.modules if name.split(".")[0] in ("rich", "anyio")]
+heavy += [name for name in sys.modules if name.startswith("nodeprov.cli.")]
+print("loaded", *sorted(heavy), file=sys.stderr)
 """
 
 
@@ -131,7 +137,7 @@ def test_only_commands_that_drive_claude_import_the_sdk(
     done = subprocess.run(
         [sys.executable, "-c", _IMPORTS_AFTER, *args], env=env, capture_output=True, text=True, check=True
     )
-    assert done.stderr.splitlines()[-2] == f"{loads_sdk} {loads_sdk}", done.stderr
+    assert done.stderr.splitlines()[-3] == f"{loads_sdk} {loads_sdk}", done.stderr
 
 
 @pytest.mark.parametrize(
@@ -143,7 +149,35 @@ def test_help_imports_no_store(args: list[str]) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _IMPORTS_AFTER, *args], capture_output=True, text=True, check=True
     )
-    assert done.stderr.splitlines()[-1] == "store False", done.stderr
+    assert done.stderr.splitlines()[-2] == "store False", done.stderr
+
+
+def test_the_top_level_help_imports_no_command_nor_rich_nor_anyio() -> None:
+    """`nodeprov --help` lists the commands from their table (issue 47): it imports none of
+    their modules, nor what they print and run with."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_AFTER, "--help"], capture_output=True, text=True, check=True
+    )
+    assert done.stderr.splitlines()[-1] == "loaded nodeprov.cli.app", done.stderr
+    assert "Commands:" in done.stdout
+
+
+def _module(command: Any) -> str:
+    """The module whose function ``command`` (or its group's first command) runs."""
+    while getattr(command, "commands", None):
+        command = next(iter(command.commands.values()))
+    return str(command.callback.__module__)
+
+
+def test_the_table_of_commands_is_the_commands_registered() -> None:
+    """Each command is in the top level's table, under the module that registers it, with the
+    summary its help says: a command added without a line there fails here."""
+    load_commands()
+    group = typer.main.get_group(app)
+    assert list(group.commands) == list(COMMANDS)
+    for name, command in group.commands.items():
+        assert _module(command) == f"nodeprov.cli.{COMMANDS[name][0]}", name
+        assert command.get_short_help_str(200) == summary(name)
 
 
 def test_agents_lists_each_agent_its_routes_and_what_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:

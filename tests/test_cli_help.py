@@ -15,17 +15,20 @@ from typer.testing import CliRunner
 
 from nodeprov.agents.registry import agent_names
 from nodeprov.cli import app
+from nodeprov.cli.app import load_commands
 
 runner = CliRunner()
 _COLUMNS = 80
 
 
 def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every command's path under ``command`` (the top level's once :func:`load_commands` ran)."""
     yield path
     for name, sub in getattr(command, "commands", {}).items():
         yield from _commands(sub, (*path, name))
 
 
+load_commands()
 COMMANDS = list(_commands(typer.main.get_command(app)))
 
 

@@ -1,8 +1,10 @@
 """The ``nodeprov`` command line: a thin layer over the library (typer + rich).
 
-:mod:`.app` holds the app, error handling and shared options; :mod:`.runs`, :mod:`.nodes`,
-:mod:`.agents`, :mod:`.attach`, :mod:`.tokens`, :mod:`.audit` and :mod:`.store` the commands; :mod:`.render`
-and :mod:`.events` what they print; :mod:`.drive` how ``run`` and ``resume`` drive a run.
+:mod:`.app` holds the app, its table of commands, error handling and shared options; :mod:`.runs`,
+:mod:`.nodes`, :mod:`.agents`, :mod:`.attach`, :mod:`.tokens`, :mod:`.audit`, :mod:`.pools`, :mod:`.serve`
+and :mod:`.store` the commands (each module imported when one of its commands is called, see
+``COMMANDS``); :mod:`.render` and :mod:`.events` what they print; :mod:`.drive` how ``run`` and
+``resume`` drive a run.
 """
 
 from __future__ import annotations
@@ -12,13 +14,9 @@ import os
 import sys
 from contextlib import suppress
 
-from . import agents, attach, audit, nodes, pools, runs, serve, store, tokens
 from .app import app
 
 __all__ = ["app", "main"]
-
-# Importing the command modules registers their commands on the app.
-del agents, attach, audit, nodes, pools, runs, serve, store, tokens
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from ..errors import NodeprovError
-from .app import SettingOption, app, errors, parse_settings
+from .app import SettingOption, app, errors, parse_settings, summary
 from .render import emit, print_table
 
 __all__ = ["agents"]
@@ -17,7 +17,7 @@ __all__ = ["agents"]
 _CHECK_TIMEOUT = 120.0  # a node provisioned to look for the CLIs in its image
 
 
-@app.command(short_help="Installed agents, their models, where their CLI is.")
+@app.command(short_help=summary("agents"))
 def agents(
     provider: Annotated[
         str | None,

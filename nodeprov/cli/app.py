@@ -6,6 +6,7 @@ configuration, 1 otherwise). Only the CLI configures logging (``-v``: info, ``-v
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -16,17 +17,17 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.markup import escape
+import typer.main
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from ..errors import ConfigError, NodeprovError, leaf
 from ..scripted import SCRIPTED
-from .render import err
 
 if TYPE_CHECKING:
     from ..store import Store
 
 __all__ = [
+    "COMMANDS",
     "SCRIPTED",
     "AgentOptionsOption",
     "JsonOption",
@@ -39,11 +40,13 @@ __all__ = [
     "commands",
     "errors",
     "fail",
+    "load_commands",
     "open_store",
     "parse_env",
     "parse_pair",
     "parse_settings",
     "retention",
+    "summary",
 ]
 
 
@@ -109,12 +112,72 @@ class _Commands(TyperGroup):
         return command
 
 
+# The top level's commands, in the order its help lists them: the module that defines each
+# (imported when the command is called or its help asked) and its summary, said once, here.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "agents": ("agents", "Installed agents, their models, where their CLI is."),
+    "attach": ("attach", "Follow a run; take over one whose control plane died."),
+    "audit": ("audit", "The HTTP API's audit trail: who did what, when."),
+    "providers": ("nodes", "Installed providers and whether each is ready."),
+    "provision": ("nodes", "Provision a node and print its id."),
+    "list": ("nodes", "List nodes, of every installed provider or of one."),
+    "exec": ("nodes", "Run a command on a node, streaming its output."),
+    "cp": ("nodes", "Copy a file between this host and a node."),
+    "destroy": ("nodes", "Destroy a node and everything on it."),
+    "gc": ("nodes", "Remove expired nodes and those whose owner is gone."),
+    "run": ("runs", "Run an agent (Claude Code, Codex, OpenCode) on a new node."),
+    "resume": ("runs", "Resume a paused or failed run."),
+    "pause": ("runs", "Pause a run driven by another nodeprov process."),
+    "logs": ("runs", "Show a run's events, from any process."),
+    "runs": ("runs", "List runs, oldest first."),
+    "sessions": ("runs", "List workspaces' agent sessions."),
+    "status": ("runs", "Show a run and its snapshots."),
+    "serve": ("serve", "Serve the HTTP API."),
+    "prune": ("store", "Delete runs that are over and old."),
+    "pool": ("pools", "Warm pools: nodes made before a run asks."),
+    "tokens": ("tokens", "API tokens of nodeprov serve."),
+}
+
+
+def summary(command: str) -> str:
+    """The one line the top level's help says of ``command``."""
+    return COMMANDS[command][1]
+
+
+def load_commands() -> None:
+    """Import every command's module (each registers its commands on :data:`app`), for a
+    tool that walks the whole tree (the docs, the help tests)."""
+    for module, _ in COMMANDS.values():
+        importlib.import_module(f"{__package__}.{module}")
+
+
+class _TopLevel(_Commands):
+    """The top level: a command's module is imported when the command is called or its help
+    asked, so ``nodeprov --help`` and each command import only what they use."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(f"{__package__}.{COMMANDS[cmd_name][0]}")
+            self.commands.update(typer.main.get_group(app).commands)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, text) for name, (_, text) in COMMANDS.items()])
+
+
 def commands(**settings: Any) -> typer.Typer:
     """A typer app (or sub-app) of nodeprov's commands."""
     return typer.Typer(cls=_Commands, add_completion=False, rich_markup_mode=None, **settings)
 
 
-app = commands(
+app = typer.Typer(
+    cls=_TopLevel,
+    add_completion=False,
+    rich_markup_mode=None,
     name="nodeprov",
     no_args_is_help=True,
     help="Provision nodes for AI coding agents (Claude Code, Codex, OpenCode) and run them there: "
@@ -130,6 +193,8 @@ def _setup(
 ) -> None:
     from rich.logging import RichHandler  # not needed for --help
 
+    from .render import err
+
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(
         level=level, format="%(message)s", handlers=[RichHandler(console=err, show_path=False)]
@@ -140,6 +205,10 @@ def _setup(
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print ``message`` (plain text: never read as markup) as the one error line; exit ``code``."""
+    from rich.markup import escape
+
+    from .render import err
+
     err.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     raise typer.Exit(code)
 

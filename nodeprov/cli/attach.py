@@ -13,7 +13,7 @@ from ..errors import RunStateError
 
 if TYPE_CHECKING:
     from ..runs import Run
-from .app import JsonOption, RunOption, StoreOption, app, errors, fail, open_store, retention
+from .app import JsonOption, RunOption, StoreOption, app, errors, fail, open_store, retention, summary
 from .render import err
 
 __all__ = ["attach"]
@@ -21,7 +21,7 @@ __all__ = ["attach"]
 _EXITS = {"ok": 0, "paused": 3, "detached": 0}
 
 
-@app.command(short_help="Follow a run; take over one whose control plane died.")
+@app.command(short_help=summary("attach"))
 def attach(
     run_id: RunOption,
     pause: Annotated[

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
-from .app import JsonOption, StoreOption, app, errors, open_store
+from .app import JsonOption, StoreOption, app, errors, open_store, summary
 from .render import emit, print_table, when
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["audit"]
 
 
-@app.command(short_help="The HTTP API's audit trail: who did what, when.")
+@app.command(short_help=summary("audit"))
 def audit(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's entries.")] = None,
     after: Annotated[int, typer.Option(min=0, help="Only entries after this seq (to page).")] = 0,

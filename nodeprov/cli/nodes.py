@@ -38,6 +38,7 @@ from .app import (
     parse_pair,
     parse_settings,
     retention,
+    summary,
 )
 from .render import emit, err, out, print_table
 
@@ -53,7 +54,7 @@ _PROBE_TIMEOUT = 10.0  # a platform that hangs (a Docker engine, an API server) 
 _NODE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 
-@app.command(short_help="Installed providers and whether each is ready.")
+@app.command(short_help=summary("providers"))
 def providers(
     provider: ProviderOption = None,
     setting: SettingOption = None,
@@ -129,7 +130,7 @@ async def _found(node_id: str, name: str | None, given: dict[str, Any] | None) -
         yield await fleet.find(node_id, name, given)
 
 
-@app.command(short_help="Provision a node and print its id.")
+@app.command(short_help=summary("provision"))
 def provision(  # noqa: PLR0917 - one parameter per command-line option
     provider: Annotated[str, typer.Option("--provider", "-p", help="Provider name.")],
     setting: SettingOption = None,
@@ -172,7 +173,7 @@ def provision(  # noqa: PLR0917 - one parameter per command-line option
         out.print(node.node_id, soft_wrap=True)
 
 
-@app.command("list", short_help="List nodes, of every installed provider or of one.")
+@app.command("list", short_help=summary("list"))
 def list_nodes(
     provider: ProviderOption = None, setting: SettingOption = None, json_output: JsonOption = False
 ) -> None:
@@ -253,7 +254,7 @@ async def _stdin_chunks() -> AsyncGenerator[bytes]:
         yield chunk
 
 
-@app.command("exec", short_help="Run a command on a node, streaming its output.")
+@app.command("exec", short_help=summary("exec"))
 def exec_command(  # noqa: PLR0917 - one parameter per command-line option
     node_id: NodeOption,
     command: Annotated[list[str], typer.Argument(help="Command and arguments (after --).")],
@@ -327,7 +328,7 @@ def _remote(arg: str) -> tuple[str, str] | None:
     return (node, path) if sep and _NODE_ID.fullmatch(node) else None
 
 
-@app.command(short_help="Copy a file between this host and a node.")
+@app.command(short_help=summary("cp"))
 def cp(
     src: Annotated[str, typer.Argument(metavar="SRC", help="NODE:PATH, a local path, or - (stdin).")],
     dst: Annotated[str, typer.Argument(metavar="DST", help="NODE:PATH, a local path, or - (stdout).")],
@@ -399,7 +400,7 @@ async def _download_from(node: NodeHandle, path: str, local: str) -> None:
                 raise
 
 
-@app.command(short_help="Destroy a node and everything on it.")
+@app.command(short_help=summary("destroy"))
 def destroy(
     node_id: NodeOption,
     provider: ProviderOption = None,
@@ -421,7 +422,7 @@ def destroy(
         out.print(f"destroyed {node.node_id} ({node.provider})", soft_wrap=True)
 
 
-@app.command(short_help="Remove expired nodes and those whose owner is gone.")
+@app.command(short_help=summary("gc"))
 def gc(  # noqa: PLR0917 - one parameter per command-line option
     provider: ProviderOption = None,
     setting: SettingOption = None,

@@ -27,6 +27,7 @@ from .app import (
     parse_pair,
     parse_settings,
     retention,
+    summary,
 )
 from .render import emit, err, out, print_table
 
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["create", "keep", "ls", "pool_app", "rm", "shipped_clis"]
 
 pool_app = commands(
-    short_help="Warm pools: nodes made before a run asks.",
+    short_help=summary("pool"),
     name="pool",
     no_args_is_help=True,
     help="Warm pools: nodes made before a run asks, claimed by `nodeprov run --pool NAME` in milliseconds.",

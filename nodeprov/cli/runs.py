@@ -24,6 +24,7 @@ from .app import (
     open_store,
     parse_env,
     parse_settings,
+    summary,
 )
 from .render import emit, out, print_table, when
 
@@ -149,7 +150,7 @@ def _agent_options(
     return options
 
 
-@app.command(short_help="Run an agent (Claude Code, Codex, OpenCode) on a new node.")
+@app.command(short_help=summary("run"))
 def run(  # noqa: PLR0917 - one parameter per command-line option
     prompt: Annotated[str, typer.Argument(help="The task for the agent.")],
     image: ImageOption = None,
@@ -231,7 +232,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     _exit_for(outcome)
 
 
-@app.command(short_help="Resume a paused or failed run.")
+@app.command(short_help=summary("resume"))
 def resume(  # noqa: PLR0917 - one parameter per command-line option
     run_id: RunOption,
     message: Annotated[str, typer.Option(help="What to tell the agent.")] = "continue",
@@ -302,7 +303,7 @@ def _exit_for(outcome: str) -> NoReturn:
     raise typer.Exit({"ok": 0, "paused": 3}.get(outcome, 1))
 
 
-@app.command(short_help="Pause a run driven by another nodeprov process.")
+@app.command(short_help=summary("pause"))
 def pause(  # noqa: PLR0917 - one parameter per command-line option
     run_id: RunOption,
     kind: Annotated[str, typer.Option(help="human, external or system (diagnostics).")] = "human",
@@ -352,7 +353,7 @@ def pause(  # noqa: PLR0917 - one parameter per command-line option
         out.print(f"paused {run_id}; resume with `nodeprov resume {run_id}`", soft_wrap=True)
 
 
-@app.command(short_help="Show a run's events, from any process.")
+@app.command(short_help=summary("logs"))
 def logs(
     run_id: RunOption,
     follow: Annotated[
@@ -392,7 +393,7 @@ def logs(
         anyio.run(show)
 
 
-@app.command(short_help="List runs, oldest first.")
+@app.command(short_help=summary("runs"))
 def runs(store: StoreOption = None, json_output: JsonOption = False) -> None:
     """List runs, oldest first."""
 
@@ -426,7 +427,7 @@ def runs(store: StoreOption = None, json_output: JsonOption = False) -> None:
     )
 
 
-@app.command(short_help="List workspaces' agent sessions.")
+@app.command(short_help=summary("sessions"))
 def sessions(store: StoreOption = None, json_output: JsonOption = False) -> None:
     """List workspaces' agent sessions (archived ones too)."""
 
@@ -457,7 +458,7 @@ def sessions(store: StoreOption = None, json_output: JsonOption = False) -> None
     )
 
 
-@app.command(short_help="Show a run and its snapshots.")
+@app.command(short_help=summary("status"))
 def status(run_id: RunOption, store: StoreOption = None, json_output: JsonOption = False) -> None:
     """Show a run and its snapshots."""
 

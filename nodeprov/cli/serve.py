@@ -9,12 +9,12 @@ from typing import Annotated
 import typer
 
 from ..errors import ConfigError
-from .app import StoreOption, app, errors
+from .app import StoreOption, app, errors, summary
 
 __all__ = ["serve"]
 
 
-@app.command(short_help="Serve the HTTP API.")
+@app.command(short_help=summary("serve"))
 def serve(  # noqa: PLR0917 - one parameter per command-line option
     host: Annotated[
         str | None,

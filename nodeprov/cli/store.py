@@ -8,13 +8,13 @@ from typing import Annotated
 import anyio
 import typer
 
-from .app import JsonOption, StoreOption, app, errors, open_store
+from .app import JsonOption, StoreOption, app, errors, open_store, summary
 from .render import emit, out, print_table
 
 __all__ = ["prune"]
 
 
-@app.command(short_help="Delete runs that are over and old.")
+@app.command(short_help=summary("prune"))
 def prune(
     older_than: Annotated[
         str,

@@ -12,7 +12,7 @@ import anyio
 import typer
 
 from ..scopes import DEFAULT_TENANT, SCOPES
-from .app import JsonOption, StoreOption, app, commands, errors, fail, open_store
+from .app import JsonOption, StoreOption, app, commands, errors, fail, open_store, summary
 from .render import emit, err, out, print_table, when
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["create", "ls", "revoke", "tokens_app"]
 
 tokens_app = commands(
-    short_help="API tokens of nodeprov serve.",
+    short_help=summary("tokens"),
     name="tokens",
     no_args_is_help=True,
     help="API tokens of `nodeprov serve`: make one (its secret is shown once), list, revoke.",
