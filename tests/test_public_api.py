@@ -68,6 +68,7 @@ EXPORTS = {
         "Fleet",
         "Readiness",
         "check_image",
+        "loaded_provider_class",
         "make_provider",
         "provider_settings_from_env",
         "readiness",
