@@ -6,7 +6,9 @@
 #     (postgresql://nodeprov:nodeprov@127.0.0.1:5432/nodeprov_test),
 #   - curl, which the docs' HTTP examples use (integration/test_newcomer.py),
 #   - OpenSSH's sshd (Debian's openssh-server; not started: each test starts its own, with
-#     its own configuration and keys, on 127.0.0.1).
+#     its own configuration and keys, on 127.0.0.1),
+#   - a C compiler, which builds the benchmarks' fake agent (bench/fake_agent.c; its test,
+#     tests/test_bench_fake_agent.py, fails in CI without one).
 # Idempotent: what is already there is left alone. Needs root for the installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +51,7 @@ fi
 [ -x /usr/sbin/sshd ] || install openssh-server || exit 0
 systemctl disable --now ssh >/dev/null 2>&1 || true  # the package's own daemon is not wanted
 
+command -v cc >/dev/null || install gcc libc6-dev || exit 0
 command -v curl >/dev/null || install curl || exit 0  # the docs' HTTP examples (integration/test_newcomer.py)
 command -v debootstrap >/dev/null || install debootstrap || exit 0
 echo "engines: test image $(integration/images/build-base.sh)" >&2
