@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 import docker
 import docker.errors
@@ -312,6 +315,49 @@ async def test_a_spawn_the_engine_refuses_says_why(base_image: str) -> None:
     async with await provider.provision() as node:
         with pytest.raises(SpawnError, match=r"chdir to cwd .*/workspace/no-such-dir"):
             await node.spawn(SpawnOptions("pwd", cwd="no-such-dir"))
+
+
+@pytest.mark.parametrize("silent_execs", [1, 3])
+async def test_an_exec_the_engine_ends_before_it_runs_is_tried_again(
+    silent_execs: int, base_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load runc may fail an exec ("error executing setns process"): the engine ends
+    its stream saying nothing, and the exec's process never ran (Pid 0). Injected here at
+    the engine's answer (the engine cannot be made to fail so on demand): the spawn tries a
+    new exec, twice at most, then says what happened."""
+    from nodeprov import SpawnError
+    from nodeprov_docker import DockerNode, engine
+    from nodeprov_docker import provider as docker_provider
+    from nodeprov_docker.exec import ExecOutput
+
+    provider = get_provider("docker", image=base_image, network_mode="host", pull="never")
+    async with await provider.provision() as node:
+        assert isinstance(node, DockerNode)
+        exec_for_real, ask_for_real = node._exec, engine.ask
+        silent: list[str] = []
+
+        async def exec_(api: Any, argv: list[str], cwd: str, environment: list[str] | None = None) -> Any:
+            if len(silent) == silent_execs:
+                return await exec_for_real(api, argv, cwd, environment)
+            created = await anyio.to_thread.run_sync(api.exec_create, node.container_id, ["true"])
+            exec_id = created["Id"]  # never started
+            silent.append(exec_id)
+            ended, peer = socket.socketpair()
+            peer.close()  # its stream ends at once, with nothing said
+            return exec_id, ExecOutput(await anyio.abc.SocketStream.from_socket(ended))
+
+        async def never_ran(call: Any, *args: Any, **kwargs: Any) -> Any:
+            if args and args[0] in silent:  # as the engine says of an exec runc failed to start
+                return {"Running": False, "Pid": 0, "ExitCode": 126}
+            return await ask_for_real(call, *args, **kwargs)
+
+        monkeypatch.setattr(node, "_exec", exec_)
+        monkeypatch.setattr(docker_provider, "ask", never_ran)
+        if silent_execs < 3:
+            assert await run(node, "echo", "ran") == (0, b"ran\n", b"")
+        else:
+            with pytest.raises(SpawnError, match="the engine ended its exec at once, its process never ran"):
+                await run(node, "echo", "ran")
 
 
 async def test_stdout_is_not_ended_while_an_unreadable_process_holds_it(base_image: str) -> None:

@@ -163,8 +163,16 @@ class DockerNode(NodeHandle):
         with anyio.CancelScope(shield=True):
             try:
                 with anyio.fail_after(self._provider.settings.ready_timeout):
-                    exec_id, output = await self._exec(api, argv, cwd, environment)
-                    pid, stdout_pipe = await self._handshake(output, options)
+                    for attempt in range(_EXEC_ATTEMPTS):
+                        exec_id, output = await self._exec(api, argv, cwd, environment)
+                        try:
+                            pid, stdout_pipe = await self._handshake(output, options, exec_id)
+                            break
+                        except _ExecNeverRanError:
+                            if attempt == _EXEC_ATTEMPTS - 1:
+                                raise
+                            logger.info("node %s: the engine did not run an exec; again", self.node_id)
+                            await anyio.sleep(0.1 * 2**attempt)
             except TimeoutError:
                 raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
         return self._process(api, exec_id, output, pid, stdout_pipe)
@@ -255,11 +263,28 @@ class DockerNode(NodeHandle):
                 ) from None
             raise NodeGoneError(f"node {self.node_id}: its container is not running") from None
 
-    async def _handshake(self, output: ExecOutput, options: SpawnOptions) -> tuple[int, str]:
+    async def _handshake(
+        self, output: ExecOutput, options: SpawnOptions, exec_id: str | None = None
+    ) -> tuple[int, str]:
         """Read the preamble's report: (pid, stdout pipe); close the exec and raise (as
-        :func:`~nodeprov.exec.read_report`) if the command could not be started."""
+        :func:`~nodeprov.exec.read_report`) if the command could not be started. Given the
+        ``exec_id`` of an exec of its own: :class:`_ExecNeverRanError` when the engine ended
+        it saying nothing and its process never ran (runc failing under load): safe to try
+        again, as no report means no command ran."""
+
+        async def explain(said: str) -> str:
+            if not said and exec_id is not None:
+                info = await ask((await self._provider.client()).api.exec_inspect, exec_id)
+                if not info["Running"] and not info["Pid"]:
+                    raise _ExecNeverRanError(
+                        f"cannot start {options.command!r} on node {self.node_id}: the engine ended "
+                        f"its exec at once, its process never ran (exit code {info['ExitCode']}; "
+                        "the engine's log says why)"
+                    )
+            return await _explain_engine(said)
+
         try:
-            report = await read_report(output, options, f"node {self.node_id}", explain=_explain_engine)
+            report = await read_report(output, options, f"node {self.node_id}", explain=explain)
         except BaseException:
             await output.aclose()
             raise
@@ -551,6 +576,15 @@ class DockerProvider(NodeProvider[DockerSettings]):
 
     async def probe(self) -> None:
         await ask((await self.client()).ping)
+
+
+_EXEC_ATTEMPTS = 3
+"""Execs of one spawn the engine may end before their process runs (runc's "error executing
+setns process" on a loaded host), each tried again after 0.1 s, then 0.2 s."""
+
+
+class _ExecNeverRanError(SpawnError):
+    """The engine ended an exec at once, saying nothing; its process never ran."""
 
 
 async def _explain_engine(said: str) -> str:
