@@ -15,6 +15,7 @@ Every docker SDK call runs in a worker thread; the exec's data path is a socket 
 event loop. Docker and requests exceptions never leave this package.
 """
 
-from nodeprov_docker.provider import DockerMount, DockerNode, DockerProvider, DockerSettings
+from nodeprov_docker.provider import DockerNode, DockerProvider
+from nodeprov_docker.settings import DockerMount, DockerSettings
 
 __all__ = ["DockerMount", "DockerNode", "DockerProvider", "DockerSettings"]

@@ -8,14 +8,13 @@ from collections.abc import Callable, Mapping
 from contextlib import suppress
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import anyio
 import anyio.to_thread
 import docker
 import docker.errors
 from docker.types import Mount
-from pydantic import BaseModel, ConfigDict, Field
 
 from nodeprov.errors import (
     ConfigError,
@@ -47,13 +46,13 @@ from nodeprov.node import (
     ProviderSettings,
     Requirement,
     Rollback,
-    secret_field,
 )
 from nodeprov.spawn import PreparedSpawn, SpawnedProcess, SpawnOptions, StopPolicy
 from nodeprov_docker.engine import ConflictError, ask, engine, hijack
 from nodeprov_docker.exec import DockerProcess, ExecOutput
+from nodeprov_docker.settings import DockerSettings
 
-__all__ = ["TOOLS_DIR", "DockerMount", "DockerNode", "DockerProvider", "DockerSettings"]
+__all__ = ["TOOLS_DIR", "DockerNode", "DockerProvider"]
 
 logger = logging.getLogger("nodeprov.docker")
 
@@ -75,52 +74,6 @@ printf '\\036nodeprov ok %s - %s\\n' "$$" "$(readlink "/proc/$$/fd/1")"
 """
 )
 _SIGNAL_GROUP = 'kill -s "$1" -- "-$2" 2>/dev/null; exit 0'
-
-
-class DockerMount(BaseModel):
-    """A mount of every node's container."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    source: str = Field(description="Host path (bind) or volume name (volume).")
-    target: str = Field(description="Path inside the container.")
-    read_only: bool = Field(default=False, description="Mount read-only.")
-    type: Literal["bind", "volume"] = Field(default="bind", description="Kind of mount.")
-
-
-class DockerSettings(ProviderSettings):
-    """Settings of the Docker provider."""
-
-    # Not the engine, the network mode, mounts or the environment: the service's own host.
-    caller_settings: ClassVar[frozenset[str]] = frozenset(
-        {"image", "pull", "cpus", "memory", "user", "workdir", "ready_timeout", "eof_grace", "term_grace"}
-    )
-
-    image: str | None = Field(default=None, description="Image of every node; needed to provision.")
-    docker_host: str | None = Field(
-        default=None,
-        description="Engine URL, unix:///path or tcp://host:port (TLS is not supported). "
-        "Default: DOCKER_HOST, then the local socket.",
-    )
-    pull: Literal["missing", "always", "never"] = Field(
-        default="missing", description="When to pull the image from its registry."
-    )
-    network_mode: str | None = Field(default=None, description="Network mode, e.g. 'host' or 'none'.")
-    cpus: float | None = Field(default=None, gt=0, description="CPU limit, in CPUs.")
-    memory: str | None = Field(default=None, description="Memory limit, e.g. '512m' or '2g'.")
-    mounts: list[DockerMount] = Field(default_factory=list, description="Mounts of every node.")
-    user: str | None = Field(default=None, description="User of the container and its processes.")
-    workdir: str = Field(
-        default="/workspace", description="Working directory in the container, made if missing."
-    )
-    env: dict[str, str] = secret_field(
-        default_factory=dict,
-        description="Environment of every process on the node; a secret: given to each exec, never "
-        "part of the container's configuration, so the engine does not show it and it is not stored.",
-    )
-    ready_timeout: float = Field(default=60.0, gt=0, description="Seconds a node may take to be ready.")
-    eof_grace: float = Field(default=5.0, ge=0, description="Seconds after stdin EOF before SIGTERM.")
-    term_grace: float = Field(default=5.0, ge=0, description="Seconds after SIGTERM before SIGKILL.")
 
 
 class DockerNode(NodeHandle):
