@@ -169,15 +169,13 @@ class _TopLevel(_Commands):
             formatter.write_dl([(name, text) for name, (_, text) in COMMANDS.items()])
 
 
-def commands(**settings: Any) -> typer.Typer:
+def commands(group: type[_Commands] = _Commands, **settings: Any) -> typer.Typer:
     """A typer app (or sub-app) of nodeprov's commands."""
-    return typer.Typer(cls=_Commands, add_completion=False, rich_markup_mode=None, **settings)
+    return typer.Typer(cls=group, add_completion=False, rich_markup_mode=None, **settings)
 
 
-app = typer.Typer(
-    cls=_TopLevel,
-    add_completion=False,
-    rich_markup_mode=None,
+app = commands(
+    _TopLevel,
     name="nodeprov",
     no_args_is_help=True,
     help="Provision nodes for AI coding agents (Claude Code, Codex, OpenCode) and run them there: "
