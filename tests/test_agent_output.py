@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from nodeprov import NodeHandle, get_agent
-from nodeprov.agents.claude import bridge
+from nodeprov.agents.claude import channel
 from nodeprov.errors import AgentExitError, AgentOutputError
 from nodeprov.testing import fake_agent_command
 
@@ -42,7 +42,7 @@ async def test_noise_then_silence_ends_the_turn(
     tmp_path: Path, local_node: NodeHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The agent answers, prints a line that is not its protocol, and waits for ever."""
-    monkeypatch.setattr(bridge, "NOISE_GRACE", 1.0)
+    monkeypatch.setattr(channel, "NOISE_GRACE", 1.0)
     steps = [{"garbage": "Please log in at https://example.invalid and press Enter:"}, {"stall": True}]
     options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
     agent = get_agent("claude", options)
@@ -58,7 +58,7 @@ async def test_noise_then_silence_ends_the_turn(
 async def test_noise_followed_by_the_protocol_is_no_failure(
     tmp_path: Path, local_node: NodeHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bridge, "NOISE_GRACE", 1.0)
+    monkeypatch.setattr(channel, "NOISE_GRACE", 1.0)
     steps = [{"garbage": "a warning the CLI printed"}, {"sleep": 0.1}, {"text": "done"}]
     options = {"cli_path": fake_agent_command(tmp_path), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
     async with get_agent("claude", options).session(local_node) as session:

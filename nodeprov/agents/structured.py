@@ -7,8 +7,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import jsonschema
-
 from .messages import Result
 
 __all__ = ["check_structured", "parse_structured"]
@@ -40,6 +38,8 @@ def check_structured(result: Result, schema: Mapping[str, Any], value: Any = _MI
                 is_error=True,
                 text=f"the agent's result is not JSON for the output schema ({error}): {result.text[:200]!r}",
             )
+    import jsonschema  # a tenth of a second, for the runs that ask for structured output alone
+
     try:
         jsonschema.validate(value, schema)
     except jsonschema.ValidationError as error:

@@ -1,8 +1,7 @@
-"""The ``claude`` agent: the Claude Code CLI on a node, through the SDK bridge.
-
-This module imports no SDK: choosing the agent and checking its options and prompts stay
-fast; a session (:mod:`nodeprov.agents.claude.session`) imports it, which a control plane
-starts in a thread beside the node's provisioning (``slow_imports``)."""
+"""The ``claude`` agent: the Claude Code CLI on a node, driven over its stream-json protocol
+(:mod:`nodeprov.agents.claude.session`). Nothing of it imports the Claude Agent SDK, which
+only :class:`~nodeprov.agents.claude.NodeTransport` and
+:class:`~nodeprov.agents.claude.ClaudeSessionStore`, made for the SDK's users, need."""
 
 from __future__ import annotations
 
@@ -21,10 +20,9 @@ from ...settings import secret_field
 from .. import Agent, AgentOptions, Capabilities, ModelInfo, SessionArchive, StateKey
 from .._files import archive_file, write_jsonl
 from .cli import bundled_cli_path
+from .sdk_parity import fold_summary, sanitize_path
 
 if TYPE_CHECKING:
-    from claude_agent_sdk import ClaudeAgentOptions
-
     from .session import ClaudeSession
 
 __all__ = ["ClaudeAgent", "ClaudeOptions", "config_dir"]
@@ -52,8 +50,8 @@ class ClaudeOptions(AgentOptions):
 
 
 class ClaudeAgent(Agent[ClaudeOptions]):
-    """The Claude Code CLI, driven through the Claude Agent SDK and
-    :class:`~nodeprov.agents.claude.NodeTransport`. Its session state is its transcript,
+    """The Claude Code CLI, driven over its stream-json protocol as the Claude Agent SDK
+    drives it (:class:`~nodeprov.agents.claude.session.ClaudeSession`). Its session state is its transcript,
     mirrored into the archive as the CLI writes it (``--session-mirror``), read back off
     the node before the node goes, and written under ``$HOME/.claude/projects`` of a fresh
     node to resume there."""
@@ -70,7 +68,6 @@ class ClaudeAgent(Agent[ClaudeOptions]):
     model_patterns: ClassVar[tuple[str, ...]] = (r"claude-.*", "opus", "sonnet", "haiku")
     fallback: ClassVar[bool] = True
     image_limits: ClassVar[ImageLimits | None] = ANTHROPIC_IMAGE_LIMITS
-    slow_imports: ClassVar[tuple[str, ...]] = ("nodeprov.agents.claude.session",)  # the SDK: its mcp
 
     @classmethod
     def local_cli(cls) -> str | None:
@@ -81,15 +78,6 @@ class ClaudeAgent(Agent[ClaudeOptions]):
     async def offline(cls, prompt: str) -> AsyncIterator[dict[str, Any]]:
         async with demo_messages(prompt) as messages:
             yield {"env": messages.agent_env()}
-
-    def sdk_options(
-        self, node: NodeHandle, *, resume: str | None = None, archive: SessionArchive | None = None
-    ) -> ClaudeAgentOptions:
-        """The SDK's options for a session on ``node``: the CLI keeps its state under the
-        node's ``$HOME/.claude``, where :meth:`import_state` and :meth:`export_state` look."""
-        from .session import sdk_options
-
-        return sdk_options(self, node, resume=resume, archive=archive)
 
     def session(
         self,
@@ -109,10 +97,8 @@ class ClaudeAgent(Agent[ClaudeOptions]):
 
     def state_key(self, node: NodeHandle, workspace: str = "default") -> str:
         """The directory name the CLI gives the agent's working directory on ``node``."""
-        from claude_agent_sdk._internal.sessions import _sanitize_path  # pinned with the SDK
-
         cwd = self.options.cwd or node.workdir
-        return str(_sanitize_path(posixpath.normpath(posixpath.join(node.workdir, cwd))))
+        return sanitize_path(posixpath.normpath(posixpath.join(node.workdir, cwd)))
 
     async def import_state(
         self, node: NodeHandle, session_id: str, project_key: str, archive: SessionArchive
@@ -136,8 +122,6 @@ class ClaudeAgent(Agent[ClaudeOptions]):
     ) -> None:
         """The CLI mirrors in batches of its own, and a CLI stopped by a pause may not have
         sent its last frames, or any: the file on the node completes the archived copy."""
-        from .session_store import fold_summary
-
         path = f"{config_dir(node)}/projects/{project_key}/{session_id}.jsonl"
         key: StateKey = {"project_key": project_key, "session_id": session_id}
         await archive_file(node, path, key, archive, summarize=fold_summary)

@@ -15,6 +15,7 @@ from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITra
 from claude_agent_sdk.types import _configure_can_use_tool
 
 from ...errors import ConfigError
+from .sdk_parity import trace_context
 
 __all__ = ["agent_command", "agent_environment"]
 
@@ -54,16 +55,5 @@ def agent_environment(options: ClaudeAgentOptions) -> dict[str, str]:
         env["CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING"] = "true"
     if options.cwd:
         env["PWD"] = str(options.cwd)
-    env.update({k: v for k, v in _trace_context().items() if k not in options.env})
+    env.update({k: v for k, v in trace_context().items() if k not in options.env})
     return env
-
-
-def _trace_context() -> dict[str, str]:
-    """The active OpenTelemetry trace context, as the SDK propagates it (if installed)."""
-    try:
-        from opentelemetry import propagate  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return {}
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    return {k.upper(): v for k, v in carrier.items()} if "traceparent" in carrier else {}

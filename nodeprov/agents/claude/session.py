@@ -1,22 +1,25 @@
-"""A ``claude`` session: the Claude Code CLI on a node, through the Claude Agent SDK's
-client and :class:`~nodeprov.agents.claude.NodeTransport` (this module imports the SDK)."""
+"""A ``claude`` session: the Claude Code CLI on a node, driven over its stream-json control
+protocol directly (no SDK: importing it took most of a second, before the agent could
+start; :mod:`~nodeprov.agents.claude.sdk_parity` does what the SDK did around the CLI, and
+is pinned to it by tests).
+
+The protocol, as the SDK speaks it: each line on the CLI's stdin is a JSON object, either a
+``user`` message (a turn's prompt) or a ``control_request`` (``initialize``, sent once as the
+CLI starts; ``interrupt``); the CLI answers each request with a ``control_response`` naming
+its ``request_id``, and sends requests of its own (permission prompts, hooks, SDK MCP
+servers), which this session, having registered none, answers with an error."""
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
-from typing import Any, Literal, cast
+from typing import Any
 
-import anyio
-from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, SessionKey, SessionStore
-
-# Pinned with the SDK: the CLI's own naming of project directories and transcript files.
-from claude_agent_sdk._internal.session_store import file_path_to_session_key
-from claude_agent_sdk.types import SessionStoreEntry
-
-from ...errors import AgentError, ConfigError
+from ...errors import AgentError
 from ...node import NodeHandle
 from ...node.keeper import KeepOptions, KeptProcess
 from ...prompts import Block, ImageBlock, Prompt, prompt_text
@@ -24,49 +27,17 @@ from .. import AgentSession, Message, Result, SessionArchive, StateKey
 from .._quiet import quiet_bounded
 from ..structured import check_structured
 from .agent import ClaudeAgent, config_dir
-from .bridge import NodeTransport
+from .channel import CliChannel
 from .messages import convert
-from .session_store import fold_summary
+from .sdk_parity import cli_argv, cli_environment, fold_summary, session_key, trace_context
 
-__all__ = ["ClaudeSession", "sdk_options"]
+__all__ = ["ClaudeSession"]
 
 logger = logging.getLogger("nodeprov.agents.claude")
 
-_PERMISSION_MODES: dict[str, Literal["plan", "acceptEdits", "bypassPermissions"]] = {
-    "read-only": "plan",
-    "edit": "acceptEdits",
-    "full": "bypassPermissions",
-}
-
-
-def sdk_options(
-    agent: ClaudeAgent, node: NodeHandle, *, resume: str | None = None, archive: SessionArchive | None = None
-) -> ClaudeAgentOptions:
-    """The SDK's options for ``agent``'s session on ``node`` (see :meth:`ClaudeAgent.sdk_options`)."""
-    options = agent.options
-    return ClaudeAgentOptions(
-        model=options.model,
-        permission_mode=_PERMISSION_MODES[options.permission],
-        env={**options.env, "CLAUDE_CONFIG_DIR": config_dir(node)},
-        cwd=options.cwd,
-        cli_path=agent.cli_on(node),
-        max_turns=options.max_turns,
-        allowed_tools=list(options.allowed_tools),
-        disallowed_tools=list(options.disallowed_tools),
-        system_prompt=options.system_prompt,
-        mcp_servers=cast(Any, dict(options.mcp_servers)),
-        output_format=(
-            {"type": "json_schema", "schema": options.output_schema} if options.output_schema else None
-        ),
-        resume=resume,
-        # A store makes the CLI mirror its transcript; the frames reach the archive.
-        session_store=cast(SessionStore, _ArchiveStore(archive)) if archive is not None else None,
-    )
-
 
 class ClaudeSession(AgentSession):
-    """A ``ClaudeSDKClient`` on the node; the CLI starts with the first turn and serves
-    every turn after it."""
+    """The CLI on the node: it starts with the first turn and serves every turn after it."""
 
     def __init__(
         self,
@@ -77,45 +48,71 @@ class ClaudeSession(AgentSession):
         keep: KeepOptions | None = None,
     ) -> None:
         self.session_id = resume
+        options = agent.options
         self._agent = agent
-        self._options = sdk_options(agent, node, resume=resume, archive=archive)
-        mirror = _Mirror(archive, f"{config_dir(node)}/projects") if archive is not None else None
-        self._transport = NodeTransport.for_node(node, self._options, transcripts=mirror, keep=keep)
-        self._schema = agent.options.output_schema
-        self._quiet_limit = agent.options.no_output_timeout
-        self._client: ClaudeSDKClient | None = None
+        home = config_dir(node)
+        self._argv = cli_argv(
+            agent.cli_on(node),
+            model=options.model,
+            permission=options.permission,
+            max_turns=options.max_turns,
+            allowed_tools=options.allowed_tools,
+            disallowed_tools=options.disallowed_tools,
+            system_prompt=options.system_prompt,
+            mcp_servers=options.mcp_servers,
+            output_schema=options.output_schema,
+            resume=resume,
+            mirror=archive is not None,
+        )
+        env = cli_environment({**options.env, "CLAUDE_CONFIG_DIR": home}, options.cwd)
+        self._env = {**env, **{k: v for k, v in trace_context().items() if k not in options.env}}
+        self._cwd = options.cwd
+        mirror = _Mirror(archive, f"{home}/projects") if archive is not None else None
+        self._channel = CliChannel(node.spawn, node=node, home=home, keep=keep, transcripts=mirror)
+        self._messages: AsyncIterator[dict[str, Any]] | None = None
+        self._schema = options.output_schema
+        self._quiet_limit = options.no_output_timeout
 
     async def turn(self, prompt: Prompt) -> AsyncIterator[Message]:
         blocks = self._agent.prepare_prompt(prompt)
-        client = await self._connected()
-        if any(isinstance(block, ImageBlock) for block in blocks):
-            await client.query(_user_message(blocks))
-        else:
-            await client.query(prompt_text(blocks))
-        async for message in self._relay(client, 0):
+        messages = await self._started()
+        await self._channel.write(_line(_user_message(blocks)))
+        async for message in self._relay(messages, 0):
             yield message
 
     async def follow(self, keeper: str, skip: int) -> AsyncIterator[Message]:
-        """The SDK's session is rebuilt on the kept CLI's output from its start; its
-        ``initialize`` is answered from there, never sent to the CLI again."""
-        if self._client is not None:
-            raise ConfigError("follow() re-attaches a session that has not started")
-        self._transport.reattach_to(keeper)
-        async for message in self._relay(await self._connected(), skip):
+        """The kept CLI's output is read from its start: the answer to its ``initialize`` is
+        there, and the turn's messages, the first ``skip`` of which were relayed already."""
+        if self._messages is not None:
+            raise AgentError("follow() re-attaches a session that has not started")
+        await self._channel.reattach(keeper)
+        self._messages = self._channel.messages()
+        self.keeper = keeper
+        async for message in self._relay(self._messages, skip):
             yield message
 
-    async def _connected(self) -> ClaudeSDKClient:
-        if self._client is None:
-            client = ClaudeSDKClient(options=self._options, transport=self._transport)
-            await client.connect()
-            self._client = client
-            process = self._transport.process
+    async def _started(self) -> AsyncIterator[dict[str, Any]]:
+        """The CLI's messages, the CLI started (and asked to ``initialize``) on first use."""
+        if self._messages is None:
+            await self._channel.start(self._argv, self._env, self._cwd)
+            process = self._channel.process
             self.keeper = process.keeper if isinstance(process, KeptProcess) else None
-        return self._client
+            self._messages = self._channel.messages()
+            # Its answer comes before the turn's messages (the CLI reads its stdin in order).
+            request_id = await self._request("initialize", hooks=None)
+            self._channel.expect_answer(request_id, "initialize")
+        return self._messages
 
-    async def _relay(self, client: ClaudeSDKClient, skip: int) -> AsyncIterator[Message]:
+    async def _request(self, subtype: str, **fields: Any) -> str:
+        request_id = f"req_{secrets.token_hex(6)}"
+        asked = {"subtype": subtype, **fields}
+        request = {"type": "control_request", "request_id": request_id, "request": asked}
+        await self._channel.write(_line(request))
+        return request_id
+
+    async def _relay(self, messages: AsyncIterator[dict[str, Any]], skip: int) -> AsyncIterator[Message]:
         """The turn's messages, less the first ``skip``, to its result."""
-        async for converted in quiet_bounded(self._converted(client), self._quiet_limit, "claude"):
+        async for converted in quiet_bounded(self._converted(messages), self._quiet_limit, "claude"):
             message = converted
             if isinstance(message, Result) and self._schema is not None:
                 message = check_structured(message, self._schema, message.structured)
@@ -127,55 +124,84 @@ class ClaudeSession(AgentSession):
                 continue
             yield message
 
-    @staticmethod
-    async def _converted(client: ClaudeSDKClient) -> AsyncIterator[Message]:
-        """The turn's messages to its result, converted from the CLI's own JSON: the SDK's
-        client would make its classes of each (``receive_response``), for nothing."""
-        # A private SDK part, pinned by the version range in pyproject.toml and covered by tests.
-        query = client._query
-        if query is None:
-            raise AgentError("the agent's session is not connected")
-        async for raw in query.receive_messages():
+    async def _converted(self, messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[Message]:
+        """The turn's messages to its result, converted from the CLI's own JSON; the control
+        protocol's are answered or checked here."""
+        async for raw in messages:
+            kind = raw.get("type")
+            if kind == "control_response":
+                response = raw.get("response") or {}
+                if response.get("subtype") == "error":
+                    refused = AgentError(f"the agent refused a request: {response.get('error')}")
+                    raise self._channel.fail(refused)
+                continue
+            if kind == "control_request":
+                await self._refuse(raw)
+                continue
+            if kind == "control_cancel_request" or _for_the_sdk_alone(raw):
+                continue
             for message in convert(raw):
                 yield message
-            if raw.get("type") == "result":
+            if kind == "result":
                 return
+        raise AgentError("the agent's output ended before the turn's result")
+
+    async def _refuse(self, request: dict[str, Any]) -> None:
+        """Answer a request of the CLI's: this session registered nothing it could ask for."""
+        subtype = (request.get("request") or {}).get("subtype")
+        logger.debug("refusing the agent's %s request", subtype)
+        response = {"subtype": "error", "request_id": request.get("request_id"), "error": f"no {subtype}"}
+        await self._channel.write(_line({"type": "control_response", "response": response}))
 
     async def interrupt(self) -> None:
-        if self._client is not None:
-            await self._client.interrupt()
+        """Ask the CLI to end its turn; it answers, and the turn ends with a result."""
+        if self._messages is not None and self._channel.connected:
+            await self._request("interrupt")
 
     async def detach(self) -> None:
-        with anyio.CancelScope(shield=True):
-            await self._transport.detach()
-            await self.aclose()
+        await self._channel.detach()
+        await self.aclose()
 
     async def aclose(self) -> None:
-        with anyio.CancelScope(shield=True):
-            client, self._client = self._client, None
-            if client is not None:
-                with suppress(Exception):  # the abort is what counts: nothing to report
-                    await client.disconnect()
-            await self._transport.close()  # idempotent; a disconnect that failed may have left it open
+        await self._channel.close()  # idempotent, shielded and bounded
+        messages, self._messages = self._messages, None
+        if messages is not None:
+            with suppress(RuntimeError):  # a reader in another task still holds it: it ends there
+                await messages.aclose()  # type: ignore[attr-defined]
 
 
-async def _user_message(blocks: Sequence[Block]) -> AsyncIterator[dict[str, Any]]:
-    """The prompt as the SDK sends content blocks: one stream-json user message whose
-    content is Messages API blocks (an image as base64 with its media type)."""
-    content = [
-        {
-            "type": "image",
-            "source": {
-                "type": "base64",
-                "media_type": block.media_type,
-                "data": base64.b64encode(block.data).decode(),
-            },
-        }
-        if isinstance(block, ImageBlock)
-        else {"type": "text", "text": block.text}
-        for block in blocks
-    ]
-    yield {"type": "user", "message": {"role": "user", "content": content}, "parent_tool_use_id": None}
+def _for_the_sdk_alone(message: dict[str, Any]) -> bool:
+    """A session-state frame the CLI sends only because the environment the SDK sets asks."""
+    kind, subtype = message.get("type"), message.get("subtype")
+    return kind == "system" and subtype == "session_state_changed" and message.get("sdk_host_only") is True
+
+
+def _line(message: dict[str, Any]) -> str:
+    return json.dumps(message) + "\n"
+
+
+def _user_message(blocks: Sequence[Block]) -> dict[str, Any]:
+    """The prompt as the SDK sends it: a user message whose content is the text, or, with an
+    image, Messages API blocks (an image as base64 with its media type)."""
+    content: str | list[dict[str, Any]]
+    if not any(isinstance(block, ImageBlock) for block in blocks):
+        content = prompt_text(blocks)
+    else:
+        content = [
+            {
+                "type": "image",
+                "source": {
+                    "type": "base64",
+                    "media_type": block.media_type,
+                    "data": base64.b64encode(block.data).decode(),
+                },
+            }
+            if isinstance(block, ImageBlock)
+            else {"type": "text", "text": block.text}
+            for block in blocks
+        ]
+    message = {"role": "user", "content": content}
+    return {"type": "user", "message": message, "parent_tool_use_id": None, "session_id": "default"}
 
 
 class _Mirror:
@@ -188,7 +214,7 @@ class _Mirror:
 
     def add(self, file_path: str, entries: list[dict[str, Any]]) -> None:
         if file_path not in self._keys:
-            self._keys[file_path] = file_path_to_session_key(file_path, self._projects_dir)
+            self._keys[file_path] = session_key(file_path, self._projects_dir)
         key = self._keys[file_path]
         if key is None:
             logger.warning("dropping a transcript frame of %s: not under %s", file_path, self._projects_dir)
@@ -197,19 +223,3 @@ class _Mirror:
 
     async def flush(self) -> None:
         await self._archive.flush()
-
-
-class _ArchiveStore:
-    """The SDK's ``SessionStore`` over an archive, as far as a custom transport uses one (append
-    and load): its presence makes the CLI mirror its transcript, and the bridge takes the
-    frames before the SDK sees them."""
-
-    def __init__(self, archive: SessionArchive) -> None:
-        self._archive = archive
-
-    async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
-        self._archive.add(key, cast(list[dict[str, Any]], entries), summarize=fold_summary)
-        await self._archive.flush()
-
-    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
-        return cast(list[SessionStoreEntry] | None, await self._archive.load(key))

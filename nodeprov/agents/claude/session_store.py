@@ -5,16 +5,15 @@ resumes sessions from it.
 
 The store keeps entries for every agent alike (:class:`~nodeprov.store.entries.EntryStore`);
 what is Claude's lives here: the SDK's key and entry types, and its session summaries,
-folded with the SDK's own fold over what each append really added, in the append's
-transaction. Sessions written by other writers (a run's batched mirror) have entries but no
-summary, and the SDK's listing fills them in from :meth:`list_sessions`.
+folded as the SDK folds them (:func:`~nodeprov.agents.claude.sdk_parity.fold_summary`) over
+what each append really added, in the append's transaction (a run's mirror folds the same).
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
-from claude_agent_sdk import SessionKey, SessionStore, fold_session_summary
+from claude_agent_sdk import SessionKey, SessionStore
 from claude_agent_sdk.types import (
     SessionListSubkeysKey,
     SessionStoreEntry,
@@ -22,15 +21,10 @@ from claude_agent_sdk.types import (
     SessionSummaryEntry,
 )
 
-from ...store.entries import EntryKey, EntryStore, Summary
+from ...store.entries import EntryKey, EntryStore
+from .sdk_parity import fold_summary
 
 __all__ = ["ClaudeSessionStore", "fold_summary"]
-
-
-def fold_summary(previous: Summary | None, key: EntryKey, entries: list[Any]) -> Summary:
-    """The SDK's session summary, folded over ``entries`` (a :data:`~nodeprov.store.entries.Fold`)."""
-    # The store's Summary and EntryKey are the SDK's SessionSummaryEntry and SessionKey, field for field.
-    return fold_session_summary(previous, key, entries)
 
 
 def _key(key: SessionKey | SessionListSubkeysKey) -> EntryKey:
