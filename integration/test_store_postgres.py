@@ -6,6 +6,7 @@ import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -120,6 +121,38 @@ async def test_group_commits_survive_their_connection_being_ended(make_store: Ma
         await opened.append_events([EventRecord(run_id, 1, "kind", now(), "{}")])
         assert [e.seq for e in await opened.events(run_id)] == [1]
         assert await _writer_pid(opened) != pid
+
+
+class _LeftBusy:
+    """The batches' connection as a server that ended it mid-pipeline leaves it: neither
+    closed nor broken in psycopg's eyes, and every statement fails for good."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+        self.closed = self.broken = False
+
+    def execute(self, *_: object) -> None:
+        import psycopg
+
+        raise psycopg.OperationalError("sending query failed: cannot exit pipeline mode while busy")
+
+    def close(self) -> None:
+        self._connection.close()
+        self.closed = True
+
+
+async def test_a_batch_connection_left_busy_is_replaced(postgres_url: str) -> None:
+    """Found by the suite under load: batches retried on the same connection for a whole retry
+    window, each failing alike, instead of on a new one."""
+    async with await Store.open(postgres_url, retry_for=5) as opened:
+        run_id = await _seed_run(opened)
+        await _writer_pid(opened)  # the batches' connection, opened
+        database: Any = opened.db
+        database._writer = busy = _LeftBusy(database._writer)
+        with anyio.fail_after(20):
+            await opened.append_events([EventRecord(run_id, 1, "kind", now(), "{}")])
+        assert busy.closed
+        assert [e.seq for e in await opened.events(run_id)] == [1]
 
 
 async def test_a_batch_whose_server_hangs_is_abandoned(postgres_url: str) -> None:

@@ -317,6 +317,8 @@ class PostgresDatabase(Database):
             # The works are idempotent by their keys: a batch lost even as it committed is
             # written again, and what it stored already is skipped.
             if isinstance(error, psycopg.Error | OSError) and _transient(error, writer):
+                if _lost_state(error):  # ended mid-pipeline, it stays "busy", not broken: never reused
+                    writer.close()
                 return UnavailableError(first_line(error))
             return None
 
