@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import resource
 import statistics
 import sys
@@ -59,6 +60,7 @@ async def run_ours(tmp: Path, index: list[int]) -> float:
     index[0] += 1
     where = tmp / f"ours-{index[0]}"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(where), "NODEPROV_STORE": f"sqlite:///{where}/store.db"}
+    env.update({name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ})  # a checkout's code
     argv = [NODEPROV, "run", "-p", "local", "-s", f"root={where}/nodes", "--json", PROMPT]
     return await _timed(argv, env)
 
