@@ -60,7 +60,8 @@ async def run_ours(tmp: Path, index: list[int]) -> float:
     index[0] += 1
     where = tmp / f"ours-{index[0]}"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(where), "NODEPROV_STORE": f"sqlite:///{where}/store.db"}
-    env.update({name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ})  # a checkout's code
+    if "PYTHONPATH" in os.environ:  # a checkout's code, measured from it
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     argv = [NODEPROV, "run", "-p", "local", "-s", f"root={where}/nodes", "--json", PROMPT]
     return await _timed(argv, env)
 
