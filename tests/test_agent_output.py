@@ -11,8 +11,9 @@ import anyio
 import pytest
 
 from nodeprov import NodeHandle, get_agent
+from nodeprov.agents import AgentText, Result
 from nodeprov.agents.claude import channel
-from nodeprov.errors import AgentExitError, AgentOutputError
+from nodeprov.errors import AgentError, AgentExitError, AgentOutputError
 from nodeprov.testing import fake_agent_command
 
 pytestmark = pytest.mark.anyio
@@ -64,6 +65,58 @@ async def test_noise_followed_by_the_protocol_is_no_failure(
     async with get_agent("claude", options).session(local_node) as session:
         messages = [message async for message in session.turn("go")]
     assert type(messages[-1]).__name__ == "Result"
+
+
+def _fake(tmp_path: Path, steps: list[dict[str, object]], refuse: str = "") -> dict[str, object]:
+    env = {"NODEPROV_FAKE_AGENT": json.dumps(steps), "NODEPROV_FAKE_AGENT_REFUSE": refuse}
+    return {"cli_path": fake_agent_command(tmp_path), "env": env}
+
+
+async def test_an_agent_that_refuses_to_initialize_ends_the_turn_saying_so(
+    tmp_path: Path, local_node: NodeHandle
+) -> None:
+    agent = get_agent("claude", _fake(tmp_path, [{"text": "done"}], refuse="initialize"))
+    with anyio.fail_after(30):
+        async with agent.session(local_node) as session:
+            with pytest.raises(AgentError, match="refused to initialize: no initialize now"):
+                async for _ in session.turn("go"):
+                    pass
+
+
+async def test_a_refused_interrupt_leaves_the_turn_and_the_session_going(
+    tmp_path: Path, local_node: NodeHandle
+) -> None:
+    """The CLI may refuse an interrupt (the turn was ending): the turn ends as it would have,
+    and the next turn runs."""
+    flag = tmp_path / "interrupted"
+    agent = get_agent(
+        "claude", _fake(tmp_path, [{"wait_for": str(flag)}, {"text": "done"}], refuse="interrupt")
+    )
+    with anyio.fail_after(30):
+        async with agent.session(local_node) as session:
+            messages = []
+            async for message in session.turn("go"):
+                messages.append(message)
+                if type(message).__name__ == "Notice" and not flag.exists():
+                    await session.interrupt()
+                    flag.touch()
+            assert [m.text for m in messages if isinstance(m, AgentText)] == ["done"]
+            second = [message async for message in session.turn("again")]
+    assert isinstance(messages[-1], Result)
+    assert isinstance(second[-1], Result)
+    assert not second[-1].is_error
+
+
+async def test_the_clis_own_requests_are_answered_with_an_error(
+    tmp_path: Path, local_node: NodeHandle
+) -> None:
+    """No permission prompt, hook or SDK MCP server is registered: a request for one is
+    refused at once, never left unanswered (the CLI would wait on it)."""
+    agent = get_agent("claude", _fake(tmp_path, [{"ask": "can_use_tool"}, {"ask": "hook_callback"}]))
+    with anyio.fail_after(30):
+        async with agent.session(local_node) as session:
+            said = [m.text for m in [m async for m in session.turn("go")] if isinstance(m, AgentText)]
+    assert said == ["answered: error", "answered: error"]
 
 
 def test_a_bad_option_names_the_field_and_the_reason_in_one_line() -> None:

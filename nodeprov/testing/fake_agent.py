@@ -3,10 +3,12 @@
 It speaks the CLI's stream-json protocol as the SDK's ``query()`` and ``ClaudeSDKClient``
 expect it (through :class:`nodeprov.agents.claude.NodeTransport` or the SDK's own transport): it
 answers the ``initialize`` and ``interrupt`` control requests (and any other with an empty
-success), and for each user message emits a ``system`` ``init`` message, the scripted steps
-and a ``result``, between ``session_state_changed`` running/idle notices, shaped like the
-real CLI's. The session id is the one of ``--session-id ID`` or ``--resume ID`` in its
-arguments (unless ``--fork-session``), else a fresh uuid. Every other flag is ignored.
+success; those of the subtypes ``NODEPROV_FAKE_AGENT_REFUSE`` names, comma-separated, with an
+error, as a CLI that cannot honour them), and for each user message emits a ``system``
+``init`` message, the scripted steps and a ``result``, between ``session_state_changed``
+running/idle notices, shaped like the real CLI's. The session id is the one of
+``--session-id ID`` or ``--resume ID`` in its arguments (unless ``--fork-session``), else a
+fresh uuid. Every other flag is ignored.
 At stdin EOF it exits: status 1 if the last result was an error, like the real CLI, else
 0. Stdin EOF does not end a turn under way, as with the real CLI. User messages that come
 during a turn are queued for the turns after it.
@@ -125,6 +127,7 @@ class _Agent:
         self.queued: list[dict[str, Any]] = []  # user messages that came during a turn
         self.eof = False
         self.deaf = False
+        self.refused = set(filter(None, os.environ.get("NODEPROV_FAKE_AGENT_REFUSE", "").split(",")))
         self.answers: dict[str, str] = {}  # answers to its own control requests, by id
         self.turns = 0
         self.mirror = "--session-mirror" in argv
@@ -216,6 +219,11 @@ class _Agent:
         if self.deaf:
             return
         subtype = message.get("request", {}).get("subtype")
+        if subtype in self.refused:
+            refusal = {"subtype": "error", "request_id": message.get("request_id")}
+            refusal["error"] = f"no {subtype} now"
+            self.emit({"type": "control_response", "response": refusal})
+            return
         response: dict[str, Any] = {}
         if subtype == "initialize":
             response = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import suppress
 from typing import Any, Protocol
 
@@ -204,7 +204,7 @@ class CliChannel:
 
     async def messages(
         self, on_control_response: Callable[[dict[str, Any]], Awaitable[None]] | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """The CLI's messages to the end of its output, then its exit checked: transcript
         frames go to the sink (flushed before each ``result`` is yielded), control responses
         to ``on_control_response`` first, then to the reader like any message.

@@ -15,7 +15,7 @@ import base64
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -69,7 +69,8 @@ class ClaudeSession(AgentSession):
         self._cwd = options.cwd
         mirror = _Mirror(archive, f"{home}/projects") if archive is not None else None
         self._channel = CliChannel(node.spawn, node=node, home=home, keep=keep, transcripts=mirror)
-        self._messages: AsyncIterator[dict[str, Any]] | None = None
+        self._messages: AsyncGenerator[dict[str, Any], None] | None = None
+        self._initialize_id = ""
         self._schema = options.output_schema
         self._quiet_limit = options.no_output_timeout
 
@@ -91,7 +92,7 @@ class ClaudeSession(AgentSession):
         async for message in self._relay(self._messages, skip):
             yield message
 
-    async def _started(self) -> AsyncIterator[dict[str, Any]]:
+    async def _started(self) -> AsyncGenerator[dict[str, Any], None]:
         """The CLI's messages, the CLI started (and asked to ``initialize``) on first use."""
         if self._messages is None:
             await self._channel.start(self._argv, self._env, self._cwd)
@@ -99,8 +100,8 @@ class ClaudeSession(AgentSession):
             self.keeper = process.keeper if isinstance(process, KeptProcess) else None
             self._messages = self._channel.messages()
             # Its answer comes before the turn's messages (the CLI reads its stdin in order).
-            request_id = await self._request("initialize", hooks=None)
-            self._channel.expect_answer(request_id, "initialize")
+            self._initialize_id = await self._request("initialize", hooks=None)
+            self._channel.expect_answer(self._initialize_id, "initialize")
         return self._messages
 
     async def _request(self, subtype: str, **fields: Any) -> str:
@@ -130,10 +131,7 @@ class ClaudeSession(AgentSession):
         async for raw in messages:
             kind = raw.get("type")
             if kind == "control_response":
-                response = raw.get("response") or {}
-                if response.get("subtype") == "error":
-                    refused = AgentError(f"the agent refused a request: {response.get('error')}")
-                    raise self._channel.fail(refused)
+                self._check_answer(raw.get("response") or {})
                 continue
             if kind == "control_request":
                 await self._refuse(raw)
@@ -144,7 +142,15 @@ class ClaudeSession(AgentSession):
                 yield message
             if kind == "result":
                 return
-        raise AgentError("the agent's output ended before the turn's result")
+
+    def _check_answer(self, response: dict[str, Any]) -> None:
+        """A refused ``initialize`` ends the session; a refused interrupt (one that came as
+        the turn ended, say) is only logged: an interrupt may not be honoured."""
+        if response.get("subtype") != "error":
+            return
+        if response.get("request_id") == self._initialize_id:
+            raise self._channel.fail(AgentError(f"the agent refused to initialize: {response.get('error')}"))
+        logger.info("the agent refused a request: %s", response.get("error"))
 
     async def _refuse(self, request: dict[str, Any]) -> None:
         """Answer a request of the CLI's: this session registered nothing it could ask for."""
@@ -167,7 +173,7 @@ class ClaudeSession(AgentSession):
         messages, self._messages = self._messages, None
         if messages is not None:
             with suppress(RuntimeError):  # a reader in another task still holds it: it ends there
-                await messages.aclose()  # type: ignore[attr-defined]
+                await messages.aclose()
 
 
 def _for_the_sdk_alone(message: dict[str, Any]) -> bool:
