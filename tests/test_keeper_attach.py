@@ -109,3 +109,29 @@ async def test_a_torn_frame_in_the_log_is_not_counted_as_logged(node: NodeHandle
         await attach.stdin.aclose()
     assert report[0] == "attached", report
     assert report[3] == "1", f"the last frame logged: {report[3]} (2 is torn)"
+
+
+async def test_a_stop_nobody_reads_is_seen_by_one_look_at_the_node(
+    node: NodeHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped after its last read (an agent's turn ended), a kept process's exit comes on the
+    attach's stdout, which nobody reads: the close learns it from the node. One look waits
+    there for the exit, where looks every few milliseconds would each start a script (a
+    kept run's end took 80 ms more than a direct one's)."""
+    from nodeprov.node import kept_process
+
+    looks: list[float] = []
+    status = kept_process._status
+
+    async def counted(*args: object, **kwargs: object) -> list[str]:
+        looks.append(anyio.current_time())
+        return await status(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kept_process, "_status", counted)
+    script = 'read -r line; echo "$line"; cat >/dev/null; sleep 0.15'  # exits 0.15 s after EOF
+    process = await keep(node, SpawnOptions("sh", ["-c", script]), KeepOptions(grace=60))
+    with anyio.fail_after(DEADLINE):
+        await _echoed(process, b"the last turn\n")
+        await process.aclose()
+    assert process.returncode == 0
+    assert len(looks) <= 2, looks  # every 20, 50, 100 ms, it was 3 or 4

@@ -370,8 +370,13 @@ else echo gone; fi
 """
 )
 
-# $1 dir: how the kept process stands.
+# $1 dir, $2 (optional) how many hundredths of a second to wait for the exit first: how the
+# kept process stands.
 STATUS = """\
+n=0
+while [ ! -s "$1/rc" ] && [ -s "$1/pid" ] && [ "$n" -lt "${2:-0}" ]; do
+  sleep 0.01 || sleep 1; n=$((n + 1))
+done
 if [ -s "$1/rc" ]; then read -r rc why <"$1/rc"; printf 'exit %s %s\\n' "$rc" "$why"
 elif [ -s "$1/pid" ]; then echo running
 else echo gone; fi

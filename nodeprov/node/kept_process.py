@@ -31,7 +31,10 @@ logger = logging.getLogger("nodeprov")
 
 _CHANNEL_POLICY = StopPolicy(eof_grace=0.0, term_grace=0.0, kill_grace=2.0)
 _POLL = 0.5  # seconds between looks at the node while waiting for an exit nobody reads
-_FIRST_LOOKS = (0.02, 0.05, 0.1, 0.2)  # sooner: a process told to stop exits within milliseconds
+# The first look comes sooner and waits on the node for the exit a while (a process told to
+# stop exits within milliseconds): one look, however long the exit takes within it, where
+# looks every few milliseconds would each cost a start of a script on the node.
+_FIRST_LOOK, _FIRST_LOOK_WAITS = 0.02, 0.5
 _REPORT_LIMIT = 4096
 _ATTACH_ENV = {"NP_WRITE": WRITE, "NP_FREE": FREE, "NP_REPORT": REPORT}
 
@@ -99,9 +102,12 @@ class KeepOptions:
         return max(1, min(10, math.ceil(self.grace) // 4))
 
 
-async def _status(node: NodeHandle, keeper: str) -> list[str]:
-    """The keeper's status line, in words: ``exit STATUS WHY``, ``running`` or ``gone``."""
-    said = await _run(node, SpawnOptions("/bin/sh", ["-c", STATUS, "nodeprov-status", keeper]))
+async def _status(node: NodeHandle, keeper: str, wait: float = 0.0) -> list[str]:
+    """The keeper's status line, in words: ``exit STATUS WHY``, ``running`` or ``gone``; after
+    waiting up to ``wait`` seconds on the node for the exit."""
+    rounds = str(math.ceil(wait * 100))
+    script = SpawnOptions("/bin/sh", ["-c", STATUS, "nodeprov-status", keeper, rounds])
+    said = await _run(node, script, stop=_CHANNEL_POLICY)  # a wait cut short ends it at once
     return said.decode(errors="replace").split()
 
 
@@ -331,21 +337,23 @@ class KeptProcess(SpawnedProcess):
             else:
                 await _run(self.node, SpawnOptions("rm", ["-rf", "--", self.keeper]))
 
-    async def _look(self) -> None:
-        """How the process stands, asked of the node: for a wait while nobody reads stdout."""
-        words = await _status(self.node, self.keeper)
+    async def _look(self, wait: float = 0.0) -> None:
+        """How the process stands, asked of the node (after waiting up to ``wait`` seconds
+        there for its exit): for a wait while nobody reads stdout."""
+        words = await _status(self.node, self.keeper, wait)
         if words[:1] == ["exit"] and len(words) == 3:
             self._exited(words[1], words[2])
         elif words[:1] == ["gone"] and self._returncode is None:
             raise NodeGoneError(f"the keeper {self.keeper} on node {self.node.node_id} is gone")
 
     async def wait(self) -> int:
-        pauses = iter(_FIRST_LOOKS)
+        pause, waits = _FIRST_LOOK, _FIRST_LOOK_WAITS
         while self._returncode is None:
-            with anyio.move_on_after(next(pauses, _POLL)):
+            with anyio.move_on_after(pause):
                 await self._ended.wait()
             if self._returncode is None:
-                await self._look()
+                await self._look(waits)
+            pause, waits = _POLL, 0.0
         return self._returncode
 
     async def _signal(self, signal: str) -> None:
@@ -395,9 +403,12 @@ async def _close_channel(channel: SpawnedProcess) -> None:
         await channel.discard()
 
 
-async def _run(node: NodeHandle, options: SpawnOptions) -> bytes:
-    """Run a short script on ``node``; its first line of output."""
+async def _run(node: NodeHandle, options: SpawnOptions, stop: StopPolicy | None = None) -> bytes:
+    """Run a short script on ``node``; its first line of output. ``stop``: how it is stopped
+    when the run is cancelled (else the default policy)."""
     async with await node.spawn(options) as process:
+        if stop is not None:
+            process.stop_policy = stop
         await process.stdin.aclose()
         said = await _first_line(process.stdout)
         await process.wait()
