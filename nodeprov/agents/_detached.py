@@ -12,11 +12,12 @@ from typing import Any
 
 import anyio
 
-__all__ = ["Detached", "start_detached"]
+__all__ = ["Detached"]
 
 
 class Detached:
-    """A detached task: cancel it from any task, wait for its end without being tied to it."""
+    """``coroutine`` run as a detached task of the running asyncio event loop: cancel it from
+    any task, wait for its end without being tied to it."""
 
     def __init__(self, coroutine: Coroutine[Any, Any, None]) -> None:
         self._done = anyio.Event()
@@ -37,8 +38,3 @@ class Detached:
     async def wait(self) -> None:
         """Wait for the task's end (a failure of its own is its, not the waiter's)."""
         await self._done.wait()
-
-
-def start_detached(coroutine: Coroutine[Any, Any, None]) -> Detached:
-    """Run ``coroutine`` as a detached task of the running asyncio event loop."""
-    return Detached(coroutine)

@@ -27,7 +27,7 @@ from ...errors import AgentError, AgentExitError, AgentOutputError, NodeprovErro
 from ...node import NodeHandle
 from ...node.keeper import KeepOptions, KeptProcess, reattach, stopped_by_keeper
 from ...spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
-from .._detached import Detached, start_detached
+from .._detached import Detached
 from .._guard import EndInput, start_agent
 from .option_files import OptionFiles
 
@@ -147,7 +147,7 @@ class CliChannel:
     def _connected(self, process: SpawnedProcess) -> None:
         process.stop_policy = self._stop_policy
         self._process = process
-        self._stderr_task = start_detached(self._drain_stderr(process))
+        self._stderr_task = Detached(self._drain_stderr(process))
 
     def expect_answer(self, request_id: str, subtype: str) -> None:
         """A control request sent: the CLI owes its answer (see :meth:`messages`)."""

@@ -85,13 +85,15 @@ def _sdk_version() -> str:
 
 def cli_environment(env: dict[str, str], cwd: str | None) -> dict[str, str]:
     """The environment the SDK gives the CLI for ``env`` and ``cwd``, less the control
-    plane's own (and less the trace context, :func:`trace_context`)."""
+    plane's own; with the active trace context (:func:`trace_context`) where ``env`` does
+    not set it."""
     merged = {"CLAUDE_CODE_ENTRYPOINT": "sdk-py", **env, "CLAUDE_AGENT_SDK_VERSION": _sdk_version()}
     merged.pop(_DERIVED_CLIENT_APP_ENV, None)
     if not any(key.upper() == _SESSION_STATE_ENV for key in merged):
         merged[_SESSION_STATE_ENV] = "1"
     if cwd:
         merged["PWD"] = cwd
+    merged.update({name: value for name, value in trace_context().items() if name not in env})
     return merged
 
 

@@ -29,7 +29,7 @@ from ..structured import check_structured
 from .agent import ClaudeAgent, config_dir
 from .channel import CliChannel
 from .messages import convert
-from .sdk_parity import cli_argv, cli_environment, fold_summary, session_key, trace_context
+from .sdk_parity import cli_argv, cli_environment, fold_summary, session_key
 
 __all__ = ["ClaudeSession"]
 
@@ -64,8 +64,7 @@ class ClaudeSession(AgentSession):
             resume=resume,
             mirror=archive is not None,
         )
-        env = cli_environment({**options.env, "CLAUDE_CONFIG_DIR": home}, options.cwd)
-        self._env = {**env, **{k: v for k, v in trace_context().items() if k not in options.env}}
+        self._env = cli_environment({**options.env, "CLAUDE_CONFIG_DIR": home}, options.cwd)
         self._cwd = options.cwd
         mirror = _Mirror(archive, f"{home}/projects") if archive is not None else None
         self._channel = CliChannel(node.spawn, node=node, home=home, keep=keep, transcripts=mirror)
