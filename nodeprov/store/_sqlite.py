@@ -58,6 +58,7 @@ from ._db import (
     check_params,
     commit_in_thread,
 )
+from ._thread import ConnectionThread
 
 __all__ = ["NETWORK_FILESYSTEMS", "SQLiteDatabase", "filesystem_of"]
 
@@ -90,14 +91,15 @@ def filesystem_of(path: str, mountinfo: str) -> str:
 
 
 class _SQLiteTx(Transaction):
-    def __init__(self, connection: apsw.Connection) -> None:
+    def __init__(self, connection: apsw.Connection, thread: ConnectionThread) -> None:
         self._connection = connection
+        self._thread = thread
 
     async def execute(self, sql: str, params: Params = ()) -> int:
-        return await anyio.to_thread.run_sync(_execute, self._connection, sql, params)
+        return await self._thread.run(_execute, self._connection, sql, params)
 
     async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
-        return await anyio.to_thread.run_sync(_fetchall, self._connection, sql, params)
+        return await self._thread.run(_fetchall, self._connection, sql, params)
 
 
 def _execute(connection: apsw.Connection, sql: str, params: Params) -> int:
@@ -126,7 +128,7 @@ class _SQLiteStatements(Statements):
 class SQLiteDatabase(Database):
     """An SQLite file in WAL mode, safe to share between processes (writers wait up to the
     statement timeout for each other; one that waits longer tries again until
-    ``retry_for``). One connection, used from one worker thread at a time; a statement
+    ``retry_for``). One connection, used from a thread of its own; a statement
     still running at the transaction's deadline is interrupted (a progress handler, so no
     watchdog task per transaction). The file and its directory are private to the user
     (0600 and 0700)."""
@@ -140,6 +142,7 @@ class SQLiteDatabase(Database):
         super().__init__(str(path), statement_timeout, retry_for)
         self.path = path
         self._connection = connection
+        self._thread = ConnectionThread(f"nodeprov-sqlite {path.name}")
         self._identity = _identity(path)
         self._lock = anyio.Lock()
         self._deadline = math.inf  # time.monotonic(); read by the progress handler's thread
@@ -198,7 +201,7 @@ class SQLiteDatabase(Database):
         async def attempt() -> T:
             async with self._held():
                 try:
-                    return await anyio.to_thread.run_sync(self._checked, run, sql, params)
+                    return await self._thread.run(self._checked, run, sql, params)
                 except apsw.Error as error:
                     raise self._mapped(error) from None
 
@@ -218,16 +221,16 @@ class SQLiteDatabase(Database):
     async def _attempt(self, body: Body[T]) -> T:
         async with self._held():
             try:
-                await anyio.to_thread.run_sync(self._begin)
+                await self._thread.run(self._begin)
                 try:
-                    result = await body(_SQLiteTx(self._connection))
+                    result = await body(_SQLiteTx(self._connection, self._thread))
                 except BaseException:
-                    await anyio.to_thread.run_sync(self._rollback)
+                    await self._thread.run(self._rollback)
                     raise
-                await anyio.to_thread.run_sync(self._connection.execute, "COMMIT")
+                await self._thread.run(self._connection.execute, "COMMIT")
                 return result
             except apsw.Error as error:
-                await anyio.to_thread.run_sync(self._rollback)
+                await self._thread.run(self._rollback)
                 raise self._mapped(error) from None
 
     def _begin(self) -> None:
@@ -249,7 +252,7 @@ class SQLiteDatabase(Database):
 
     async def _commit(self, batch: list[Work]) -> list[BaseException | None]:
         async with self._held():
-            errors = await anyio.to_thread.run_sync(
+            errors = await self._thread.run(
                 partial(
                     commit_in_thread,
                     _SQLiteStatements(self._connection),
@@ -281,8 +284,9 @@ class SQLiteDatabase(Database):
                 await self._lock.acquire()
                 held = True
             try:
-                await anyio.to_thread.run_sync(self._connection.close)
+                await self._thread.run(self._connection.close)
             finally:
+                self._thread.stop()
                 if held:
                     self._lock.release()
 
