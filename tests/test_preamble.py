@@ -8,6 +8,7 @@ unless told everything."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import anyio
@@ -25,7 +26,8 @@ from nodeprov.exec.preamble import (
     read_report,
 )
 from nodeprov.exec.prepared import prepared_request, start_prepared
-from nodeprov.exec.shell import encode_arguments
+from nodeprov.exec.shell import START_TIME_FUNCTION, encode_arguments
+from nodeprov.node.ownership import process_start_time
 from nodeprov.spawn import SpawnOptions
 
 pytestmark = pytest.mark.anyio
@@ -160,3 +162,31 @@ def test_a_request_whose_cwd_cannot_go_on_a_line_is_refused() -> None:
     assert prepared_request("/", "rec\nord", ["true"], {}, relay=False) is None
     # The count, the relay's flag; the cwd, no record, no argument spelt, the command; no environment.
     assert prepared_request("/", "", ["true"], {}, relay=True) == b"4 1\n/\n\n\ntrue\n\n"
+
+
+@pytest.mark.parametrize("shell", ["/bin/dash", "/bin/bash"])
+@pytest.mark.parametrize("name", ["sleep", "a b", "x) 1 2 (y", "z) 3\n4 ) w", ") ) )"])
+def test_a_start_time_read_by_the_shell_is_the_one_in_proc(tmp_path: Path, shell: str, name: str) -> None:
+    """``__np_start_of`` against Python's reading of ``/proc/PID/stat``, for command names
+    (what the kernel puts between the parentheses) made to mislead it: spaces, parentheses,
+    a line break; and nothing at all for a pid that is not there."""
+    program = tmp_path / name
+    program.symlink_to("/bin/sleep")
+    with subprocess.Popen([str(program), "30"]) as sleeper:
+        try:
+            comm = Path(f"/proc/{sleeper.pid}/comm").read_text()[:-1]
+            assert comm == name[:15], comm  # the kernel's own name for it, as the test intends
+            expected = process_start_time(sleeper.pid)
+            said = _start_time_by(shell, sleeper.pid)
+        finally:
+            sleeper.kill()
+    assert expected is not None
+    assert said == (f"[{expected}]", "")
+    assert _start_time_by(shell, sleeper.pid) == ("[]", "")
+
+
+def _start_time_by(shell: str, pid: int) -> tuple[str, str]:
+    """What ``__np_start_of PID`` prints under ``shell`` (bracketed), and its stderr."""
+    script = f'{START_TIME_FUNCTION}printf "[%s]" "$(__np_start_of "$1")"'
+    done = subprocess.run([shell, "-c", script, "t", str(pid)], capture_output=True, check=True, text=True)
+    return done.stdout, done.stderr

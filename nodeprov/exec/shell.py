@@ -23,13 +23,26 @@ __all__ = [
 SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 """An environment name a POSIX shell can ``export`` (``sh`` drops the others when it execs)."""
 
+# The shell's own read, no awk: keepers and guards look at start times in loops, and each
+# look was a process started (about 1 ms of CPU). Lines are joined, for a name may hold one.
 START_TIME_FUNCTION = """\
-__np_start_of() { awk '{ sub(/.*\\) /, ""); print $20 }' "/proc/$1/stat" 2>/dev/null; }
+__np_start_of() {
+  __np_stat=
+  { while IFS= read -r __np_line || [ -n "$__np_line" ]; do
+      __np_stat="$__np_stat $__np_line"
+    done; } 2>/dev/null <"/proc/$1/stat" || return 0
+  case $__np_stat in *") "*) ;; *) return 0 ;; esac
+  set -f; IFS=' '
+  set -- ${__np_stat##*") "}
+  [ $# -ge 20 ] && printf '%s\\n' "${20}"
+}
 """
 """POSIX sh: defines ``__np_start_of PID``, which prints the process's start time (clock
 ticks after boot, field 22 of ``/proc/PID/stat``; the command name before it may hold
-spaces and parentheses), or nothing where there is no such process or no ``/proc``. A pid
-and its start time name one process: a later one that gets the recycled pid differs."""
+spaces, parentheses and line breaks), or nothing where there is no such process or no
+``/proc``. A pid and its start time name one process: a later one that gets the recycled
+pid differs. Call it in ``$(...)`` only: it sets variables, ``IFS`` and ``set -f`` as it
+reads, which the subshell keeps to itself."""
 
 
 def printf_escapes(data: bytes) -> str:
