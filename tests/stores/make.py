@@ -76,9 +76,9 @@ async def make(url: str, work: Path) -> dict[str, Any]:
             with anyio.fail_after(60):
                 while (await plane.pools.get("warm")).ready < 1:  # noqa: ASYNC110 - the store
                     await anyio.sleep(0.05)
-            claimed = await plane.start(
-                "from the pool", pool="warm", options=agent({"text": "warm"}), permission="edit"
-            )
+            # The fake agent runs from where it is: nothing to ship onto the pool's node.
+            from_pool = {**agent({"text": "warm"}), "ship_cli": False}
+            claimed = await plane.start("from the pool", pool="warm", options=from_pool, permission="edit")
             assert await claimed.wait() == "ok", claimed.error
             with anyio.fail_after(60):  # refilled
                 while (await plane.pools.get("warm")).ready < 1:  # noqa: ASYNC110 - the store
