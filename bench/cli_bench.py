@@ -3,7 +3,8 @@
 1. ``nodeprov run`` on the local provider with the built-in scripted model (one Bash tool
    call, then an answer; a fresh store), against the raw Claude Code CLI run with ``-p`` on the
    same script, served by a scripted model this process starts for it, with a home and a
-   working directory of its own.
+   working directory of its own; and against itself with ``--agent-grace 0``: what keeping
+   the agent (the CLI's default) costs.
 2. ``nodeprov --help`` against the interpreter starting and exiting (``python -c pass``): the
    floor under any Python command.
 3. Importing the Claude Agent SDK against the same floor: what ``nodeprov run`` pays and the
@@ -56,13 +57,13 @@ async def _medians(argv: list[str], runs: int) -> tuple[float, float]:
     return statistics.median(walls), statistics.median(cpus)
 
 
-async def run_ours(tmp: Path, index: list[int]) -> float:
+async def run_ours(tmp: Path, index: list[int], *flags: str) -> float:
     index[0] += 1
     where = tmp / f"ours-{index[0]}"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(where), "NODEPROV_STORE": f"sqlite:///{where}/store.db"}
     if "PYTHONPATH" in os.environ:  # a checkout's code, measured from it
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    argv = [NODEPROV, "run", "-p", "local", "-s", f"root={where}/nodes", "--json", PROMPT]
+    argv = [NODEPROV, "run", "-p", "local", "-s", f"root={where}/nodes", "--json", *flags, PROMPT]
     return await _timed(argv, env)
 
 
@@ -92,9 +93,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
         raise RuntimeError("the Claude Code CLI is not installed (claude-agent-sdk's bundled one)")
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
+        index = [0]  # each run of ours in a directory of its own
         timing = await compare(
             args.repeat,
-            functools.partial(run_ours, tmp, [0]),
+            functools.partial(run_ours, tmp, index),
             functools.partial(run_raw, tmp, cli, [0]),
         )
         rows = [
@@ -106,6 +108,22 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 1 / 1.5,  # issue 30: at most 1.5x the raw CLI's time
             )
         ]
+        # The CLI keeps its agent by default (a kept agent outlives a lost control plane):
+        # what keeping costs a run, against the agent spawned directly.
+        timing = await compare(
+            args.repeat,
+            functools.partial(run_ours, tmp, index),
+            functools.partial(run_ours, tmp, index, "--agent-grace", "0"),
+        )
+        rows.append(
+            Row(
+                "cli: nodeprov run, its agent kept (the default) vs --agent-grace 0 (not kept)",
+                f"{timing.ours * 1000:,.0f} ms",
+                f"{timing.raw * 1000:,.0f} ms",
+                timing,
+                1 / 1.05,  # issue 47: keeping costs at most 5% of the run
+            )
+        )
         timing = await compare(
             args.repeat,
             functools.partial(_timed, [NODEPROV, "--help"]),

@@ -13,7 +13,7 @@ nodeprov's speed ratio against it (see bench/common.py).
   the one message model) against a plain child process and ``json.loads``.
 - kubernetes: a pod's exec pipe against ``kubectl exec -i POD -- cat``; provision + first byte
   against ``kubectl run`` + ``kubectl wait`` + ``kubectl exec`` (the test cluster, 1.20).
-- cli: ``nodeprov run`` against the raw Claude Code CLI on the same scripted model;
+- cli: ``nodeprov run`` against the raw Claude Code CLI on the same scripted model, and kept against not;
   ``nodeprov --help`` against the interpreter's own start-up.
 - opencode: ``nodeprov run --agent opencode`` against the raw ``opencode run`` on the same
   scripted model.
