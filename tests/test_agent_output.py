@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from nodeprov import NodeHandle, get_agent
+from nodeprov import NodeHandle, SpawnedProcess, SpawnOptions, get_agent
 from nodeprov.agents import AgentText, Result
 from nodeprov.agents.claude import channel
 from nodeprov.errors import AgentError, AgentExitError, AgentOutputError
@@ -26,10 +26,20 @@ def _script(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
+@pytest.mark.parametrize("gone_first", [False, True], ids=["exits", "gone before written to"])
 async def test_an_agent_that_exits_before_answering_is_reported_at_once(
-    tmp_path: Path, local_node: NodeHandle
+    tmp_path: Path, local_node: NodeHandle, monkeypatch: pytest.MonkeyPatch, gone_first: bool
 ) -> None:
     cli = _script(tmp_path, "echo 'claude: cannot read the settings file' >&2; exit 0")
+    if gone_first:  # the write of `initialize` fails, rather than the read finding the end
+        spawn = local_node.spawn
+
+        async def spawned_and_gone(options: SpawnOptions) -> SpawnedProcess:
+            process = await spawn(options)
+            await process.wait()
+            return process
+
+        monkeypatch.setattr(local_node, "spawn", spawned_and_gone)
     agent = get_agent("claude", {"cli_path": cli})
     with anyio.fail_after(30):  # the SDK's own wait for `initialize` is a minute
         async with agent.session(local_node) as session:

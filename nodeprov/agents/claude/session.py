@@ -99,12 +99,15 @@ class ClaudeSession(AgentSession):
             self.keeper = process.keeper if isinstance(process, KeptProcess) else None
             self._messages = self._channel.messages()
             # Its answer comes before the turn's messages (the CLI reads its stdin in order).
-            self._initialize_id = await self._request("initialize", hooks=None)
-            self._channel.expect_answer(self._initialize_id, "initialize")
+            self._initialize_id = await self._request("initialize", owed=True, hooks=None)
         return self._messages
 
-    async def _request(self, subtype: str, **fields: Any) -> str:
+    async def _request(self, subtype: str, *, owed: bool = False, **fields: Any) -> str:
+        """Send a control request; ``owed``: the CLI must answer it before it exits (owed
+        before the write: a CLI that is gone by then has left it unanswered)."""
         request_id = f"req_{secrets.token_hex(6)}"
+        if owed:
+            self._channel.expect_answer(request_id, subtype)
         asked = {"subtype": subtype, **fields}
         request = {"type": "control_request", "request_id": request_id, "request": asked}
         await self._channel.write(_line(request))
