@@ -1,6 +1,7 @@
 """The stdin guard (nodeprov.agents._guard.guard_stdin) with real processes on a local node: the
 relay, the end-of-input marker, stopping a command whose control plane vanished, hostile
-arguments, exit statuses, and a control plane that is SIGKILLed."""
+arguments, exit statuses, and a control plane that is SIGKILLed; and an agent started on a
+node that contains its spawns, which runs without it."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import anyio
 import pytest
 from anyio.abc import ByteReceiveStream
 
-from nodeprov import ConfigError, NodeHandle, SpawnedProcess, SpawnOptions, get_provider
-from nodeprov.agents._guard import _GUARD_WATCH, guard_stdin
+from nodeprov import ConfigError, NodeHandle, SpawnedProcess, SpawnOptions, StopPolicy, get_provider
+from nodeprov.agents._guard import _GUARD_WATCH, guard_stdin, start_agent
 from nodeprov.testing import fake_agent_command
 from nodeprov.testing.conformance import HOSTILE_STRINGS, host_processes_matching, unique_marker, wait_until
 
@@ -298,7 +299,9 @@ from nodeprov.agents.claude import NodeTransport
 from nodeprov.agents._guard import _GUARD_WATCH, guard_stdin
 
 async def main(root, mode, marker, cli):
-    node = await get_provider("local", root=root).provision()
+    # Unguarded, the agent is ended by its supervisor: SIGTERM, SIGKILL after the node's grace.
+    graces = {"term_grace": 0.5} if mode == "agent" else {}
+    node = await get_provider("local", root=root, **graces).provision()
     if mode == "spawn":
         options = SpawnOptions("sleep", [marker])
         await node.spawn(guard_stdin(options, marker="m", grace=0.5, term_grace=0.5))
@@ -306,7 +309,11 @@ async def main(root, mode, marker, cli):
     else:
         steps = [{"ignore_term": True}, {"spawn": ["sleep", marker]}, {"text": "busy"}, {"stall": True}]
         options = ClaudeAgentOptions(cli_path=cli, env={"NODEPROV_FAKE_AGENT": json.dumps(steps)})
-        transport = NodeTransport.for_node(node, options, stop_policy=StopPolicy(0.3, 0.5, 5))
+        policy = StopPolicy(0.3, 0.5, 5)
+        if mode == "agent":  # a local node contains it: no guard
+            transport = NodeTransport.for_node(node, options, stop_policy=policy)
+        else:  # given only a spawn, the transport guards it
+            transport = NodeTransport(node.spawn, options, stop_policy=policy)
         client = ClaudeSDKClient(options=options, transport=transport)
         await client.connect()
         pid = (await client.get_server_info())["pid"]
@@ -321,7 +328,9 @@ anyio.run(main, *sys.argv[1:])
 """
 
 
-@pytest.mark.parametrize(("mode", "bound"), [("spawn", 0.5 + 0.5), ("agent", 0.3 + 0.5 + 0.5)])
+@pytest.mark.parametrize(
+    ("mode", "bound"), [("spawn", 0.5 + 0.5), ("agent", 0.5), ("guarded agent", 0.3 + 0.5 + 0.5)]
+)
 async def test_a_sigkilled_control_plane_leaves_nothing_running(
     tmp_path: Path, mode: str, bound: float
 ) -> None:
@@ -357,7 +366,7 @@ async def test_a_sigkilled_control_plane_leaves_nothing_running(
         return not host_processes_matching(marker) and not (agent and alive(agent))
 
     assert await wait_until(gone, bound + MARGIN), host_processes_matching(marker)
-    if mode == "agent":  # it ignores SIGTERM: only the guard's SIGKILL ends it
+    if mode != "spawn":  # it ignores SIGTERM: only the guard's, or its supervisor's, SIGKILL ends it
         assert time.monotonic() - killed >= bound - 0.2
 
 
@@ -448,3 +457,36 @@ async def test_the_sweep_reads_every_environment_at_once(tmp_path: Path, grep_ha
         assert calls.count("grep") <= 6, calls  # the check for -z, then one per round
     else:
         assert calls.count("tr") >= len(crowd), calls.count("tr")
+
+
+# -- a node that contains its spawns --------------------------------------------------------
+
+UNGUARDED = (
+    'setsid sleep "$1" </dev/null >/dev/null 2>&1 & echo "${NODEPROV_GUARD:-unguarded}"; '
+    'while read -r line; do echo "got $line"; done; echo ended'
+)
+
+
+async def test_on_a_node_that_contains_its_spawns_an_agent_runs_unguarded(node: NodeHandle) -> None:
+    """start_agent on a node that ends what its spawns start (a local one's supervisor): the
+    command runs as it is (no guard's mark in its environment), its input ends with its
+    stdin, and what it started in a session of its own ends with it, as behind the guard."""
+    assert node.contains_spawns
+    marker = unique_marker()
+    options = SpawnOptions("/bin/sh", ["-c", UNGUARDED, "agent", marker])
+    process, end_input = await start_agent(node.spawn, options, StopPolicy(), node=node)
+    async with process:
+        buffer = bytearray()
+        with anyio.fail_after(MARGIN):
+            assert await read_line(process.stdout, buffer) == b"unguarded"
+            await process.stdin.send(b"one\n")
+            assert await read_line(process.stdout, buffer) == b"got one"
+            assert host_processes_matching(f"sleep {marker}")
+            await end_input()
+            assert await read_line(process.stdout, buffer) == b"ended"
+            assert await process.wait() == 0
+
+    async def gone() -> bool:
+        return not host_processes_matching(f"sleep {marker}")
+
+    assert await wait_until(gone, MARGIN)

@@ -61,6 +61,9 @@ class NodeHandle(ABC):
     can_suspend: ClassVar[bool] = False
     """Whether nodes of this kind implement :meth:`suspend` and :meth:`wake`."""
 
+    contains_spawns: ClassVar[bool] = False
+    """Whether the node ends all a spawn started, when its command or this control plane ends."""
+
     suspend_timeout: ClassVar[float] = 300.0
     """Upper bound of :meth:`suspend`, in seconds."""
 

@@ -79,6 +79,8 @@ class _Record(BaseModel):
 class LocalNode(NodeHandle):
     """A node that is a directory; see :mod:`nodeprov_local`."""
 
+    contains_spawns: ClassVar[bool] = SUPERVISED  # each spawn's supervisor does
+
     def __init__(self, *, record: _Record, settings: LocalSettings, directory: Path) -> None:
         home = directory / "home"
         inherited = {name: os.environ[name] for name in settings.inherit_env if name in os.environ}
