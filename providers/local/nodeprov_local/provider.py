@@ -29,7 +29,6 @@ from nodeprov.node import (
     NodeInfo,
     NodeProvider,
     ProviderSettings,
-    Rollback,
     is_node_id,
     pid_namespace,
     process_start_time,
@@ -216,52 +215,59 @@ class LocalNode(NodeHandle):
 
     async def _record(self, kind: str, pid: int) -> None:
         """Remember the process on disk, so a destroy from any process can end it."""
-        started = StartedProcess(kind, pid, process_start_time(pid) or "-", pid_namespace())
         try:
-            async with await anyio.Path(self.directory / GROUPS_FILE).open("a") as file:
-                await file.write(f"{started}\n")
+            await anyio.to_thread.run_sync(self._append_record, kind, pid)
         except FileNotFoundError:
             raise NodeGoneError(f"node {self.node_id} was destroyed during spawn") from None
         except OSError as error:
             raise ProviderError(f"cannot record a process of node {self.node_id}: {error}") from None
 
+    def _append_record(self, kind: str, pid: int) -> None:
+        started = StartedProcess(kind, pid, process_start_time(pid) or "-", pid_namespace())
+        with (self.directory / GROUPS_FILE).open("a") as file:
+            file.write(f"{started}\n")
+
     async def _destroy(self) -> None:
+        # The file system's part of each step in one hop to a worker thread.
+        for tombstone in await anyio.to_thread.run_sync(self._out_of_the_way):
+            await self._end_processes(tombstone)
+            try:
+                left = await anyio.to_thread.run_sync(self._remove, tombstone)
+            except FileNotFoundError:
+                continue  # removed by a destroy running beside this one: destroyed is destroyed
+            except OSError as error:
+                raise ProviderError(f"cannot remove node directory {self.directory}: {error}") from None
+            if left:
+                raise ProviderError(
+                    f"node {self.node_id}: left in place, for it crosses into other file systems "
+                    f"(mount points inside it: {', '.join(left)}); unmount them and destroy again"
+                )
+
+    def _out_of_the_way(self) -> list[Path]:
+        """Rename the node's directory out of the way, in one rename: a spawn racing this
+        destroy (another handle's) then finds no node, instead of writing into a directory
+        being removed. Returns this node's directories renamed so, by this destroy or an
+        earlier one cut short (strictly inside the root, no symlinks)."""
         root = self.directory.parent
-        await anyio.to_thread.run_sync(check_root, root, _ROOT)
-        if not await anyio.to_thread.run_sync(strictly_inside, root, self.directory):
+        check_root(root, _ROOT)
+        if not strictly_inside(root, self.directory):
             raise ProviderError(f"refusing to remove {self.directory}: not a directory inside {root}")
-        # Out of the way first, in one rename: a spawn racing this destroy (another handle's)
-        # then finds no node, instead of writing into a directory being removed.
         try:
-            await anyio.Path(self.directory).rename(
-                root / f"{TOMBSTONE}{self.node_id}.{secrets.token_hex(4)}"
-            )
+            self.directory.rename(root / f"{TOMBSTONE}{self.node_id}.{secrets.token_hex(4)}")
         except FileNotFoundError:
             pass  # destroyed meanwhile, or an earlier destroy was cut off after its rename
         except OSError as error:
             raise ProviderError(f"cannot remove node directory {self.directory}: {error}") from None
-        for tombstone in await anyio.to_thread.run_sync(self._tombstones, root):
-            await self._end_processes(tombstone)
-            # The user's own workdir stays; only what the node made goes.
-            made = [tombstone] if self._owns_workdir else [tombstone / name for name in _MADE]
-            try:
-                left = [path for each in made for path in await anyio.to_thread.run_sync(remove_tree, each)]
-                if left:
-                    raise ProviderError(
-                        f"node {self.node_id}: left in place, for it crosses into other file systems "
-                        f"(mount points inside it: {', '.join(left)}); unmount them and destroy again"
-                    )
-                if not self._owns_workdir:
-                    await anyio.Path(tombstone).rmdir()
-            except FileNotFoundError:
-                pass  # removed by a destroy running beside this one: destroyed is destroyed
-            except OSError as error:
-                raise ProviderError(f"cannot remove node directory {self.directory}: {error}") from None
-
-    def _tombstones(self, root: Path) -> list[Path]:
-        """This node's directories renamed for removal (strictly inside the root, no symlinks)."""
         found = sorted(root.glob(f"{TOMBSTONE}{self.node_id}.*"))
         return [path for path in found if strictly_inside(root, path)]
+
+    def _remove(self, tombstone: Path) -> list[str]:
+        """Remove what the node made (the user's own workdir stays); the mount points left."""
+        made = [tombstone] if self._owns_workdir else [tombstone / name for name in _MADE]
+        left = [path for each in made for path in remove_tree(each)]
+        if not left and not self._owns_workdir:
+            tombstone.rmdir()
+        return left
 
     async def _end_processes(self, directory: Path) -> None:
         """End every process the node started, whoever spawned it: SIGUSR1 to each live
@@ -316,6 +322,22 @@ class LocalNode(NodeHandle):
                 kill_tree(started.pid)
 
 
+def _workdir(config: NodeConfig, directory: Path) -> tuple[Path, bool]:
+    """The node's workdir, made in ``directory`` unless the config names one; whether the node
+    owns it.
+
+    Raises:
+        ConfigError: the workdir named is not a directory.
+    """
+    if config.workdir is None:
+        (directory / "work").mkdir()
+        return directory / "work", True
+    workdir = Path(config.workdir).resolve()
+    if not workdir.is_dir():
+        raise ConfigError(f"workdir {config.workdir!r} is not a directory")
+    return workdir, False
+
+
 class LocalProvider(NodeProvider[LocalSettings]):
     """Nodes as directories under ``settings.root``; see :mod:`nodeprov_local`."""
 
@@ -333,25 +355,33 @@ class LocalProvider(NodeProvider[LocalSettings]):
         return self.settings.model_copy(update={"root": self.root})
 
     async def _provision(self, config: NodeConfig) -> NodeHandle:
-        await anyio.to_thread.run_sync(make_root, self.root, _ROOT)
-        directory = anyio.Path(self.root) / config.node_id
-        async with Rollback() as rollback:
-            try:
-                await directory.mkdir(mode=0o700)
-            except FileExistsError:
-                return await self._adopt(config, directory)
-            except OSError as error:
-                raise ProvisionError(f"cannot create node directory {directory}: {error}") from None
-            rollback.push(lambda: anyio.to_thread.run_sync(remove_tree, Path(directory)))
-            await (directory / "home").mkdir()
-            await (directory / TMP_DIR).mkdir()
-            if config.workdir is None:
-                workdir, owns = directory / "work", True
-                await workdir.mkdir()
-            else:
-                workdir, owns = await anyio.Path(config.workdir).resolve(), False
-                if not await workdir.is_dir():
-                    raise ConfigError(f"workdir {config.workdir!r} is not a directory")
+        # In one hop to a worker thread (half a dozen calls to the file system), which is not
+        # cut short: the node's directory is made whole, or removed.
+        record = await anyio.to_thread.run_sync(self._make_node, config)
+        directory = self.root / config.node_id
+        if record is None:
+            return await self._adopt(config, anyio.Path(directory))
+        return LocalNode(record=record, settings=self.settings, directory=directory)
+
+    def _make_node(self, config: NodeConfig) -> _Record | None:
+        """The node's directory, made whole or not at all; ``None`` where it is there already.
+
+        Raises:
+            ProvisionError: the directory cannot be made.
+            ConfigError: ``config.workdir`` is not a directory.
+        """
+        make_root(self.root, _ROOT)
+        directory = self.root / config.node_id
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            return None
+        except OSError as error:
+            raise ProvisionError(f"cannot create node directory {directory}: {error}") from None
+        try:
+            (directory / "home").mkdir()
+            (directory / TMP_DIR).mkdir()
+            workdir, owns = _workdir(config, directory)
             record = _Record(
                 node_id=config.node_id,
                 labels=config.resource_labels(),
@@ -360,8 +390,11 @@ class LocalProvider(NodeProvider[LocalSettings]):
                 env=config.env,
                 tools=config.tools,
             )
-            await (directory / RECORD_FILE).write_text(record.model_dump_json())
-            return LocalNode(record=record, settings=self.settings, directory=Path(directory))
+            (directory / RECORD_FILE).write_text(record.model_dump_json())
+        except BaseException:
+            remove_tree(directory)
+            raise
+        return record
 
     async def _adopt(self, config: NodeConfig, directory: anyio.Path) -> NodeHandle:
         """The node an earlier attempt of this provisioning made; anyone else's is left alone."""
