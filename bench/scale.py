@@ -84,6 +84,7 @@ class Sample:
     messages: int = 0
     wall: float = 0.0
     plane_cpu: float = 0.0  # this process's
+    loop_cpu: float = 0.0  # its event loop's thread's alone (the rest: the store's thread, workers)
     children_cpu: float = 0.0  # every process it started, with what those reaped
     agents_cpu: float = 0.0  # as the agents reported it
     agents_reported: int = 0
@@ -216,8 +217,10 @@ async def _measure(
     midpoint = _Midpoint(runs, args.messages // 2, memory)
     cpu_file = tmp / f"agents-cpu-{time.monotonic_ns()}"
     plane, wall, children = time.process_time(), time.perf_counter(), _children_cpu()
+    loop = time.thread_time()
     await one_pass(Round(runs, stagger, midpoint, sample, cpu_file))
     sample.wall, sample.plane_cpu = time.perf_counter() - wall, time.process_time() - plane
+    sample.loop_cpu = time.thread_time() - loop
     sample.unreaped = await _reaped()
     sample.children_cpu = _children_cpu() - children
     sample.agents_cpu, sample.agents_reported = _agents_cpu(cpu_file)
@@ -300,9 +303,9 @@ def _quantile(values: list[float], q: float) -> float:
 
 HEADER = (
     # the groups' bars stand where the spaces between columns are
-    f"{'':67}|{' CPU s per 1k messages':40}|{' relay latency':24}|\n"
+    f"{'':67}|{' CPU s per 1k messages':47}|{' relay latency':24}|\n"
     f"{'configuration':24} {'start':9} {'N':>4} {'wall s':>6} {'run s':>6} {'max s':>6} {'vsSDK':>6}"
-    f" {'plane':>6} {'node':>6} {'agents':>6} {'total':>6} {'vsSDK':>6} {'busy%':>5}"
+    f" {'plane':>6} {'loop':>6} {'node':>6} {'agents':>6} {'total':>6} {'vsSDK':>6} {'busy%':>5}"
     f" {'p50 ms':>7} {'p99 ms':>7} {'p99* ms':>8} {'MB/live':>7} {'MB/done':>7} {'start ms':>8}"
 )
 
@@ -313,7 +316,7 @@ def _line(name: str, mode: str, runs: int, sample: Sample, baseline: Sample | No
 
     median = sample.run_time
     total = sample.per_thousand(sample.total_cpu)
-    parts = (sample.plane_cpu, sample.node_cpu, sample.agents_cpu)
+    parts = (sample.plane_cpu, sample.loop_cpu, sample.node_cpu, sample.agents_cpu)
     cpus = " ".join(f"{sample.per_thousand(seconds):6.3f}" for seconds in parts)
     baseline_total = baseline.per_thousand(baseline.total_cpu) if baseline else 1.0
     p50, p99 = (_quantile(sample.latencies, q) * 1000 for q in (0.5, 0.99))
@@ -366,6 +369,7 @@ class Sittings:
                 ("run time", lambda s: s.run_time, "s", 1 / 1.2),
                 ("CPU, all processes", lambda s: s.per_thousand(s.total_cpu), "s/1k", None),
                 ("CPU, this process", lambda s: s.per_thousand(s.plane_cpu), "s/1k", None),
+                ("CPU, its event loop's thread", lambda s: s.per_thousand(s.loop_cpu), "s/1k", None),
             ]
             for what, measure, unit, goal in figures:
                 mine, raw = [measure(s) for s in ours], [measure(s) for s in theirs]
@@ -447,7 +451,8 @@ async def run(args: argparse.Namespace) -> None:
     print(
         "\nrun s: median run duration; vsSDK: its ratio to the SDK alone's at the same N and start"
         " (goal <= 1.2x); CPU s per 1k messages: plane is this process (the control plane, or the"
-        " SDK's client), node the processes around the agents (a local node's supervisor, the stdin"
+        " SDK's client), loop its event loop's thread alone (the rest of plane: the store's thread,"
+        " worker threads), node the processes around the agents (a local node's supervisor, the stdin"
         " guard; for the SDK alone the agents' exec and exit), agents the agents' own from main() on,"
         " total all of them (a PostgreSQL server not counted), vsSDK"
         f" the total's ratio to the SDK alone's; busy%: the total over the wall time of {CPUS} CPUs;"
