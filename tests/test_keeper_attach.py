@@ -135,3 +135,43 @@ async def test_a_stop_nobody_reads_is_seen_by_one_look_at_the_node(
         await process.aclose()
     assert process.returncode == 0
     assert len(looks) <= 2, looks  # every 20, 50, 100 ms, it was 3 or 4
+
+
+async def test_an_idle_attach_on_a_local_file_system_wakes_rarely(node: NodeHandle) -> None:
+    """Its followers (GNU ``tail -f``) read through inotify here, and wake on their own only to
+    see whether the process lives: at most 50 times a second (stdout's), where they woke
+    every 2 and 5 ms (about 900 times a second in all, 10 ms of CPU a second per idle kept
+    process). Counted as the kernel counts their voluntary switches, over a second."""
+    kind = (await anyio.run_process(["stat", "-f", "-c", "%T", node.workdir])).stdout.decode().strip()
+    if kind not in {"ext2/ext3", "xfs", "btrfs", "tmpfs"}:
+        pytest.skip(f"the node's files are on {kind}, where tail polls them (by design)")
+    process = await keep(node, SpawnOptions("cat", []), KeepOptions(grace=60))
+    try:
+        with anyio.fail_after(DEADLINE):
+            while len(tails := _tails(Path(process.keeper) / "attach")) < 3:  # noqa: ASYNC110 - node's files
+                await anyio.sleep(0.01)  # the attach notes its followers as it starts them
+        assert len(tails) == 3, tails  # stdout's, stderr's, and the feeder's notes'
+        before = {pid: _switches(pid) for pid in tails}
+        await anyio.sleep(1)
+        woke = sum(_switches(pid) - before[pid] for pid in tails)
+        assert woke <= 2 * (50 + 20 + 20), woke  # twice what the intervals allow: scheduling
+    finally:
+        await process.kill()
+        await process.aclose()
+
+
+def _tails(attach: Path) -> list[str]:
+    """The pids of the ``tail`` processes an attach noted in its file."""
+    return [pid for pid in attach.read_text().split()[::2] if _comm(pid) == "tail"]
+
+
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _switches(pid: str) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("voluntary_ctxt_switches:", 1)[1].split()[0])

@@ -305,15 +305,24 @@ note "$writer"
 printf '\\036nodeprov-keep attached %s %s %s %s %s %s\\n' \\
   "$pid" "$start" "$last" "$out_base" "$err_base" "$gen"
 exec 5>&-
+# GNU tail follows a file through inotify where it trusts it (a local file system), and then
+# wakes every -s seconds only to see whether the process lives; elsewhere (a container's
+# overlayfs) it polls the files at that rate. Waking every few milliseconds for nothing cost
+# an idle kept process 5 ms of CPU a second; on a local file system its followers now see
+# its end within 20 ms (stdout) and 50 ms, at no cost to the output's latency.
+case $(stat -f -c %T "$dir" 2>/dev/null) in
+  ext2/ext3 | xfs | btrfs | tmpfs) out_every=0.02 every=0.05 ;;
+  *) out_every=0.002 every=0.005 ;;
+esac
 (
-  tail --pid="$pid" -s 0.005 -c +$((err_from + 1)) -f "$dir/err" >&4 4>&- &
+  tail --pid="$pid" -s "$every" -c +$((err_from + 1)) -f "$dir/err" >&4 4>&- &
   errors=$!
-  tail --pid="$pid" -s 0.002 -c +$((out_from + 1)) -f "$dir/out" 4>&- &
+  tail --pid="$pid" -s "$out_every" -c +$((out_from + 1)) -f "$dir/out" 4>&- &
   output=$!
   note "$output"
   note "$errors"
   (
-    tail --pid="$pid" -s 0.005 -n 1 -f "$dir/fed" </dev/null 4>&- &
+    tail --pid="$pid" -s "$every" -n 1 -f "$dir/fed" </dev/null 4>&- &
     note $!
     wait
   ) | LC_ALL=C awk -W interactive "$NP_REPORT" 4>&- &
