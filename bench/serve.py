@@ -7,7 +7,9 @@ would cost more CPU than the relay it feeds) sends
 ``--messages`` assistant messages of ``--message-bytes`` bytes, ``--interval`` seconds apart;
 each text begins with the time it was sent, so a reader measures the relay latency from the
 agent writing a message to the caller reading it. Both paths run on local nodes with the
-store on SQLite. The control plane's CPU is the orchestrator's process's own: this process
+store on SQLite, and both keep their agents alike (``--agent-grace``: the service's default,
+which the library's would otherwise not share; a kept agent's keeper on the node costs CPU
+that neither side's figure counts). The control plane's CPU is the orchestrator's process's own: this process
 for the library, the ``serve`` process for HTTP (the client reading the streams is not the
 control plane). "first event" is the time from asking for a run (``start()``, or the POST)
 to reading its first event, its median and p99 over the runs started at once (issue 47's
@@ -37,7 +39,7 @@ import httpx
 
 from bench.compiled_agent import compiled_fake_agent
 from nodeprov.agents import AgentText
-from nodeprov.runs import AgentMessage, Orchestrator, RunFinished
+from nodeprov.runs import KEPT_AGENT_GRACE, AgentMessage, Orchestrator, RunFinished
 from nodeprov.store import Store
 
 
@@ -66,7 +68,7 @@ async def library_pass(runs: int, args: argparse.Namespace, command: str, tmp: P
     sample = Sample()
     async with (
         await Store.open(f"sqlite:///{tmp}/library-{time.monotonic_ns()}.db") as store,
-        Orchestrator(store) as orchestrator,
+        Orchestrator(store, agent_grace=args.agent_grace or None) as orchestrator,
     ):
 
         async def one() -> None:
@@ -162,10 +164,10 @@ def _line(name: str, runs: int, sample: Sample) -> str:
     return f"{name:16} {runs:4d} {figures}"
 
 
-async def serve(tmp: Path) -> tuple[anyio.abc.Process, str]:
+async def serve(tmp: Path, grace: float) -> tuple[anyio.abc.Process, str]:
     (tmp / "nodes").mkdir(exist_ok=True)
     # The bench's agent is a scripted CLI, which the operator must allow a request to name.
-    config = json.dumps({"allow_options": ["claude.cli_path"]})
+    config = json.dumps({"allow_options": ["claude.cli_path"], "agent_grace": grace or None})
     env = {**os.environ, "NODEPROV_LOCAL_ROOT": str(tmp / "nodes"), "NODEPROV_SERVE_CONFIG": config}
     process = await anyio.open_process(
         [sys.executable, "-m", "nodeprov", "serve", "--port", "0", "--store", f"sqlite:///{tmp}/serve.db"],
@@ -189,14 +191,18 @@ async def serve(tmp: Path) -> tuple[anyio.abc.Process, str]:
 
 async def run(args: argparse.Namespace) -> None:
     os.environ["CLAUDE_AGENT_SDK_SKIP_VERSION_CHECK"] = "1"
-    print(f"{args.messages} messages of {args.message_bytes} B, {args.interval * 1000:g} ms apart, per run")
+    kept = f"kept {args.agent_grace:g} s" if args.agent_grace else "not kept"
+    print(
+        f"{args.messages} messages of {args.message_bytes} B, {args.interval * 1000:g} ms apart, per run;"
+        f" agents {kept} on both sides"
+    )
     header = f"{'path':16} {'N':>4} {'wall s':>7} {'CPUs/1k':>8} {'p50 ms':>7} {'p99 ms':>7}"
     print(f"{header} {'first ms':>9} {'first p99':>9}")
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
         (tmp / "nodes").mkdir()
         command = compiled_fake_agent()
-        process, url = await serve(tmp)
+        process, url = await serve(tmp, args.agent_grace)
         try:
             await library_pass(2, args, command, tmp)  # warm both: imports, first processes
             await http_pass(2, args, command, url, process.pid)
@@ -230,4 +236,10 @@ if __name__ == "__main__":
     parser.add_argument("--messages", type=int, default=200, help="messages per run")
     parser.add_argument("--message-bytes", type=int, default=1024, help="bytes of text per message")
     parser.add_argument("--interval", type=float, default=0.01, help="seconds between an agent's messages")
+    parser.add_argument(
+        "--agent-grace",
+        type=float,
+        default=KEPT_AGENT_GRACE,
+        help="keep every run's agent this long, on both sides (the service's default; 0: not kept)",
+    )
     anyio.run(run, parser.parse_args())
