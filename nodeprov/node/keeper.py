@@ -11,8 +11,9 @@ lives in a private directory (0700) on the node:
 
 - ``out`` and ``err``: the journals of the process's stdout and stderr, appended as it
   writes; an attach reads them from a byte offset and follows them (``tail -f``: woken by
-  inotify, or polling every 2 ms where tail trusts no inotify, as on a container's
-  overlayfs), so nothing the process said is lost while no channel is there;
+  inotify, looking every 20 ms only whether the process lives; or polling every 2 ms where
+  tail trusts no inotify, as on a container's overlayfs), so nothing the process said is
+  lost while no channel is there;
 - ``in``: a FIFO, the process's stdin, fed from ``in.log`` by one long-lived ``awk`` that
   writes each frame's payload once, in order of the frames' ids: what a control plane sent
   twice across a drop reaches the process once; after each frame, a note in ``fed`` (its
