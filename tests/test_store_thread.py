@@ -4,7 +4,10 @@ errors reach their callers, and a caller cancelled while its call runs still wai
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 
 import anyio
 import pytest
@@ -59,13 +62,39 @@ async def test_a_cancelled_caller_waits_for_its_call_to_end() -> None:
         thread.stop()
 
 
-async def test_a_stopped_thread_starts_again_on_the_next_call() -> None:
+async def test_a_stop_ends_the_thread_and_a_call_after_it_starts_one_again() -> None:
     thread = ConnectionThread("test")
     first = await thread.run(threading.current_thread)
     thread.stop()
     thread.stop()  # idempotent
-    second = await thread.run(threading.current_thread)
-    thread.stop()
-    assert first is not second
-    first.join(10)  # ended by the stop
+    first.join(10)
     assert not first.is_alive()
+    assert await thread.run(int, "7") == 7
+    thread.stop()
+
+
+def test_a_child_made_by_fork_gets_a_thread_of_its_own() -> None:
+    """The thread stays in the parent: a call in the child would wait for ever on it."""
+    thread = ConnectionThread("test")
+
+    async def ident() -> int:
+        with anyio.fail_after(10):
+            return await thread.run(threading.get_ident)
+
+    anyio.run(ident)  # started in the parent
+    child = os.fork()
+    if child == 0:  # the child reports through its exit status
+        try:
+            anyio.run(ident)
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    deadline = time.monotonic() + 30
+    while (ended := os.waitpid(child, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.02)  # polling a child's state: there is no event to wait on here
+    thread.stop()
+    if ended == (0, 0):
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the child's call waited for a thread that stayed in its parent")
+    assert os.waitstatus_to_exitcode(ended[1]) == 0

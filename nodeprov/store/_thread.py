@@ -11,6 +11,7 @@ calls of a no-op from 10 tasks each way, in one process, 2026-11-28).
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -34,6 +35,7 @@ class ConnectionThread:
         self._name = name
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
         self._start_lock = threading.Lock()
 
     async def run(self, function: Callable[..., T], *args: Any) -> T:
@@ -56,6 +58,8 @@ class ConnectionThread:
 
     def _started(self) -> queue.SimpleQueue[_Job | None]:
         with self._start_lock:
+            if self._pid != os.getpid():  # a child made by fork(): the thread stayed in its parent
+                self._jobs, self._thread, self._pid = queue.SimpleQueue(), None, os.getpid()
             if self._thread is None:
                 self._thread = threading.Thread(target=_serve, args=(self._jobs,), name=self._name)
                 self._thread.daemon = True
