@@ -35,8 +35,7 @@ clear_stale_pidfile() {  # a daemon killed without cleanup leaves its pid file, 
     fi
 }
 
-if ! engine_up; then
-    command -v dockerd >/dev/null && command -v docker >/dev/null || install docker.io || exit 0
+start_dockerd() {
     clear_stale_pidfile /var/run/docker.pid
     clear_stale_pidfile /var/run/docker/containerd/containerd.pid
     echo "engines: starting dockerd" >&2
@@ -46,6 +45,11 @@ if ! engine_up; then
         sleep 0.5
     done
     engine_up || { echo "engines: dockerd did not start; see /var/log/nodeprov-dockerd.log" >&2; exit 1; }
+}
+
+if ! engine_up; then
+    command -v dockerd >/dev/null && command -v docker >/dev/null || install docker.io || exit 0
+    start_dockerd
 fi
 
 [ -x /usr/sbin/sshd ] || install openssh-server || exit 0
@@ -54,7 +58,18 @@ systemctl disable --now ssh >/dev/null 2>&1 || true  # the package's own daemon 
 command -v cc >/dev/null || install gcc libc6-dev || exit 0
 command -v curl >/dev/null || install curl || exit 0  # the docs' HTTP examples (integration/test_newcomer.py)
 command -v debootstrap >/dev/null || install debootstrap || exit 0
-echo "engines: test image $(integration/images/build-base.sh)" >&2
+image=$(integration/images/build-base.sh)
+echo "engines: test image $image" >&2
+# An engine that answers but cannot remove a container fails the suite late and slowly
+# (Debian's dockerd 20.10 deadlocked so once, removing many auto_remove containers at once):
+# a probe container must be made and removed within a minute, or the engine starts anew.
+if ! timeout 60 docker run --rm --network none "$image" true >/dev/null 2>&1; then
+    echo "engines: dockerd cannot run and remove a container; restarting it" >&2
+    pkill -x dockerd; pkill -x containerd; sleep 5; pkill -9 -x dockerd; pkill -9 -x containerd
+    start_dockerd
+    timeout 60 docker run --rm --network none "$image" true >/dev/null 2>&1 ||
+        { echo "engines: dockerd still cannot run a container" >&2; exit 1; }
+fi
 
 command -v pg_ctlcluster >/dev/null || install postgresql || exit 0
 version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1)
