@@ -481,7 +481,11 @@ async def test_on_a_node_that_contains_its_spawns_an_agent_runs_unguarded(node: 
             assert await read_line(process.stdout, buffer) == b"unguarded"
             await process.stdin.send(b"one\n")
             assert await read_line(process.stdout, buffer) == b"got one"
-            assert host_processes_matching(f"sleep {marker}")
+
+            async def started() -> bool:
+                return bool(host_processes_matching(f"sleep {marker}"))
+
+            assert await wait_until(started, MARGIN)
             await end_input()
             assert await read_line(process.stdout, buffer) == b"ended"
             assert await process.wait() == 0

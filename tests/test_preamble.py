@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import anyio
@@ -174,8 +175,7 @@ def test_a_start_time_read_by_the_shell_is_the_one_in_proc(tmp_path: Path, shell
     program.symlink_to("/bin/sleep")
     with subprocess.Popen([str(program), "30"]) as sleeper:
         try:
-            comm = Path(f"/proc/{sleeper.pid}/comm").read_text()[:-1]
-            assert comm == name[:15], comm  # the kernel's own name for it, as the test intends
+            _wait_for_exec(sleeper.pid, name[:15])  # the kernel's own name for it, as the test intends
             expected = process_start_time(sleeper.pid)
             said = _start_time_by(shell, sleeper.pid)
         finally:
@@ -183,6 +183,15 @@ def test_a_start_time_read_by_the_shell_is_the_one_in_proc(tmp_path: Path, shell
     assert expected is not None
     assert said == (f"[{expected}]", "")
     assert _start_time_by(shell, sleeper.pid) == ("[]", "")
+
+
+def _wait_for_exec(pid: int, comm: str) -> None:
+    """Until ``pid`` has exec'd and the kernel names it ``comm`` (before, it is a copy of
+    this process); polled: no event tells of another process's exec."""
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}/comm").read_text()[:-1] != comm:
+        assert time.monotonic() < deadline, Path(f"/proc/{pid}/comm").read_text()
+        time.sleep(0.01)
 
 
 def _start_time_by(shell: str, pid: int) -> tuple[str, str]:
