@@ -65,7 +65,11 @@ echo "engines: test image $image" >&2
 # a probe container must be made and removed within a minute, or the engine starts anew.
 if ! timeout 60 docker run --rm --network none "$image" true >/dev/null 2>&1; then
     echo "engines: dockerd cannot run and remove a container; restarting it" >&2
-    pkill -x dockerd; pkill -x containerd; sleep 5; pkill -9 -x dockerd; pkill -9 -x containerd
+    pkill -x dockerd || true
+    pkill -x containerd || true
+    sleep 5
+    pkill -9 -x dockerd || true  # under set -e: none left to kill is no failure
+    pkill -9 -x containerd || true
     start_dockerd
     timeout 60 docker run --rm --network none "$image" true >/dev/null 2>&1 ||
         { echo "engines: dockerd still cannot run a container" >&2; exit 1; }
