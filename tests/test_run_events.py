@@ -137,10 +137,10 @@ async def test_a_batch_of_unknown_fate_is_written_again_without_duplicates(
         unkeyed_in_batch = False
         append_in = EntryStore.append_in
 
-        def noting(self: EntryStore, statements: Any, key: Any, entries: Any, **fold: Any) -> None:
+        def noting(self: EntryStore, statements: Any, batches: Any) -> None:
             nonlocal unkeyed_in_batch
-            unkeyed_in_batch |= any(entry in extra for _, entry in entries)
-            append_in(self, statements, key, entries, **fold)
+            unkeyed_in_batch |= any(entry in extra for batch in batches for _, entry in batch.entries)
+            append_in(self, statements, batches)
 
         monkeypatch.setattr(EntryStore, "append_in", noting)
         commit, faults = store.db._commit, 0

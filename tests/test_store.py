@@ -360,6 +360,100 @@ async def test_transcript_entries_are_stored_once_however_often_a_batch_is_writt
     assert await store.transcripts.load(key) == [{"type": "response_item", "n": n} for n in range(4)]
 
 
+def _counted(previous: Summary | None, key: EntryKey, entries: list[Any]) -> Summary:
+    seen = previous["data"]["seen"] if previous else []
+    return {"session_id": key["session_id"], "mtime": 0, "data": {"seen": seen + [e["n"] for e in entries]}}
+
+
+def _sessions_batches(sessions: int, per_session: int, start: int) -> list[EntryBatch]:
+    """Interleaved batches: each session's main transcript (folded) and a subagent's (not)."""
+    from nodeprov.store import keyed
+
+    batches = []
+    for n in range(sessions):
+        main = [{"uuid": f"s{n}-{i}", "n": i} for i in range(start, start + per_session)]
+        batches.append(EntryBatch({"project_key": "p", "session_id": f"s{n}"}, keyed(main), _counted))
+        side = [{"uuid": f"s{n}-side-{i}", "n": i} for i in range(start, start + 2)]
+        key: EntryKey = {"project_key": "p", "session_id": f"s{n}", "subpath": "subagents/a"}
+        batches.append(EntryBatch(key, keyed(side), _counted))
+    return batches
+
+
+async def test_one_grouped_write_of_many_sessions_keeps_each_ones_order_and_summary(store: Store) -> None:
+    """The journal's write: many sessions' frames in one batch, some written before (a batch
+    written again after an unknown fate), each session's entries in their order, each main
+    transcript's summary folded over what was really added, in order, subagents' not."""
+    await store.append_events([], _sessions_batches(20, 5, 0))
+    again = _sessions_batches(20, 5, 0)  # the first batch again, then new entries after it
+    for batch, more in zip(again, _sessions_batches(20, 5, 5), strict=True):
+        batch.entries += more.entries
+    await store.append_events([], again)
+    for n in range(20):
+        main = await store.transcripts.load({"project_key": "p", "session_id": f"s{n}"})
+        assert [e["n"] for e in main or []] == list(range(10))
+        side = await store.transcripts.load(
+            {"project_key": "p", "session_id": f"s{n}", "subpath": "subagents/a"}
+        )
+        assert [e["n"] for e in side or []] == [0, 1, 5, 6]
+    summaries = {s["session_id"]: s["data"]["seen"] for s in await store.transcripts.summaries("p")}
+    assert summaries == {f"s{n}": list(range(10)) for n in range(20)}
+
+
+async def test_a_grouped_write_is_a_few_statements_whatever_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's driver lets go of the interpreter's lock for each row of an ``executemany``
+    and must take it back from a busy event loop: the journal's batch is a few statements,
+    not one per row or per session."""
+    from nodeprov.store import _sqlite
+
+    statements: list[str] = []
+    for name in ("execute", "fetchall", "executemany"):
+        original = getattr(_sqlite._SQLiteStatements, name)
+
+        def counting(self: Any, sql: str, params: Any = (), _original: Any = original) -> Any:
+            statements.append(sql)
+            return _original(self, sql, params)
+
+        monkeypatch.setattr(_sqlite._SQLiteStatements, name, counting)
+    async with await Store.open(f"sqlite:///{tmp_path}/store.db") as store:
+        session = await store.active_session("ws", "claude")
+        await store.create_run(_run(session.id))
+        events = [EventRecord("run-1", seq, "kind", now(), "{}") for seq in range(1, 501)]
+        await store.append_events(events, _sessions_batches(50, 20, 0), writer=None)
+        assert len(await store.events("run-1", limit=1000)) == 500
+    # the events, the entries' stored keys, the entries, the summaries read and written
+    assert len(statements) == 5, statements
+
+
+async def test_a_statement_never_runs_inside_another_callers_open_transaction(tmp_path: Path) -> None:
+    """A statement of its own is queued to the connection's thread at once, unless a
+    transaction holds the connection across calls: then it waits for that one's end, and a
+    rollback of the transaction does not take the statement's write with it."""
+    async with await Store.open(f"sqlite:///{tmp_path}/store.db") as store:
+        await store.db.execute("CREATE TABLE marks (what TEXT)")
+        opened, single_done = anyio.Event(), anyio.Event()
+
+        async def body(tx: Any) -> None:
+            await tx.execute("INSERT INTO marks VALUES ('transaction')")
+            opened.set()
+            await anyio.wait_all_tasks_blocked()  # the statement below is waiting, wherever it waits
+            assert not single_done.is_set()
+            raise LookupError("rolled back")
+
+        async def single() -> None:
+            await opened.wait()
+            await store.db.execute("INSERT INTO marks VALUES ('single')")
+            single_done.set()
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(single)
+                with pytest.raises(LookupError):
+                    await store.db.transact(body)
+        assert await store.db.fetchall("SELECT what FROM marks") == [("single",)]
+
+
 async def test_a_batch_that_runs_too_long_is_interrupted(tmp_path: Path) -> None:
     async with await Store.open(f"sqlite:///{tmp_path}/slow.db"):  # the schema made with no tight limit
         pass

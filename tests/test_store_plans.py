@@ -17,7 +17,18 @@ import apsw
 import pytest
 
 from nodeprov.runs.state import LIVE_STATES, RunState
-from nodeprov.store import EventRecord, NodeRecordState, PoolRecord, RunRecord, Store, _postgres, _sqlite, now
+from nodeprov.store import (
+    EntryBatch,
+    EventRecord,
+    NodeRecordState,
+    PoolRecord,
+    RunRecord,
+    Store,
+    _postgres,
+    _sqlite,
+    now,
+)
+from nodeprov.store.entries import EntryKey, Summary, keyed
 
 pytestmark = pytest.mark.anyio
 
@@ -40,12 +51,17 @@ async def seed(store: Store) -> None:
         await store.create_run(record)
         await store.append_events([EventRecord(run_id, seq, "k", now(), "{}") for seq in range(1, 4)])
         await store.node_intent(f"n-{index}", "local", run_id)
+    await store.transcripts.append({"project_key": "pk", "session_id": "sid"}, [{"uuid": "u-1"}], fold=_fold)
     holder = f"lease:{lease.id}"
     await store.pools.create(
         PoolRecord("warm", "local", "{}", "[]", "{}", 2, 3600.0, 2, "active", holder, None, None, 0, now())
     )
     await store.pools.add_intent("warm", "p-1", f"lease:{lease.id}")
     await store.pools.made_ready("p-1")
+
+
+def _fold(previous: Summary | None, key: EntryKey, entries: list[Any]) -> Summary:
+    return {"session_id": key["session_id"], "mtime": 0, "data": {"entries": len(entries)}}
 
 
 # Each hot path, as the callers of the store make it (the second argument: what calls it).
@@ -62,6 +78,11 @@ HOT_PATHS: dict[str, HotPath] = {
     "pause requests of an owner": lambda s: s.pause_requests("lease:x"),
     "a run's events, by its owner (the journal)": lambda s: s.append_events(
         [EventRecord("run-0", 9, "k", now(), "{}")], writer="lease:x"
+    ),
+    "transcript frames with the events (the journal)": lambda s: s.append_events(
+        [EventRecord("run-0", 10, "k", now(), "{}")],
+        [EntryBatch({"project_key": "pk", "session_id": "sid"}, keyed([{"uuid": "u-2"}]), _fold)],
+        writer="lease:x",
     ),
     "events after N": lambda s: s.events("run-0", after=1),
     "the last event": lambda s: s.last_event_seq("run-0"),
@@ -104,7 +125,16 @@ def captured() -> Iterator[list[Statement]]:
 
         patched.append((_postgres._PostgresTx, kind, original))
         setattr(_postgres._PostgresTx, kind, recording_pg)
-    for statements in (_sqlite._SQLiteStatements, _postgres._PostgresStatements):  # grouped writes
+    for kind in ("execute", "fetchall"):  # grouped writes (SQLite's go through _execute, above)
+        original = getattr(_postgres._PostgresStatements, kind)
+
+        def recording_grouped(self: Any, sql: str, params: Any = (), _original: Any = original) -> Any:
+            seen.append((sql, tuple(params)))
+            return _original(self, sql, params)
+
+        patched.append((_postgres._PostgresStatements, kind, original))
+        setattr(_postgres._PostgresStatements, kind, recording_grouped)
+    for statements in (_sqlite._SQLiteStatements, _postgres._PostgresStatements):
         original = statements.executemany
 
         def recording_many(self: Any, sql: str, rows: Any, _original: Any = original) -> None:
@@ -121,11 +151,14 @@ def captured() -> Iterator[list[Statement]]:
 
 
 def full_scans(plan: list[str]) -> list[str]:
-    """The steps of an SQLite plan that read a whole table (no index)."""
+    """The steps of an SQLite plan that read a whole table (no index); a batch's own rows,
+    given as one JSON parameter (``Database.json_rows``, ``j``), are read whole by design."""
     return [
         step
         for step in plan
-        if step.startswith("SCAN ") and "USING" not in step and not step.startswith("SCAN CONSTANT")
+        if step.startswith("SCAN ")
+        and "USING" not in step
+        and not step.startswith(("SCAN CONSTANT", "SCAN j VIRTUAL TABLE"))
     ]
 
 

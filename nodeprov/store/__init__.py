@@ -26,6 +26,7 @@ from typing import Any, Self
 
 import anyio
 
+from .. import _json
 from ..errors import ConfigError, StoreError, TokenError
 from ..prompts import ImageBlock
 from ._db import (
@@ -35,6 +36,7 @@ from ._db import (
     Row,
     Statements,
     Transaction,
+    check_params,
     patience,
 )
 from ._postgres import PostgresDatabase
@@ -494,21 +496,19 @@ class Store(_Parts):
         """
         if not events and not transcripts:
             return
-        sql = f"INSERT INTO run_events ({columns(EventRecord)}) SELECT ?, ?, ?, ?, ?"
-        rows: list[tuple[str | int, ...]]
+        fields = "j.value->>0, CAST(j.value->>1 AS BIGINT), j.value->>2, j.value->>3, j.value->>4"
+        sql = f"INSERT INTO run_events ({columns(EventRecord)}) SELECT {fields} FROM {self.db.json_rows}"
         if writer is None:
             sql += " WHERE TRUE"  # SQLite's upsert needs a WHERE after INSERT ... SELECT
-            rows = [(e.run_id, e.seq, e.kind, e.at, e.body) for e in events]
         else:
-            sql += " WHERE EXISTS (SELECT 1 FROM runs WHERE id = ? AND owner = ?)"
-            rows = [(e.run_id, e.seq, e.kind, e.at, e.body, e.run_id, writer) for e in events]
+            sql += " WHERE EXISTS (SELECT 1 FROM runs WHERE id = j.value->>0 AND owner = ?)"
         sql += " ON CONFLICT (run_id, seq) DO NOTHING"
 
         def write(statements: Statements) -> None:
-            if rows:
-                statements.executemany(sql, rows)
-            for batch in transcripts:
-                self.transcripts.append_in(statements, batch.key, batch.entries, fold=batch.fold)
+            if events:
+                rows = [check_params((e.run_id, e.seq, e.kind, e.at, e.body)) for e in events]
+                statements.execute(sql, (_json.dumps(rows), *([] if writer is None else [writer])))
+            self.transcripts.append_in(statements, transcripts)
 
         await self.db.grouped(write)
 

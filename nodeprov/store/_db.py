@@ -150,6 +150,12 @@ class Database(ABC):
     """A connection to the store's database; every statement runs in a transaction."""
 
     dialect: Literal["sqlite", "postgres"]
+    json_rows: str
+    """A ``FROM`` item: the elements of a JSON array given as one parameter, each ``j.value``
+    (its fields ``j.value->>0``, ``j.value->>1``, ...; text, to be cast where a column is
+    not) in the array's order ``j.key``. A batch of rows in one statement: SQLite's driver
+    lets go of the interpreter's lock for each row of an ``executemany`` and waits to take
+    it back, which under a busy event loop cost a row 100 µs or more."""
     now_ms: str
     """An SQL expression for the database's clock in epoch milliseconds: leases are judged
     by one clock, whatever the clocks of the control planes sharing the store say."""

@@ -123,6 +123,7 @@ class PostgresDatabase(Database):
     """
 
     dialect = "postgres"
+    json_rows = "jsonb_array_elements(CAST(? AS jsonb)) WITH ORDINALITY AS j(value, key)"
     now_ms = "CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000 AS BIGINT)"
 
     def __init__(self, url: str, statement_timeout: float, retry_for: float, pool_size: int = 4) -> None:

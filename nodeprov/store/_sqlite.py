@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -134,6 +135,7 @@ class SQLiteDatabase(Database):
     (0600 and 0700)."""
 
     dialect = "sqlite"
+    json_rows = "json_each(?) AS j"
     now_ms = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 
     def __init__(
@@ -146,7 +148,10 @@ class SQLiteDatabase(Database):
         self._identity = _identity(path)
         self._lock = anyio.Lock()
         self._deadline = math.inf  # time.monotonic(); read by the progress handler's thread
-        connection.set_progress_handler(self._past_deadline, 1000)
+        # Looked at every million virtual machine steps (a few ms of work): each look takes the
+        # interpreter's lock, which a busy event loop holds, and at every thousand steps the
+        # looks, not SQLite, took most of a large batch's time.
+        connection.set_progress_handler(self._past_deadline, 1_000_000)
 
     def _past_deadline(self) -> bool:
         return time.monotonic() > self._deadline
@@ -179,16 +184,26 @@ class SQLiteDatabase(Database):
             raise StoreError(f"cannot open the SQLite store at {path}: {why}") from None
         return cls(connection, real, statement_timeout, retry_for)
 
-    @asynccontextmanager
-    async def _held(self) -> AsyncIterator[None]:
-        """The connection, for this task alone until the statement timeout."""
-        with anyio.CancelScope(shield=True):
-            async with self._lock:
-                self._deadline = time.monotonic() + self.statement_timeout
-                try:
-                    yield
-                finally:
-                    self._deadline = math.inf
+    async def _alone(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` in the connection's thread, as one job: queued at once unless a
+        transaction holds the connection across calls (then once it is done), and never
+        holding it while the event loop comes back for the result. Under load that return
+        trip is a loop iteration or more, and the connection would wait idle for it."""
+        if self._lock.locked():
+            with anyio.CancelScope(shield=True):
+                async with self._lock:
+                    future = self._thread.submit(function, *args)
+        else:
+            future = self._thread.submit(function, *args)
+        return await self._thread.wait(future)
+
+    def _within_deadline(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` (in the connection's thread) interrupted at the statement timeout."""
+        self._deadline = time.monotonic() + self.statement_timeout
+        try:
+            return function(*args)
+        finally:
+            self._deadline = math.inf
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         # One statement outside BEGIN is a transaction of its own: one thread hop, not three.
@@ -199,11 +214,10 @@ class SQLiteDatabase(Database):
 
     async def _single(self, run: Callable[[apsw.Connection, str, Params], T], sql: str, params: Params) -> T:
         async def attempt() -> T:
-            async with self._held():
-                try:
-                    return await self._thread.run(self._checked, run, sql, params)
-                except apsw.Error as error:
-                    raise self._mapped(error) from None
+            try:
+                return await self._alone(self._within_deadline, self._checked, run, sql, params)
+            except apsw.Error as error:
+                raise self._mapped(error) from None
 
         return await self._retry(attempt)
 
@@ -227,15 +241,31 @@ class SQLiteDatabase(Database):
                 except BaseException:
                     await self._thread.run(self._rollback)
                     raise
-                await self._thread.run(self._connection.execute, "COMMIT")
+                await self._thread.run(self._commit_open)
                 return result
             except apsw.Error as error:
                 await self._thread.run(self._rollback)
                 raise self._mapped(error) from None
 
+    @asynccontextmanager
+    async def _held(self) -> AsyncIterator[None]:
+        """The connection, for this transaction alone from BEGIN to COMMIT: others' calls wait."""
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                yield
+
     def _begin(self) -> None:
+        """Open a transaction (in the connection's thread), its statements interrupted at the
+        statement timeout from now."""
         self._check_file()
+        self._deadline = time.monotonic() + self.statement_timeout
         self._connection.execute("BEGIN IMMEDIATE")
+
+    def _commit_open(self) -> None:
+        try:
+            self._connection.execute("COMMIT")
+        finally:
+            self._deadline = math.inf
 
     def _mapped(self, error: apsw.Error) -> Exception:
         if isinstance(error, apsw.BusyError | apsw.LockedError):
@@ -251,28 +281,24 @@ class SQLiteDatabase(Database):
         return self._mapped(error) if isinstance(error, apsw.BusyError | apsw.LockedError) else None
 
     async def _commit(self, batch: list[Work]) -> list[BaseException | None]:
-        async with self._held():
-            errors = await self._thread.run(
-                partial(
-                    commit_in_thread,
-                    _SQLiteStatements(self._connection),
-                    self._begin,
-                    partial(self._connection.execute, "COMMIT"),
-                    self._rollback,
-                    batch,
-                    lost=self._lost,
-                )
+        errors = await self._alone(
+            partial(
+                commit_in_thread,
+                _SQLiteStatements(self._connection),
+                self._begin,
+                self._commit_open,
+                self._rollback,
+                batch,
+                lost=self._lost,
             )
+        )
         return [self._mapped(e) if isinstance(e, apsw.Error) else e for e in errors]
 
     def _rollback(self) -> None:
         """Roll back whatever is open, past the deadline too (in the connection's thread)."""
-        deadline, self._deadline = self._deadline, math.inf
-        try:
-            if self._connection.in_transaction:
-                self._connection.execute("ROLLBACK")
-        finally:
-            self._deadline = deadline
+        self._deadline = math.inf
+        if self._connection.in_transaction:
+            self._connection.execute("ROLLBACK")
 
     async def aclose(self) -> None:
         # Once no statement runs (apsw refuses to close a connection another thread uses). A

@@ -42,9 +42,20 @@ class ConnectionThread:
         """``function(*args)`` in the thread, after the calls queued before it; its result or
         its exception. Once queued, the call is waited for even if the caller is cancelled
         (like ``anyio.to_thread.run_sync``): the connection must be free when this returns."""
+        return await self.wait(self.submit(function, *args))
+
+    def submit(self, function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Queue ``function(*args)`` (now: nothing queued after this runs before it); its
+        outcome, for :meth:`wait`."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._started().put((loop, future, function, args))
+        return future
+
+    @staticmethod
+    async def wait(future: asyncio.Future[T]) -> T:
+        """The outcome of a call :meth:`submit` queued, waited for even if the caller is
+        cancelled."""
         with anyio.CancelScope(shield=True):
             result = await future
         return result

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 from .. import _json
-from ._db import Database, Statements, Transaction
+from ._db import Database, Params, Statements, Transaction, check_params
 
 __all__ = [
     "EntryBatch",
@@ -34,8 +34,6 @@ __all__ = [
     "entry_key",
     "keyed",
 ]
-
-_CHUNK = 500  # keys per lookup: well under every backend's limit on parameters
 
 KeyedEntry = tuple[str, Any]
 """An entry with its idempotency key (see :func:`entry_key`)."""
@@ -99,6 +97,10 @@ def _subpath(key: EntryKey) -> str:
     return str(key.get("subpath") or "")
 
 
+def _where(key: EntryKey) -> tuple[str, str, str]:
+    return key["project_key"], key["session_id"], _subpath(key)
+
+
 class EntryStore:
     """Entries on the store's database (see the module). Every method raises
     :class:`~nodeprov.errors.StoreError` when the database fails."""
@@ -110,50 +112,87 @@ class EntryStore:
         """Append ``entries`` under ``key`` (an entry without a ``uuid`` gets a key of its own
         here), durable once this returns; committed together with other runs' frames."""
         if entries:
-            pairs = keyed(entries)
-            await self._db.grouped(lambda statements: self.append_in(statements, key, pairs, fold=fold))
+            batch = EntryBatch(key, keyed(entries), fold)
+            await self._db.grouped(lambda statements: self.append_in(statements, [batch]))
 
-    def append_in(
-        self,
-        statements: Statements,
-        key: EntryKey,
-        entries: Sequence[KeyedEntry],
-        *,
-        fold: Fold | None = None,
-    ) -> None:
-        """Append ``entries`` (each with its idempotency key) as part of a group commit's
-        work, in its worker thread (encoding and folding stay off the event loop). An entry
-        whose key is stored already is skipped, and only what is added is folded."""
-        project, session, subpath = key["project_key"], key["session_id"], _subpath(key)
-        self._lock(statements, project, session)
-        added, seen = [], self._stored_keys(statements, project, session, subpath, [k for k, _ in entries])
-        for entry_key_, entry in entries:
-            if entry_key_ not in seen:
-                seen.add(entry_key_)
-                added.append((entry_key_, entry))
-        if not added:
+    def append_in(self, statements: Statements, batches: Sequence[EntryBatch]) -> None:
+        """Append the ``batches``' entries as part of a group commit's work, in its thread
+        (encoding and folding stay off the event loop): a few statements whatever the number
+        of entries and sessions (see :attr:`~nodeprov.store._db.Database.json_rows`). An
+        entry whose key is stored already is skipped, and only what is added is folded."""
+        wanted = [(*_where(batch.key), key) for batch in batches for key, _ in batch.entries]
+        if not wanted:
+            return
+        for project, session in sorted(
+            {(batch.key["project_key"], batch.key["session_id"]) for batch in batches}
+        ):
+            self._lock(statements, project, session)  # in one order: two writers never deadlock
+        rows = self._db.json_rows
+        seen = {
+            tuple(row)
+            for row in statements.fetchall(
+                f"SELECT t.project_key, t.session_id, t.subpath, t.uuid FROM {rows} JOIN transcript_entries t"
+                " ON t.project_key = j.value->>0 AND t.session_id = j.value->>1"
+                " AND t.subpath = j.value->>2 AND t.uuid = j.value->>3",
+                (_json.dumps(wanted),),
+            )
+        }
+        added_rows: list[Params] = []
+        folded: dict[tuple[str, str], list[tuple[Fold, EntryKey, list[Any]]]] = {}
+        for batch in batches:
+            where, added = _where(batch.key), []
+            for key, entry in batch.entries:
+                if (*where, key) not in seen:
+                    seen.add((*where, key))
+                    added.append(entry)
+                    added_rows.append(check_params((*where, key, _json.dumps(entry))))
+            if added and batch.fold is not None and not where[2]:  # subagents' do not feed the summary
+                folded.setdefault(where[:2], []).append((batch.fold, batch.key, added))
+        if not added_rows:
             return
         written = int(time.time() * 1000)
-        statements.executemany(
-            "INSERT INTO transcript_entries (project_key, session_id, subpath, uuid, entry, written_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            [(project, session, subpath, k, _json.dumps(entry), written) for k, entry in added],
-        )
-        if fold is None or subpath:
-            return  # subagent transcripts do not feed the session's summary
-        rows = statements.fetchall(
-            "SELECT mtime, data FROM transcript_summaries WHERE project_key = ? AND session_id = ?",
-            (project, session),
-        )
-        previous: Summary | None = (
-            {"session_id": session, "mtime": rows[0][0], "data": _json.loads(rows[0][1])} if rows else None
-        )
-        summary = fold(previous, key, [entry for _, entry in added])
         statements.execute(
-            "INSERT INTO transcript_summaries (project_key, session_id, mtime, data) VALUES (?, ?, ?, ?)"
+            "INSERT INTO transcript_entries (project_key, session_id, subpath, uuid, entry, written_ms)"
+            f" SELECT j.value->>0, j.value->>1, j.value->>2, j.value->>3, j.value->>4, ? FROM {rows}"
+            " ORDER BY j.key",
+            (written, _json.dumps(added_rows)),
+        )
+        if folded:
+            self._fold(statements, folded, written)
+
+    def _fold(
+        self,
+        statements: Statements,
+        folded: dict[tuple[str, str], list[tuple[Fold, EntryKey, list[Any]]]],
+        written: int,
+    ) -> None:
+        """Fold what was added to each session's summary, and store the summaries."""
+        rows = self._db.json_rows
+        previous: dict[tuple[str, str], Summary] = {
+            (str(project), str(session)): {
+                "session_id": str(session),
+                "mtime": int(mtime),
+                "data": _json.loads(data),
+            }
+            for project, session, mtime, data in statements.fetchall(
+                f"SELECT s.project_key, s.session_id, s.mtime, s.data FROM {rows} JOIN transcript_summaries s"
+                " ON s.project_key = j.value->>0 AND s.session_id = j.value->>1",
+                (_json.dumps(list(folded)),),
+            )
+        }
+        summaries = []
+        for session, folds in folded.items():
+            summary = previous.get(session)
+            for fold, key, added in folds:
+                summary = fold(summary, key, added)
+            assert summary is not None  # noqa: S101 - narrows a type: each session folded at least once
+            summaries.append((*session, _json.dumps(summary["data"])))
+        statements.execute(
+            "INSERT INTO transcript_summaries (project_key, session_id, mtime, data)"
+            f" SELECT j.value->>0, j.value->>1, ?, j.value->>2 FROM {rows} WHERE TRUE"
             " ON CONFLICT (project_key, session_id)"
             " DO UPDATE SET mtime = excluded.mtime, data = excluded.data",
-            (project, session, written, _json.dumps(summary["data"])),
+            (written, _json.dumps(summaries)),
         )
 
     async def replace(self, key: EntryKey, entries: list[Any], *, fold: Fold | None = None) -> None:
@@ -177,23 +216,7 @@ class EntryStore:
                 "DELETE FROM transcript_summaries WHERE project_key = ? AND session_id = ?",
                 (project, session),
             )
-        self.append_in(statements, key, keyed(entries), fold=fold)
-
-    @staticmethod
-    def _stored_keys(
-        statements: Statements, project: str, session: str, subpath: str, keys: list[str]
-    ) -> set[str]:
-        found: set[str] = set()
-        for start in range(0, len(keys), _CHUNK):
-            chunk = keys[start : start + _CHUNK]
-            marks = ", ".join("?" for _ in chunk)
-            rows = statements.fetchall(
-                "SELECT uuid FROM transcript_entries WHERE project_key = ? AND session_id = ?"
-                f" AND subpath = ? AND uuid IN ({marks})",
-                (project, session, subpath, *chunk),
-            )
-            found.update(str(row[0]) for row in rows)
-        return found
+        self.append_in(statements, [EntryBatch(key, keyed(entries), fold)])
 
     def _lock(self, statements: Statements, project: str, session: str) -> None:
         """Serialize writers of one session (SQLite: the database's write lock does)."""
