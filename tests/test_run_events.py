@@ -250,3 +250,53 @@ async def test_frames_are_written_one_batch_per_session_in_order_even_after_a_fa
     assert written == [["a1", "a2", "b1", "b2"], ["a1", "a2", "a3", "b1", "b2"]]
     assert await store.transcripts.load(first) == [{"uuid": "a1"}, {"uuid": "a2"}, {"uuid": "a3"}]
     assert await store.transcripts.load(second) == [{"uuid": "b1"}, {"uuid": "b2"}]
+
+
+async def test_a_flush_asked_for_during_another_waits_for_one_that_began_after_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Callers that come while a flush is under way wait for it together, then for the next
+    one, which writes what they queued; when that one fails, one of them writes again and the
+    others wait for it; whoever's write fails raises."""
+    session = await store.active_session("ws", "claude")
+    await store.create_run(_run(session.id))
+    journal = Journal(store, lambda: None)  # type: ignore[arg-type, return-value]
+    events = journal.stream("run-1", 1)
+    append = store.append_events
+    entered, release = anyio.Event(), anyio.Event()
+    writes: list[list[int]] = []
+    failures = [StoreError("the database is locked")]
+
+    async def held_then_failing_once(records: Any, frames: Any = (), *, writer: str | None = None) -> None:
+        writes.append([record.seq for record in records])
+        if len(writes) == 1:
+            entered.set()
+            await release.wait()
+        elif failures:
+            raise failures.pop()
+        await append(records, frames, writer=writer)
+
+    monkeypatch.setattr(store, "append_events", held_then_failing_once)
+    events.emit(RunStarted, prompt="go", provider="fake")
+    outcomes: list[str] = []
+
+    async def flush(needed: set[int]) -> None:
+        try:
+            await journal.flush()
+        except StoreError:
+            outcomes.append("failed")
+        else:
+            stored = {e.seq for e in await store.events("run-1")}
+            outcomes.append("stored" if needed <= stored else f"missing {needed - stored}")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(flush, {1})
+            await entered.wait()  # the first flush took event 1 and is writing it
+            events.emit(RunStarted, prompt="again", provider="fake")  # event 2, for the next flush
+            for _ in range(5):
+                tg.start_soon(flush, {1, 2})
+            await anyio.wait_all_tasks_blocked()
+            release.set()
+    assert writes == [[1], [2], [2]]  # one write each time, not one per caller
+    assert sorted(outcomes) == ["failed", *["stored"] * 5]

@@ -25,17 +25,17 @@ __all__ = ["Journal", "RunEvents", "event_record", "stored_event"]
 logger = logging.getLogger("nodeprov.runs")
 
 _SUBSCRIBER_BUFFER = 1024  # events a subscriber may lag before it reads from the store instead
-_FLUSH_GATHER = 0.02  # how long the writer lets events and transcript frames gather
-# ... while a reader waits for the store before relaying (a service's client): its latency
-# is this plus a commit, where a longer gather saves transactions nobody waits for.
-_DURABLE_GATHER = 0.005
+_FLUSH_GATHER = 0.02  # how long the writer lets events and transcript frames gather, while
+# no reader waits for the store before relaying (a service's client does): then the writer
+# commits at once, and what comes while it commits gathers for the next (group commit).
 
 
 class Journal:
     """The orchestrator's journal of its runs' events and their agents' transcript frames.
 
     What is queued is written by :meth:`write_forever` in one grouped transaction at most
-    every 20 ms (less while the previous one commits), or at once by :meth:`flush`.
+    every 20 ms, or as soon as the previous one committed while a reader waits for stored
+    events (:attr:`durable_readers`), or at once by :meth:`flush`.
     """
 
     def __init__(self, store: Store, writer: Callable[[], str]) -> None:
@@ -46,7 +46,8 @@ class Journal:
         # each batch costs the store a few statements whatever its size.
         self._pending_frames: dict[tuple[Any, ...], EntryBatch] = {}
         self._waiting = anyio.Event()
-        self._flush_lock = anyio.Lock()
+        self._flushing: anyio.Event | None = None  # set when the flush under way ends
+        self._flushes_begun = self._flushes_done = 0  # ... and the number of each that wrote
         self.durable_readers = 0
         """Readers waiting for events to be stored (see :meth:`RunEvents.replay`)."""
 
@@ -81,7 +82,8 @@ class Journal:
         while True:
             await self._waiting.wait()
             self._waiting = anyio.Event()
-            await anyio.sleep(_DURABLE_GATHER if self.durable_readers else _FLUSH_GATHER)  # a batch gathers
+            if not self.durable_readers:
+                await anyio.sleep(_FLUSH_GATHER)  # a batch gathers
             try:
                 await self.flush()
             except Exception as error:  # noqa: BLE001 - logged (log_failure)
@@ -91,29 +93,45 @@ class Journal:
 
     async def flush(self) -> None:
         """Write every pending event and transcript frame to the store, in one grouped
-        transaction. Flushes are serialized, so frames reach the store in their order.
+        transaction. One flush runs at a time, so frames reach the store in their order; a
+        caller that finds one under way waits for the next to begin and end (it writes what
+        was pending when the caller came), together with every other such caller.
 
         Raises:
             StoreError: the store failed; what was pending stays pending.
         """
-        async with self._flush_lock:
-            batch, self._pending_events = self._pending_events, []
-            frames, self._pending_frames = list(self._pending_frames.values()), {}
-            if not batch and not frames:
-                return
+        wanted = self._flushes_begun + 1  # the first flush to begin from now on
+        while self._flushes_done < wanted:
+            if self._flushing is not None:
+                await self._flushing.wait()
+                continue
+            self._flushing = flushing = anyio.Event()
+            self._flushes_begun += 1
             try:
-                await self._store.append_events(
-                    [event_record(event) for event, _ in batch], frames, writer=self._writer()
-                )
-            except BaseException:
-                self._pending_events[:0] = batch
-                queued_since, self._pending_frames = self._pending_frames.values(), {}
-                for frame in (*frames, *queued_since):  # what failed goes first
-                    self._queue_batch(frame)
-                raise
-            written = {(event.run_id, event.seq) for event, _ in batch}
-            for events in {events for _, events in batch}:
-                events._written(written)
+                await self._write_pending()
+                self._flushes_done = self._flushes_begun
+            finally:
+                self._flushing = None
+                flushing.set()
+
+    async def _write_pending(self) -> None:
+        batch, self._pending_events = self._pending_events, []
+        frames, self._pending_frames = list(self._pending_frames.values()), {}
+        if not batch and not frames:
+            return
+        try:
+            await self._store.append_events(
+                [event_record(event) for event, _ in batch], frames, writer=self._writer()
+            )
+        except BaseException:
+            self._pending_events[:0] = batch
+            queued_since, self._pending_frames = self._pending_frames.values(), {}
+            for frame in (*frames, *queued_since):  # what failed goes first
+                self._queue_batch(frame)
+            raise
+        written = {(event.run_id, event.seq) for event, _ in batch}
+        for events in {events for _, events in batch}:
+            events._written(written)
 
     async def follow(
         self,

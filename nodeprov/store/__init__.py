@@ -273,29 +273,35 @@ class Store(_Parts):
         the workspace to another agent provider archives the old session (never deletes it)
         and starts a new one."""
         stamp, fresh = now(), new_id("ses")
+        found: list[SessionRecord] = []
 
-        async def find_or_start(tx: Transaction) -> SessionRecord:
-            await tx.execute(
+        # One call to the connection's thread, committed with others' writes: a transaction
+        # of several calls would hold the connection while the event loop comes back for
+        # each (under load, a loop iteration or more each), and every run starts with this.
+        def find_or_start(statements: Statements) -> None:
+            statements.execute(
                 "INSERT INTO workspaces (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
                 (workspace_id, stamp),
             )
-            row = await tx.fetchall(
+            row = statements.fetchall(
                 f"SELECT {columns(SessionRecord)} FROM sessions WHERE workspace_id = ? AND state = 'active'",
                 (workspace_id,),
             )
             current: SessionRecord | None = as_record(SessionRecord, row[0] if row else None)
             if current is not None and current.provider == provider:
-                return current
+                found[:] = [current]
+                return
             if current is not None:
-                await tx.execute(
+                statements.execute(
                     "UPDATE sessions SET state = 'archived', archived_at = ? WHERE id = ?",
                     (stamp, current.id),
                 )
             session = SessionRecord(fresh, workspace_id, provider, None, "active", stamp, None)
-            await tx.execute(*insert("sessions", session))
-            return session
+            statements.execute(*insert("sessions", session))
+            found[:] = [session]
 
-        return await self.db.transact(find_or_start)
+        await self.db.grouped(find_or_start)
+        return found[0]
 
     async def set_provider_session_id(self, session_id: str, provider_session_id: str) -> None:
         await self.db.execute(
@@ -312,13 +318,14 @@ class Store(_Parts):
     # -- runs --------------------------------------------------------------------------
 
     async def create_run(self, run: RunRecord, images: Sequence[ImageBlock] = ()) -> None:
-        """Store a new run, and the images its prompt names, in one transaction."""
+        """Store a new run, and the images its prompt names, in one transaction (one call to
+        the connection's thread, as :meth:`active_session`)."""
 
-        async def create(tx: Transaction) -> None:
-            await tx.execute(*insert("runs", run))
-            await ImageStore.put_in(tx, images, run_id=run.id)
+        def create(statements: Statements) -> None:
+            statements.execute(*insert("runs", run))
+            ImageStore.put_in(statements, images, run_id=run.id)
 
-        await self.db.transact(create)
+        await self.db.grouped(create)
 
     async def update_run(
         self,
