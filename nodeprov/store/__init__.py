@@ -275,9 +275,6 @@ class Store(_Parts):
         stamp, fresh = now(), new_id("ses")
         found: list[SessionRecord] = []
 
-        # One call to the connection's thread, committed with others' writes: a transaction
-        # of several calls would hold the connection while the event loop comes back for
-        # each (under load, a loop iteration or more each), and every run starts with this.
         def find_or_start(statements: Statements) -> None:
             statements.execute(
                 "INSERT INTO workspaces (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
@@ -318,8 +315,7 @@ class Store(_Parts):
     # -- runs --------------------------------------------------------------------------
 
     async def create_run(self, run: RunRecord, images: Sequence[ImageBlock] = ()) -> None:
-        """Store a new run, and the images its prompt names, in one transaction (one call to
-        the connection's thread, as :meth:`active_session`)."""
+        """Store a new run, and the images its prompt names, in one transaction."""
 
         def create(statements: Statements) -> None:
             statements.execute(*insert("runs", run))
