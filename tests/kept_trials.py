@@ -41,7 +41,7 @@ from nodeprov.runs import Orchestrator, Run, RunState
 from nodeprov.store import RunRecord, Store
 from nodeprov.testing import fake_agent as fake_agent_module
 from nodeprov.testing import fake_agent_command
-from nodeprov.testing.conformance import host_processes_matching, unique_marker, wait_until
+from nodeprov.testing.conformance import host_processes_matching, run, unique_marker, wait_until
 from nodeprov.testing.conformance.keeper import term_keeper
 
 MESSAGES = 6
@@ -227,7 +227,14 @@ class Trials:
             record = await store.run(run_id)
         if record is None or record.agent_keeper is None or record.node_id is None:
             return
-        await term_keeper(await _provider(record).attach(record.node_id), record.agent_keeper)
+        node, keeper = await _provider(record).attach(record.node_id), record.agent_keeper
+
+        async def started() -> bool:  # the keeper is recorded before it starts: findable from then on
+            code, _, _ = await run(node, "test", "-s", f"{keeper}/pid")
+            return code == 0
+
+        assert await wait_until(started, _END), f"{run_id}: its keeper {keeper} never started"
+        await term_keeper(node, keeper)
 
     async def check(self, run_id: str, marker: str, where: str) -> str:
         """Check the round's run once it is over; how it ended."""
