@@ -8,6 +8,7 @@ import hashlib
 import math
 import re
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
@@ -144,23 +145,45 @@ async def test_run_compare_and_set(store: Store) -> None:
 
 async def test_a_lease_renewal_is_not_queued_behind_other_statements(store: Store) -> None:
     # A busy control plane's backlog of statements must not delay its heartbeat past the
-    # lease's expiry: the renewal finishes while most of the backlog still waits.
+    # lease's expiry: the renewal finishes while every connection of the store's own is
+    # busy with a statement that waits for the test (a function of the test's on SQLite's
+    # one; an advisory lock on PostgreSQL's pool of four) and a backlog waits behind them.
     lease = await store.leases.acquire("host pid 1", ttl=30)
-    assert await store.leases.renew(lease.id, 30)  # its connection is opened: not what is timed
-    backlog, done = 2000, 0
+    assert await store.leases.renew(lease.id, 30)  # its connection is opened: not what is tested
+    release, released = anyio.Event(), threading.Event()
+    backlog, done = 200, 0
 
-    async def statement() -> None:
+    async def statement(sql: str = "SELECT 1") -> None:
         nonlocal done
-        await store.db.fetchall("SELECT 1")
+        await store.db.fetchall(sql)
         done += 1
+
+    async def hold_the_lock() -> None:
+        async def body(tx: Any) -> None:
+            await tx.fetchall("SELECT pg_advisory_xact_lock(4747)")
+            await release.wait()
+
+        await store.db.transact(body)
 
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
+            if store.db.dialect == "sqlite":
+                connection = store.db._connection  # type: ignore[attr-defined]
+                connection.create_scalar_function("wait_for_the_test", lambda: int(released.wait(60)), 0)
+                tg.start_soon(statement, "SELECT wait_for_the_test()")
+            else:
+                tg.start_soon(hold_the_lock)
+                for _ in range(3):
+                    tg.start_soon(statement, "SELECT pg_advisory_xact_lock(4747)")
+            await anyio.wait_all_tasks_blocked()
             for _ in range(backlog):
                 tg.start_soon(statement)
-            await anyio.lowlevel.checkpoint()  # every statement is queued
+            await anyio.wait_all_tasks_blocked()
             assert await store.leases.renew(lease.id, 30)
-            assert done < backlog / 2
+            assert done == 0  # every statement still waits
+            release.set()
+            released.set()
+    assert done == backlog + (1 if store.db.dialect == "sqlite" else 3)
 
 
 async def test_a_closed_store_opens_no_heartbeat_connection(make_store: MakeStore) -> None:
