@@ -273,32 +273,29 @@ class Store(_Parts):
         the workspace to another agent provider archives the old session (never deletes it)
         and starts a new one."""
         stamp, fresh = now(), new_id("ses")
-        found: list[SessionRecord] = []
 
-        def find_or_start(statements: Statements) -> None:
-            statements.execute(
+        async def find_or_start(tx: Transaction) -> SessionRecord:
+            await tx.execute(
                 "INSERT INTO workspaces (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
                 (workspace_id, stamp),
             )
-            row = statements.fetchall(
+            row = await tx.fetchall(
                 f"SELECT {columns(SessionRecord)} FROM sessions WHERE workspace_id = ? AND state = 'active'",
                 (workspace_id,),
             )
             current: SessionRecord | None = as_record(SessionRecord, row[0] if row else None)
             if current is not None and current.provider == provider:
-                found[:] = [current]
-                return
+                return current
             if current is not None:
-                statements.execute(
+                await tx.execute(
                     "UPDATE sessions SET state = 'archived', archived_at = ? WHERE id = ?",
                     (stamp, current.id),
                 )
             session = SessionRecord(fresh, workspace_id, provider, None, "active", stamp, None)
-            statements.execute(*insert("sessions", session))
-            found[:] = [session]
+            await tx.execute(*insert("sessions", session))
+            return session
 
-        await self.db.grouped(find_or_start)
-        return found[0]
+        return await self.db.transact(find_or_start)
 
     async def set_provider_session_id(self, session_id: str, provider_session_id: str) -> None:
         await self.db.execute(
@@ -317,11 +314,11 @@ class Store(_Parts):
     async def create_run(self, run: RunRecord, images: Sequence[ImageBlock] = ()) -> None:
         """Store a new run, and the images its prompt names, in one transaction."""
 
-        def create(statements: Statements) -> None:
-            statements.execute(*insert("runs", run))
-            ImageStore.put_in(statements, images, run_id=run.id)
+        async def create(tx: Transaction) -> None:
+            await tx.execute(*insert("runs", run))
+            await ImageStore.put_in(tx, images, run_id=run.id)
 
-        await self.db.grouped(create)
+        await self.db.transact(create)
 
     async def update_run(
         self,

@@ -17,11 +17,9 @@ attempts are not shielded.
 **Input** the two databases cannot both hold is refused before it reaches either: a NUL
 character in text is a :class:`ConfigError`, on SQLite as on PostgreSQL.
 
-The hot writes (run events, transcript frames, and each run's first: its session and its
-record) go through :meth:`Database.grouped`: work that many tasks submit at once is committed
-in one transaction, run synchronously in one worker thread (one thread hop per batch, none
-per statement). A transaction of several calls holds the connection while the event loop
-comes back for each, under load a loop iteration or more each.
+The hot writes (run events, transcript frames) go through :meth:`Database.grouped`: work
+that many tasks submit at once is committed in one transaction, run synchronously in one
+worker thread (one thread hop per batch, none per statement).
 
 A database opened in a process is that process's: a child made by ``fork()`` that uses
 it gets a :class:`StoreError` (a connection must never cross a fork; open another).

@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 from ..prompts import ImageBlock
-from ._db import Database, Statements
+from ._db import Database, Transaction
 
 __all__ = ["ImageStore"]
 
@@ -23,21 +23,21 @@ class ImageStore:
     async def put(self, images: Sequence[ImageBlock], *, run_id: str) -> None:
         """Keep ``images``, named by run ``run_id`` (an image stored already is kept once)."""
         if images:
-            await self._db.grouped(lambda statements: self.put_in(statements, images, run_id=run_id))
+            await self._db.transact(lambda tx: self.put_in(tx, images, run_id=run_id))
 
     @staticmethod
-    def put_in(statements: Statements, images: Sequence[ImageBlock], *, run_id: str) -> None:
-        """:meth:`put`, as part of a group commit's work. An image stored already has its time
+    async def put_in(tx: Transaction, images: Sequence[ImageBlock], *, run_id: str) -> None:
+        """:meth:`put`, as part of the transaction ``tx``. An image stored already has its time
         set anew: retention, deleting what no run names and is old, must wait for the run
         this transaction records (and takes the row's lock, on PostgreSQL, until it has)."""
         stamp = datetime.now(UTC).isoformat(timespec="microseconds")
         for image in images:
-            statements.execute(
+            await tx.execute(
                 "INSERT INTO images (sha256, media_type, size, data, created_at) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (sha256) DO UPDATE SET created_at = excluded.created_at",
                 (image.sha256, image.media_type, image.size, image.data, stamp),
             )
-            statements.execute(
+            await tx.execute(
                 "INSERT INTO image_refs (sha256, run_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 (image.sha256, run_id),
             )
