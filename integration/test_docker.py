@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -358,6 +359,44 @@ async def test_an_exec_the_engine_ends_before_it_runs_is_tried_again(
         else:
             with pytest.raises(SpawnError, match="the engine ended its exec at once, its process never ran"):
                 await run(node, "echo", "ran")
+
+
+@pytest.mark.parametrize(
+    ("started", "said"),
+    [
+        (False, r"the engine has not started its exec \w+'s process \(Pid 0\)"),
+        (True, r"its shell \(pid \d+\) said nothing"),
+    ],
+)
+async def test_a_spawn_that_times_out_says_where_it_stalled(
+    started: bool, said: str, base_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exec whose process the engine never starts, or whose shell never reports, times out
+    at ``ready_timeout`` saying which (the engine's own account of the exec). The stall is
+    injected in the exec's stream alone: the exec itself, and the engine's inspect, are real."""
+    from nodeprov import SpawnError
+    from nodeprov_docker import DockerNode
+    from nodeprov_docker.exec import ExecOutput
+
+    provider = get_provider("docker", image=base_image, pull="never")
+    async with await provider.provision() as node:
+        assert isinstance(node, DockerNode)
+        monkeypatch.setattr(provider, "settings", provider.settings.model_copy(update={"ready_timeout": 1.0}))
+        quiet: list[socket.socket] = []
+
+        async def exec_(api: Any, argv: list[str], cwd: str, environment: list[str] | None = None) -> Any:
+            created = await anyio.to_thread.run_sync(api.exec_create, node.container_id, ["sleep", "30"])
+            if started:
+                await anyio.to_thread.run_sync(functools.partial(api.exec_start, created["Id"], detach=True))
+            ours, peer = socket.socketpair()
+            quiet.append(peer)  # kept open: the stream says nothing and does not end
+            return created["Id"], ExecOutput(await anyio.abc.SocketStream.from_socket(ours))
+
+        monkeypatch.setattr(node, "_exec", exec_)
+        with pytest.raises(SpawnError, match=rf"starting 'echo' on node \S+ timed out after 1s: {said}"):
+            await run(node, "echo", "ran")
+        for peer in quiet:
+            peer.close()
 
 
 async def test_stdout_is_not_ended_while_an_unreadable_process_holds_it(base_image: str) -> None:

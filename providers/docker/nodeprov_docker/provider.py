@@ -113,10 +113,12 @@ class DockerNode(NodeHandle):
         # Shielded, and bounded instead: a cancellation after exec start would orphan it.
         # Per exec: the engine shows no exec's environment to anyone.
         environment = [f"{k}={v}" for k, v in {**self._exec_env, **options.env}.items()]
+        exec_id = ""
         with anyio.CancelScope(shield=True):
             try:
                 with anyio.fail_after(self._provider.settings.ready_timeout):
                     for attempt in range(_EXEC_ATTEMPTS):
+                        exec_id = ""
                         exec_id, output = await self._exec(api, argv, cwd, environment)
                         try:
                             pid, stdout_pipe = await self._handshake(output, options, exec_id)
@@ -127,8 +129,26 @@ class DockerNode(NodeHandle):
                             logger.info("node %s: the engine did not run an exec; again", self.node_id)
                             await anyio.sleep(0.1 * 2**attempt)
             except TimeoutError:
-                raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
+                raise await self._start_timed_out(api, options, exec_id) from None
         return self._process(api, exec_id, output, pid, stdout_pipe)
+
+    async def _start_timed_out(self, api: Any, options: SpawnOptions, exec_id: str) -> SpawnError:
+        """The error of a spawn that did not start within ``ready_timeout``, saying where it
+        stalled: the engine's answer to the exec, runc starting its process, or the process."""
+        said = f"starting {options.command!r} on node {self.node_id} timed out after "
+        said += f"{self._provider.settings.ready_timeout:g}s: "
+        if not exec_id:
+            return SpawnError(said + "the engine did not answer the exec's create and start")
+        info: dict[str, Any] = {}
+        with anyio.move_on_after(5), suppress(NodeprovError):
+            info = await ask(api.exec_inspect, exec_id)
+        if not info:
+            return SpawnError(said + f"its exec {exec_id[:12]} started, and the engine no longer answers")
+        if info["Running"]:
+            return SpawnError(said + f"its shell (pid {info['Pid']}) said nothing")
+        if not info["Pid"]:
+            return SpawnError(said + f"the engine has not started its exec {exec_id[:12]}'s process (Pid 0)")
+        return SpawnError(said + f"its shell ended saying nothing (exit code {info['ExitCode']})")
 
     async def _exec(
         self, api: Any, argv: list[str], cwd: str, environment: list[str] | None = None
@@ -184,7 +204,7 @@ class DockerNode(NodeHandle):
                 with anyio.fail_after(self._provider.settings.ready_timeout):
                     pid, stdout_pipe = await self._handshake(output, options)
             except TimeoutError:
-                raise SpawnError(f"starting {options.command!r} on node {self.node_id} timed out") from None
+                raise await self._start_timed_out(api, options, exec_id) from None
             return self._process(api, exec_id, output, pid, stdout_pipe)
 
         return PreparedChannel(output, output.send, request=request, started=started)
