@@ -60,6 +60,7 @@ from .records import (
     SnapshotRecord,
 )
 from .retention import PruneReport, Retention
+from .sessions import WorkspaceSessions
 from .tokens import (
     DEFAULT_TENANT,
     SCOPES,
@@ -181,7 +182,7 @@ class _Parts:
         return EntryStore(self.db)
 
 
-class Store(_Parts):
+class Store(WorkspaceSessions, _Parts):
     """The store; use ``async with await Store.open(url) as store`` or call :meth:`aclose`.
 
     Raises :class:`~nodeprov.errors.StoreError` when the database fails or a statement
@@ -266,53 +267,14 @@ class Store(_Parts):
     ) -> None:
         await self.aclose()
 
-    # -- workspaces and sessions -----------------------------------------------------
-
-    async def active_session(self, workspace_id: str, provider: str) -> SessionRecord:
-        """The workspace's active session for agent ``provider``, made if needed. Switching
-        the workspace to another agent provider archives the old session (never deletes it)
-        and starts a new one."""
-        stamp, fresh = now(), new_id("ses")
-
-        async def find_or_start(tx: Transaction) -> SessionRecord:
-            await tx.execute(
-                "INSERT INTO workspaces (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
-                (workspace_id, stamp),
-            )
-            row = await tx.fetchall(
-                f"SELECT {columns(SessionRecord)} FROM sessions WHERE workspace_id = ? AND state = 'active'",
-                (workspace_id,),
-            )
-            current: SessionRecord | None = as_record(SessionRecord, row[0] if row else None)
-            if current is not None and current.provider == provider:
-                return current
-            if current is not None:
-                await tx.execute(
-                    "UPDATE sessions SET state = 'archived', archived_at = ? WHERE id = ?",
-                    (stamp, current.id),
-                )
-            session = SessionRecord(fresh, workspace_id, provider, None, "active", stamp, None)
-            await tx.execute(*insert("sessions", session))
-            return session
-
-        return await self.db.transact(find_or_start)
-
-    async def set_provider_session_id(self, session_id: str, provider_session_id: str) -> None:
-        await self.db.execute(
-            "UPDATE sessions SET provider_session_id = ? WHERE id = ?", (provider_session_id, session_id)
-        )
-
-    async def sessions(self, workspace_id: str | None = None) -> list[SessionRecord]:
-        where, params = ("WHERE workspace_id = ?", (workspace_id,)) if workspace_id else ("", ())
-        rows = await self.db.fetchall(
-            f"SELECT {columns(SessionRecord)} FROM sessions {where} ORDER BY created_at", params
-        )
-        return [as_record(SessionRecord, row) for row in rows]
-
     # -- runs --------------------------------------------------------------------------
 
     async def create_run(self, run: RunRecord, images: Sequence[ImageBlock] = ()) -> None:
         """Store a new run, and the images its prompt names, in one transaction."""
+
+        if not images:  # one statement: a transaction of its own, and on SQLite a group commit
+            await self.db.execute(*insert("runs", run))
+            return
 
         async def create(tx: Transaction) -> None:
             await tx.execute(*insert("runs", run))

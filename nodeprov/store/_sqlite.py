@@ -206,8 +206,16 @@ class SQLiteDatabase(Database):
             self._deadline = math.inf
 
     async def execute(self, sql: str, params: Params = ()) -> int:
-        # One statement outside BEGIN is a transaction of its own: one thread hop, not three.
-        return await self._single(_execute, sql, params)
+        # A group commit: writes that come together share a transaction, and its one sync
+        # to disk (a burst of run starts writes a few rows each, a sync apiece cost ~2 ms).
+        changed = 0
+
+        def work(statements: Statements) -> None:
+            nonlocal changed
+            changed = statements.execute(sql, params)
+
+        await self.grouped(work)
+        return changed
 
     async def fetchall(self, sql: str, params: Params = ()) -> list[Row]:
         return await self._single(_fetchall, sql, params)

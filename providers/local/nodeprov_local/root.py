@@ -35,7 +35,7 @@ def remove_tree(path: Path) -> list[str]:
                 if not stat.S_ISDIR(info.st_mode):
                     with suppress(FileNotFoundError):
                         os.unlink(entry.path)
-                elif info.st_dev != top.st_dev or os.path.realpath(entry.path) in mounts:
+                elif info.st_dev != top.st_dev or entry.path in mounts:
                     left.append(entry.path)
                     empty = False
                 elif clear(entry.path):
@@ -45,11 +45,14 @@ def remove_tree(path: Path) -> list[str]:
                     empty = False
         return empty
 
-    if path.resolve().as_posix() in mounts:
+    # Walked from its real path, a directory entered (never a symlink) is named by its real
+    # path too: compared with the mount points as it is, with no realpath() per entry.
+    real = os.path.realpath(path)
+    if real in mounts:
         return [str(path)]
-    if clear(str(path)):
+    if clear(real):
         with suppress(FileNotFoundError):
-            os.rmdir(path)
+            os.rmdir(real)
     return left
 
 
