@@ -1,5 +1,6 @@
 """What the local provider promises beyond the conformance suite."""
 
+import errno
 import os
 import shlex
 import shutil
@@ -393,3 +394,23 @@ async def test_the_event_loop_goes_on_while_a_process_starts(
         monkeypatch.undo()
         await node.destroy()
     assert went_on == [True]
+
+
+async def test_without_pidfds_a_process_is_still_reaped_with_its_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sandbox whose seccomp refuses ``pidfd_open`` (or a kernel before 5.3): a worker
+    thread waits for the supervisor instead, and its status is the command's, as ever."""
+
+    def refused(pid: int) -> int:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    node = await get_provider("local", root=tmp_path / "nodes").provision()
+    try:
+        assert await run(node, "sh", "-c", "echo out; exit 3") == (3, b"out\n", b"")
+        process = await node.spawn(SpawnOptions("sleep", ["30"]))
+        await process.kill()
+        assert await process.wait() == -signal.SIGKILL
+    finally:
+        await node.destroy()

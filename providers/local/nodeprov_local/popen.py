@@ -7,12 +7,16 @@ machine many more, all of which the loop stood still (100 runs at once: 0.9 s of
 their agents' first messages, every run's relay waiting). Since CPython 3.11.6 the vfork lets
 go of the interpreter's lock, so the loop goes on while a worker thread waits. The pipes are
 then the loop's (``connect_read_pipe``, ``connect_write_pipe``), and the child is reaped when
-its pidfd says it ended: no child watcher, no thread per child. Linux only (pidfds, 5.3).
+its pidfd says it ended: no child watcher, no thread per child. Linux only; where pidfds are
+not to be had (before 5.3, or a sandbox's seccomp refusing them) a worker thread waits for
+each child instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import math
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -26,6 +30,8 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 __all__ = ["open_process"]
 
 _LIMIT = 2**16  # what asyncio's subprocess streams buffer before they stop reading a pipe
+# Without pidfds, a thread waits for each live child: never behind the default limiter's 40.
+_WAITERS = anyio.CapacityLimiter(math.inf)
 
 
 async def open_process(
@@ -62,7 +68,7 @@ async def open_process(
 
     popen: subprocess.Popen[bytes] = await anyio.to_thread.run_sync(start)
     try:
-        pidfd = os.pidfd_open(popen.pid)
+        pidfd = _pidfd(popen.pid)
         loop = asyncio.get_running_loop()
         return _ThreadStartedProcess(
             popen,
@@ -75,6 +81,15 @@ async def open_process(
         with anyio.CancelScope(shield=True):
             popen.send_signal(give_up)
             await anyio.to_thread.run_sync(popen.wait)
+        raise
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except OSError as error:
+        if error.errno in (errno.ENOSYS, errno.EPERM, errno.EACCES):
+            return None
         raise
 
 
@@ -137,13 +152,14 @@ class _PipeSendStream(ByteSendStream):
 
 class _ThreadStartedProcess(Process):
     """The process :func:`open_process` started. Reaped by :meth:`wait` once its pidfd is
-    readable (the pid stays the process's, a zombie, until then); :meth:`aclose` closes the
-    pipes and waits for the exit, killing the process if the wait is cancelled."""
+    readable, or by a worker thread's wait without one (the pid stays the process's, a
+    zombie, until then); :meth:`aclose` closes the pipes and waits for the exit, killing the
+    process if the wait is cancelled."""
 
     def __init__(
         self,
         popen: subprocess.Popen[bytes],
-        pidfd: int,
+        pidfd: int | None,
         stdin: _PipeSendStream | None,
         stdout: _PipeReceiveStream | None,
         stderr: _PipeReceiveStream | None,
@@ -156,7 +172,10 @@ class _ThreadStartedProcess(Process):
     async def wait(self) -> int:
         async with self._waiting:
             while (code := self._popen.poll()) is None:
-                assert self._pidfd is not None  # noqa: S101 - closed only once reaped
+                if self._pidfd is None:
+                    return await anyio.to_thread.run_sync(
+                        self._popen.wait, abandon_on_cancel=True, limiter=_WAITERS
+                    )
                 await anyio.wait_readable(self._pidfd)
             if self._pidfd is not None:
                 os.close(self._pidfd)
