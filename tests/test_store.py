@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import re
 import sys
@@ -477,49 +476,6 @@ async def test_a_statement_never_runs_inside_another_callers_open_transaction(tm
                 with pytest.raises(LookupError):
                     await store.db.transact(body)
         assert await store.db.fetchall("SELECT what FROM marks") == [("single",)]
-
-
-async def test_writes_that_come_together_share_one_commit_each_with_its_own_count(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On SQLite a statement of its own that writes is a group commit: those that come while
-    another commit is under way share the next one (one sync to disk, not one each), and
-    each caller still gets its own statement's count of rows changed."""
-    from nodeprov.store import _sqlite
-
-    async with await Store.open(f"sqlite:///{tmp_path}/store.db") as store:
-        await store.db.execute("CREATE TABLE marks (n INTEGER PRIMARY KEY, seen INTEGER)")
-        await store.db.execute(
-            "INSERT INTO marks SELECT value, 0 FROM json_each(?)", (json.dumps(list(range(20))),)
-        )
-        commits: list[str] = []
-        original = _sqlite.SQLiteDatabase._commit_open
-
-        def counted(self: Any) -> None:
-            commits.append("COMMIT")
-            original(self)
-
-        monkeypatch.setattr(_sqlite.SQLiteDatabase, "_commit_open", counted)
-        release = threading.Event()
-        changed: dict[int, int] = {}
-
-        async def update(n: int) -> None:
-            changed[n] = await store.db.execute("UPDATE marks SET seen = 1 WHERE n = ?", (n,))
-
-        def hold(_: Statements) -> None:
-            release.wait(10)
-
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(store.db.grouped, hold)  # holds the thread
-                await anyio.wait_all_tasks_blocked()
-                for n in [*range(20), 99]:  # 99: no such row
-                    tg.start_soon(update, n)
-                await anyio.wait_all_tasks_blocked()
-                release.set()
-        assert commits == ["COMMIT", "COMMIT"]  # the holder's, then the 21 writes' together
-        assert changed == {**{n: 1 for n in range(20)}, 99: 0}
-        assert await store.db.fetchall("SELECT count(*) FROM marks WHERE seen = 1") == [(20,)]
 
 
 async def test_a_run_in_a_workspace_with_its_session_holds_no_transaction_across_calls(
