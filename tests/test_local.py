@@ -1,6 +1,5 @@
 """What the local provider promises beyond the conformance suite."""
 
-import errno
 import os
 import shlex
 import shutil
@@ -14,7 +13,6 @@ from contextlib import suppress
 from pathlib import Path
 
 import anyio
-import anyio.lowlevel
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
@@ -356,61 +354,3 @@ async def test_a_supervisor_that_fails_is_reported(
     monkeypatch.setattr(provider_module, "_SUPERVISOR_SCRIPT", str(broken))
     with pytest.raises(SpawnError, match="no subreaper here"):
         await local_node.spawn(SpawnOptions("true"))
-
-
-async def test_the_event_loop_goes_on_while_a_process_starts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``subprocess`` holds its thread until the child has exec'd (vfork): a slow exec (a
-    loaded machine, a slow file system) must hold a worker thread, never the event loop,
-    where every other run's relay waits. The exec is slowed where it is made: it goes on
-    only once the loop has turned a hundred times meanwhile."""
-    slowed, released = threading.Event(), threading.Event()
-    went_on: list[bool] = []
-    made = subprocess.Popen
-
-    def slow_popen(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
-        slowed.set()
-        went_on.append(released.wait(5))  # held in the loop's thread, the loop cannot release it
-        return made(*args, **kwargs)  # type: ignore[call-overload, no-any-return]
-
-    node = await get_provider("local", root=tmp_path / "nodes").provision()
-    monkeypatch.setattr(subprocess, "Popen", slow_popen)
-
-    async def spawn() -> None:
-        process = await node.spawn(SpawnOptions("true"))
-        await process.wait()
-
-    try:
-        with anyio.fail_after(20):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(spawn)
-                await anyio.to_thread.run_sync(slowed.wait)
-                for _ in range(100):
-                    await anyio.lowlevel.checkpoint()
-                released.set()
-    finally:
-        released.set()
-        monkeypatch.undo()
-        await node.destroy()
-    assert went_on == [True]
-
-
-async def test_without_pidfds_a_process_is_still_reaped_with_its_status(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A sandbox whose seccomp refuses ``pidfd_open`` (or a kernel before 5.3): a worker
-    thread waits for the supervisor instead, and its status is the command's, as ever."""
-
-    def refused(pid: int) -> int:
-        raise OSError(errno.ENOSYS, "Function not implemented")
-
-    monkeypatch.setattr(os, "pidfd_open", refused)
-    node = await get_provider("local", root=tmp_path / "nodes").provision()
-    try:
-        assert await run(node, "sh", "-c", "echo out; exit 3") == (3, b"out\n", b"")
-        process = await node.spawn(SpawnOptions("sleep", ["30"]))
-        await process.kill()
-        assert await process.wait() == -signal.SIGKILL
-    finally:
-        await node.destroy()

@@ -36,7 +36,6 @@ from nodeprov.node import (
 from nodeprov.roots import check_root, make_root, strictly_inside
 from nodeprov.spawn import SpawnedProcess, SpawnOptions, StopPolicy
 from nodeprov_local import _supervisor
-from nodeprov_local.popen import open_process
 from nodeprov_local.process import LocalProcess, StartedProcess, abandon, kill_tree, read_to_end, signal_group
 from nodeprov_local.root import remove_tree
 from nodeprov_local.settings import LocalSettings
@@ -134,7 +133,7 @@ class LocalNode(NodeHandle):
         stdio = DEVNULL if detached else PIPE
         try:
             try:
-                process = await open_process(
+                process = await anyio.open_process(
                     [
                         sys.executable,
                         "-I",
@@ -152,8 +151,8 @@ class LocalNode(NodeHandle):
                     stderr=stdio,
                     cwd="/",
                     env=env,
+                    start_new_session=True,
                     pass_fds=(status_w,),
-                    give_up=_supervisor.KILL_ALL,
                 )
             except OSError as error:
                 raise SpawnError(f"cannot start the supervisor of {options.command!r}: {error}") from None
