@@ -271,7 +271,6 @@ class Store(WorkspaceSessions, _Parts):
 
     async def create_run(self, run: RunRecord, images: Sequence[ImageBlock] = ()) -> None:
         """Store a new run, and the images its prompt names, in one transaction."""
-
         if not images:  # one statement: a transaction of its own, holding no connection across calls
             await self.db.execute(*insert("runs", run))
             return

@@ -3,13 +3,19 @@ one agent provider at a time; switching provider archives the old one."""
 
 from __future__ import annotations
 
-from ._db import Database, Transaction
+from ._db import Database, Row, Transaction
 from ._rows import as_record, columns, insert, new_id, now
 from .records import SessionRecord
 
 __all__ = ["WorkspaceSessions"]
 
 _ACTIVE = f"SELECT {columns(SessionRecord)} FROM sessions WHERE workspace_id = ? AND state = 'active'"
+
+
+def _active(rows: list[Row]) -> SessionRecord | None:
+    """The workspace's active session, from the rows of :data:`_ACTIVE`."""
+    found: SessionRecord | None = as_record(SessionRecord, rows[0] if rows else None)
+    return found
 
 
 class WorkspaceSessions:
@@ -25,8 +31,7 @@ class WorkspaceSessions:
         # Read first, outside a transaction: the usual case, and on SQLite a transaction holds
         # the connection from BEGIN to COMMIT, every other caller's statements waiting, across
         # as many returns to a busy event loop as it has statements.
-        found = await self.db.fetchall(_ACTIVE, (workspace_id,))
-        active: SessionRecord | None = as_record(SessionRecord, found[0]) if found else None
+        active = _active(await self.db.fetchall(_ACTIVE, (workspace_id,)))
         if active is not None and active.provider == provider:
             return active
         stamp, fresh = now(), new_id("ses")
@@ -36,8 +41,7 @@ class WorkspaceSessions:
                 "INSERT INTO workspaces (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
                 (workspace_id, stamp),
             )
-            row = await tx.fetchall(_ACTIVE, (workspace_id,))
-            current: SessionRecord | None = as_record(SessionRecord, row[0] if row else None)
+            current = _active(await tx.fetchall(_ACTIVE, (workspace_id,)))
             if current is not None and current.provider == provider:
                 return current
             if current is not None:

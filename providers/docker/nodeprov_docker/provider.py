@@ -113,12 +113,11 @@ class DockerNode(NodeHandle):
         # Shielded, and bounded instead: a cancellation after exec start would orphan it.
         # Per exec: the engine shows no exec's environment to anyone.
         environment = [f"{k}={v}" for k, v in {**self._exec_env, **options.env}.items()]
-        exec_id = ""
         with anyio.CancelScope(shield=True):
             try:
                 with anyio.fail_after(self._provider.settings.ready_timeout):
                     for attempt in range(_EXEC_ATTEMPTS):
-                        exec_id = ""
+                        exec_id = ""  # a timeout in this attempt's _exec is not the last attempt's exec
                         exec_id, output = await self._exec(api, argv, cwd, environment)
                         try:
                             pid, stdout_pipe = await self._handshake(output, options, exec_id)
