@@ -26,7 +26,9 @@ errors, ...) into this tree at their boundary, so a caller never catches a platf
     │   └── AgentExitError           the agent exited non-zero or stopped answering
     ├── StoreError                   the store's database failed or timed out
     ├── TokenError                   a resume token is unknown or used already
-    └── RunStateError                a run is not in a state that allows the call
+    ├── RunStateError                a run is not in a state that allows the call
+    └── CheckpointError              a workspace could not be captured, stored or restored
+        └── ArchiveRefusedError      a workspace's archive would reach outside its root
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ __all__ = [
     "AgentExitError",
     "AgentNotFoundError",
     "AgentOutputError",
+    "ArchiveRefusedError",
     "AttachTakenError",
+    "CheckpointError",
     "CommandNotFoundError",
     "ConfigError",
     "DeadlineError",
@@ -160,6 +164,19 @@ class TokenError(NodeprovError):
 class RunStateError(NodeprovError):
     """The run is not in a state that allows this (resuming a run that is not paused,
     pausing one that is finishing or over, another control plane got there first)."""
+
+
+class CheckpointError(NodeprovError):
+    """A workspace could not be captured from a node, stored, or restored onto one; or what
+    a checkpoint names is missing from where its pieces live. Nothing was half recorded:
+    a capture that fails stores no manifest, a restore that fails leaves the workspace as it
+    was."""
+
+
+class ArchiveRefusedError(CheckpointError):
+    """A workspace's archive holds what would reach outside its root: an absolute path, a
+    ``..``, a member written through a symbolic link, a hard link to what the archive does
+    not hold, the same path twice; or it is not a tar archive at all."""
 
 
 def first_line(error: BaseException | str) -> str:

@@ -93,7 +93,7 @@ def test_a_room_over_the_size_caps_is_named_with_why_it_stays_whole() -> None:
 
 UPPER_LAYERS = {
     f"nodeprov.{layer}"
-    for layer in ("runs", "agents", "offline", "store", "cli", "testing", "service", "client")
+    for layer in ("runs", "agents", "offline", "store", "checkpoints", "cli", "testing", "service", "client")
 }
 
 

@@ -11,10 +11,11 @@ node still exists on the platform: directories, containers, instances, processes
         @pytest.fixture
         def leftovers(self): ...
 
-Nodes run ``sh``, ``cat``, ``env``, ``printf``, ``pwd``, ``mkdir``, ``ls``, ``stat`` and
-``sleep`` from their PATH. Processes are matched by a unique ``sleep`` duration: :meth:`ProviderConformance
-.processes_matching` scans this machine's ``/proc`` (which sees local children and
-containers alike); a provider whose processes run elsewhere overrides it.
+Nodes run ``sh``, ``cat``, ``env``, ``printf``, ``pwd``, ``mkdir``, ``ls``, ``stat``,
+``tar``, ``head``, ``ln``, ``readlink`` and ``sleep`` from their PATH. Processes are matched
+by a unique ``sleep`` duration: :meth:`ProviderConformance.processes_matching` scans this
+machine's ``/proc`` (which sees local children and containers alike); a provider whose
+processes run elsewhere overrides it.
 
 The 1 GiB file round trip runs in a child process that attaches to the node with the
 provider's settings (given on its stdin, never its arguments) and bounds its own peak

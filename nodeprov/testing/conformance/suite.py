@@ -45,14 +45,15 @@ from .kit import (
     wait_until,
 )
 from .prepared import PreparedConformance
+from .workspace import WorkspaceConformance
 
 __all__ = ["ProviderConformance"]
 
 
 @pytest.mark.anyio
-class ProviderConformance(FileConformance, KeeperConformance, PreparedConformance):
+class ProviderConformance(FileConformance, KeeperConformance, PreparedConformance, WorkspaceConformance):
     """Provider-independent behaviour; see :mod:`nodeprov.testing.conformance` for the
-    fixtures. The file, kept-process and prepared-spawn tests are their mixins'."""
+    fixtures. The file, kept-process, prepared-spawn and workspace tests are their mixins'."""
 
     async def processes_matching(self, marker: str) -> list[str]:
         """Processes on the node's machine whose command line contains ``marker``."""

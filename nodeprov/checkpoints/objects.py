@@ -1,0 +1,174 @@
+"""Where checkpoints' packs and manifests live: an object store, named by URL like the store
+(``file:///var/lib/nodeprov/checkpoints``, ``s3://bucket/prefix``). Objects are written once
+under their content's digest, so writing one again is harmless and two checkpoints share what
+they have in common."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import anyio
+import anyio.to_thread
+
+from ..errors import CheckpointError, ConfigError
+
+__all__ = ["DirectoryObjects", "ObjectStore", "digest_of", "open_objects"]
+
+
+def digest_of(data: bytes) -> str:
+    """The name of ``data`` in an object store: its SHA-256, in hex."""
+    return hashlib.sha256(data).hexdigest()
+
+
+class ObjectStore(ABC):
+    """Objects by name, each written whole or not at all. An async context manager that
+    closes itself."""
+
+    url: str
+    """Where the objects live, as given (credentials never appear in it)."""
+
+    @abstractmethod
+    async def put(self, name: str, data: bytes) -> None:
+        """Store ``data`` under ``name`` (its digest): durable once this returns; the same
+        object put again is left as it is.
+
+        Raises:
+            CheckpointError: it could not be written (nothing is left under ``name``).
+        """
+
+    @abstractmethod
+    async def get(self, name: str) -> bytes:
+        """The object ``name``.
+
+        Raises:
+            CheckpointError: there is no such object, or it could not be read.
+        """
+
+    @abstractmethod
+    async def names(self) -> set[str]:
+        """The names of every object stored.
+
+        Raises:
+            CheckpointError: they could not be listed.
+        """
+
+    @abstractmethod
+    async def delete(self, names: Iterable[str]) -> None:
+        """Delete the objects ``names``; those absent already are no error.
+
+        Raises:
+            CheckpointError: some could not be deleted.
+        """
+
+    async def aclose(self) -> None:  # noqa: B027 - most stores hold nothing to close
+        """Release what the store holds open; idempotent."""
+
+    async def __aenter__(self) -> ObjectStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.aclose()
+
+
+class DirectoryObjects(ObjectStore):
+    """Objects as files in a directory of this machine (``file:///PATH``): ``PATH/ab/abcd...``,
+    each written beside its name, synced, then renamed, so a crash leaves it whole or absent.
+    The directory is made ``0700``: checkpoints hold the workspaces' files."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.url = root.as_uri()
+
+    def _path(self, name: str) -> Path:
+        if len(name) != 64 or not all(c in "0123456789abcdef" for c in name):
+            raise CheckpointError(f"{name!r} is not an object's name")
+        return self.root / name[:2] / name
+
+    async def put(self, name: str, data: bytes) -> None:
+        await anyio.to_thread.run_sync(self._put, self._path(name), data)
+
+    @staticmethod
+    def _put(path: Path, data: bytes) -> None:
+        if path.exists():
+            return
+        partial = path.with_name(f"{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with open(partial, "xb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(partial, path)
+            directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        except OSError as error:
+            partial.unlink(missing_ok=True)
+            raise CheckpointError(
+                f"could not write object {path.name} under {path.parent}: {error}"
+            ) from None
+
+    async def get(self, name: str) -> bytes:
+        path = self._path(name)
+        try:
+            return await anyio.Path(path).read_bytes()
+        except FileNotFoundError:
+            raise CheckpointError(f"object {name} is missing from {self.url}") from None
+        except OSError as error:
+            raise CheckpointError(f"could not read object {name} from {self.url}: {error}") from None
+
+    async def names(self) -> set[str]:
+        return await anyio.to_thread.run_sync(self._names)
+
+    def _names(self) -> set[str]:
+        try:
+            return {
+                path.name
+                for directory in self.root.iterdir()
+                if len(directory.name) == 2
+                for path in directory.iterdir()
+                if len(path.name) == 64
+            }
+        except FileNotFoundError:
+            return set()
+        except OSError as error:
+            raise CheckpointError(f"could not list {self.url}: {error}") from None
+
+    async def delete(self, names: Iterable[str]) -> None:
+        paths = [self._path(name) for name in names]
+
+        def delete() -> None:
+            for path in paths:
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as error:
+                    raise CheckpointError(f"could not delete object {path.name}: {error}") from None
+
+        await anyio.to_thread.run_sync(delete)
+
+
+def open_objects(url: str) -> ObjectStore:
+    """The object store at ``url``: ``file:///ABSOLUTE/PATH`` or ``s3://BUCKET[/PREFIX]``
+    (see :class:`nodeprov.checkpoints.s3.S3Objects` for its query parameters).
+
+    Raises:
+        ConfigError: the URL names no store nodeprov knows, or is malformed.
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise ConfigError(f"a checkpoints URL file:///ABSOLUTE/PATH, not {url!r}")
+        return DirectoryObjects(Path(unquote(parts.path)))
+    if parts.scheme == "s3":
+        from .s3 import S3Objects  # boto3 is imported only by those who store on S3
+
+        return S3Objects.from_url(url)
+    raise ConfigError(f"checkpoints go to file:///PATH or s3://BUCKET/PREFIX, not {url!r}")
