@@ -4,6 +4,7 @@ one manifest to another."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -90,7 +91,11 @@ class Manifest:
             }
             for entry in self.entries
         ]
-        return _json.dumps({"version": _VERSION, "entries": entries, "skipped": list(self.skipped)}).encode()
+        document = {"version": _VERSION, "entries": entries, "skipped": list(self.skipped)}
+        try:
+            return _json.dumps(document).encode()
+        except UnicodeEncodeError:  # a name not in UTF-8 (its bytes as surrogates): escaped
+            return json.dumps(document, separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:

@@ -99,7 +99,8 @@ class DirectoryObjects(ObjectStore):
             return
         partial = path.with_name(f"{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
         try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.parent.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, exist_ok=True)
             with open(partial, "xb") as file:
                 file.write(data)
                 file.flush()

@@ -34,7 +34,7 @@ from typing import Literal
 import anyio
 import anyio.to_thread
 
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, leaf
 from ..node import NodeHandle
 from ..node.files import kill_now
 from ..spawn import SpawnedProcess, SpawnOptions
@@ -346,11 +346,14 @@ class _Said:
 async def _stderr_of(process: SpawnedProcess) -> AsyncIterator[_Said]:
     """Read ``process``'s stderr while it runs (a full pipe would stall it)."""
     said = _Said()
-    async with anyio.create_task_group() as group:
-        group.start_soon(said.read, process)
-        try:
-            yield said
-            with anyio.move_on_after(5):
-                await said.ended.wait()
-        finally:
-            group.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(said.read, process)
+            try:
+                yield said
+                with anyio.move_on_after(5):
+                    await said.ended.wait()
+            finally:
+                group.cancel_scope.cancel()
+    except BaseExceptionGroup as raised:  # the caller's own error, not a group's
+        raise leaf(raised) from None
