@@ -17,6 +17,8 @@ nodeprov's speed ratio against it (see bench/common.py).
   ``nodeprov --help`` against the interpreter's own start-up.
 - opencode: ``nodeprov run --agent opencode`` against the raw ``opencode run`` on the same
   scripted model.
+- checkpoints: a workspace's capture and restore on Docker against plain ``tar`` through
+  ``docker exec``.
 
 Every row prints the median speed ratio and its spread (the lowest and highest pair).
 """
@@ -28,6 +30,7 @@ import argparse
 import anyio
 
 from . import (
+    checkpoints_bench,
     cli_bench,
     codex_bench,
     docker_bench,
@@ -48,6 +51,7 @@ SUITES = {
     "kubernetes": kubernetes_bench.run,
     "cli": cli_bench.run,
     "opencode": opencode_bench.run,
+    "checkpoints": checkpoints_bench.run,
 }
 
 
@@ -67,4 +71,5 @@ if __name__ == "__main__":
     parser.add_argument("--messages", type=int, default=100_000, help="small messages per bridge run")
     parser.add_argument("--nodes", type=int, default=20, help="nodes provisioned at once")
     parser.add_argument("--repeat", type=int, default=9, help="pairs of runs of each")
+    parser.add_argument("--workspace-mb", type=int, default=200, help="MiB of the workspace checkpointed")
     anyio.run(main, parser.parse_args())

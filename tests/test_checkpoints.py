@@ -9,6 +9,7 @@ import io
 import os
 import socket
 import tarfile
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -152,14 +153,16 @@ HOSTILE_MANIFESTS = {
 async def test_a_hostile_manifest_is_refused(name: str) -> None:
     entry, error = HOSTILE_MANIFESTS[name]
     with pytest.raises(error):
-        Manifest.from_bytes(f'{{"version": 1, "entries": [{entry}], "skipped": []}}'.encode())
+        Manifest.from_bytes(zlib.compress(f'{{"version": 1, "entries": [{entry}], "skipped": []}}'.encode()))
 
 
 def test_a_manifest_writing_through_its_own_link_is_refused() -> None:
     entries = '{"path": "l", "kind": "symlink", "mode": 511, "mtime": 0, "target": "/etc"},'
     entries += '{"path": "l/passwd", "kind": "dir", "mode": 493, "mtime": 0}'
     with pytest.raises(ArchiveRefusedError, match="under a symbolic link"):
-        Manifest.from_bytes(f'{{"version": 1, "entries": [{entries}], "skipped": []}}'.encode())
+        Manifest.from_bytes(
+            zlib.compress(f'{{"version": 1, "entries": [{entries}], "skipped": []}}'.encode())
+        )
 
 
 async def test_a_node_whose_tar_is_hostile_gets_no_checkpoint(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ one manifest to another."""
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -93,9 +94,10 @@ class Manifest:
         ]
         document = {"version": _VERSION, "entries": entries, "skipped": list(self.skipped)}
         try:
-            return _json.dumps(document).encode()
+            text = _json.dumps(document).encode()
         except UnicodeEncodeError:  # a name not in UTF-8 (its bytes as surrogates): escaped
-            return json.dumps(document, separators=(",", ":")).encode()
+            text = json.dumps(document, separators=(",", ":")).encode()
+        return zlib.compress(text, 6)  # a tenth of it: paths repeat, digests are hex
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:
@@ -107,7 +109,7 @@ class Manifest:
             ArchiveRefusedError: an entry reaches outside the root.
         """
         try:
-            document = _json.loads(data)
+            document = _json.loads(zlib.decompress(data))
             if document["version"] != _VERSION:
                 raise CheckpointError(
                     f"a checkpoint manifest of version {document['version']}, not {_VERSION}"
@@ -125,7 +127,7 @@ class Manifest:
                 for item in document["entries"]
             )
             skipped = tuple(str(line) for line in document["skipped"])
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, zlib.error) as error:
             raise CheckpointError(f"not a checkpoint manifest: {error!r}") from None
         confinement = Confinement()
         for entry in entries:

@@ -33,7 +33,7 @@ class ObjectStore(ABC):
     """Where the objects live, as given (credentials never appear in it)."""
 
     @abstractmethod
-    async def put(self, name: str, data: bytes) -> None:
+    async def put(self, name: str, data: bytes | bytearray) -> None:
         """Store ``data`` under ``name`` (its digest): durable once this returns; the same
         object put again is left as it is.
 
@@ -90,11 +90,11 @@ class DirectoryObjects(ObjectStore):
             raise CheckpointError(f"{name!r} is not an object's name")
         return self.root / name[:2] / name
 
-    async def put(self, name: str, data: bytes) -> None:
+    async def put(self, name: str, data: bytes | bytearray) -> None:
         await anyio.to_thread.run_sync(self._put, self._path(name), data)
 
     @staticmethod
-    def _put(path: Path, data: bytes) -> None:
+    def _put(path: Path, data: bytes | bytearray) -> None:
         if path.exists():
             return
         partial = path.with_name(f"{path.name}.{os.getpid()}.{os.urandom(4).hex()}")

@@ -67,7 +67,7 @@ class S3Objects(ObjectStore):
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as error:
             raise CheckpointError(f"could not {what} in {self.url}: {error}") from None
 
-    async def put(self, name: str, data: bytes) -> None:
+    async def put(self, name: str, data: bytes | bytearray) -> None:
         await self._call(
             f"write object {name}",
             self._client.put_object,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import posixpath
 import tarfile
+from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
@@ -100,39 +101,49 @@ class Confinement:
 
 
 class _Source:
-    """Bytes from an async iterable of chunks, taken exactly."""
+    """Bytes from an async iterable of chunks, taken exactly; a chunk that lies whole within
+    what is taken is passed on as it is, uncopied."""
 
     def __init__(self, chunks: AsyncIterable[bytes]) -> None:
         self._chunks = aiter(chunks)
-        self._buffer = bytearray()
+        self._held: deque[bytes] = deque()
+        self._at = 0  # where the first held chunk's unread bytes begin
         self._ended = False
 
     async def _more(self) -> bool:
-        if self._ended:
-            return False
-        try:
-            self._buffer += await anext(self._chunks)
-        except StopAsyncIteration:
-            self._ended = True
-            return False
+        while not self._held:
+            if self._ended:
+                return False
+            try:
+                chunk = await anext(self._chunks)
+            except StopAsyncIteration:
+                self._ended = True
+                return False
+            if chunk:
+                self._held.append(chunk)
         return True
 
     async def take(self, count: int) -> bytes:
-        while len(self._buffer) < count:
-            if not await self._more():
-                raise ArchiveRefusedError("the archive ends in the middle of a member")
-        taken = bytes(self._buffer[:count])
-        del self._buffer[:count]
-        return taken
+        return b"".join([piece async for piece in self.pieces(count)])
 
     async def pieces(self, count: int) -> AsyncIterator[bytes]:
         """``count`` bytes, in the pieces they came in."""
         while count:
-            if not self._buffer and not await self._more():
+            if not await self._more():
                 raise ArchiveRefusedError("the archive ends in the middle of a member")
-            piece = bytes(self._buffer[:count])
-            del self._buffer[: len(piece)]
-            count -= len(piece)
+            first, at = self._held[0], self._at
+            size = min(len(first) - at, count)
+            if at == 0 and size == len(first):
+                piece = first
+            else:
+                with memoryview(first) as view:
+                    piece = bytes(view[at : at + size])
+            if at + size == len(first):
+                self._held.popleft()
+                self._at = 0
+            else:
+                self._at = at + size
+            count -= size
             yield piece
 
 

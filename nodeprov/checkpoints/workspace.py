@@ -25,14 +25,18 @@ through a symbolic link (the manifest holds none under one), and none outside th
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import itertools
+import re
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Literal
 
 import anyio
 import anyio.to_thread
+from anyio.abc import TaskGroup
 
 from ..errors import CheckpointError, ConfigError, leaf
 from ..node import NodeHandle
@@ -62,24 +66,28 @@ SECRET_PATTERNS = (
 
 PIECE = 4 << 20
 PACK = 8 << 20
-_HASH_IN_THREAD = 1 << 20  # a digest of more than this leaves the event loop free meanwhile
+_HASH_IN_THREAD = 1 << 16  # a digest of more than this leaves the event loop free meanwhile
 _STAGE = ".nodeprov-restore-"
+_BLOCK = 1 << 20  # what a restore sends to the node at a time
 _NOTES = 1000  # what a manifest lists of what it left out
 _TAR_CHANGED = ("file changed as we read it", "File removed before we read it", "socket ignored")
 
 _CAPTURE = 'cd "$1" || exit 1\nexec tar -c -f - .\n'
 _EXTRACT = 'mkdir "$1/$2" || exit 1\ntar -x -p -o -f - -C "$1/$2" || { rm -rf "$1/$2"; exit 1; }\n'
-_SWAP = """cd "$1" || exit 1
+_SWAP = """root=$1 stage=$2 mode=$3
+cd "$root" || exit 1
+set --
 for f in * .[!.]* ..?*; do
-  { [ -e "$f" ] || [ -h "$f" ]; } || continue
-  [ "$f" = "$2" ] || rm -rf -- "$f" || exit 1
+  { [ -e "$f" ] || [ -h "$f" ]; } && [ "$f" != "$stage" ] && set -- "$@" "$f"
 done
-cd "$2" || exit 1
+[ $# -eq 0 ] || rm -rf -- "$@" || exit 1
+cd "$stage" || exit 1
+set --
 for f in * .[!.]* ..?*; do
-  { [ -e "$f" ] || [ -h "$f" ]; } || continue
-  mv -- "$f" "$1/" || exit 1
+  { [ -e "$f" ] || [ -h "$f" ]; } && set -- "$@" "$f"
 done
-cd "$1" && rmdir -- "$2" && { [ -z "$3" ] || chmod "$3" "$1"; }
+[ $# -eq 0 ] || mv -- "$@" "$root/" || exit 1
+cd "$root" && rmdir -- "$stage" && { [ -z "$mode" ] || chmod "$mode" "$root"; }
 """
 _DISCARD = 'rm -rf -- "$1/$2"\n'
 
@@ -94,40 +102,108 @@ class Capture:
     stored: int
 
 
-class _Packer:
-    """Gathers new pieces into packs and stores each pack once full."""
+_Ref = tuple[int, int]  # a piece as read: its pack's number and its offset in the pack read
 
-    def __init__(self, objects: ObjectStore, known: dict[str, Piece]) -> None:
-        self._objects, self._known = objects, known
+
+class _Packer:
+    """Gathers files' bytes into packs as they are read; each full pack goes to ``group``,
+    where a worker thread names its pieces by digest and keeps only those no earlier pack
+    or manifest holds, and the object store stores what is left, while the next pack is
+    read (two packs at most under way)."""
+
+    def __init__(self, objects: ObjectStore, known: dict[str, Piece], group: TaskGroup) -> None:
+        self._objects, self._known, self._group = objects, known, group
         self._buffer = bytearray()
-        self._waiting: list[tuple[str, int, int]] = []  # pieces of the open pack
-        self._placed: dict[str, Piece] = {}
+        self._cuts: list[tuple[int, int]] = []  # the open pack's pieces: offset, size
+        self._packs = 0
+        self._pieces: dict[_Ref, Piece] = {}
+        self._kept = dict(known)  # by digest: what no pack need hold again
+        self._under_way = anyio.Semaphore(2)
         self.stored = 0
 
-    async def add(self, data: bytes) -> str:
-        """Keep ``data``; its digest (its :class:`Piece` once :meth:`flush` stored its pack)."""
-        digest = await _digest(data)
-        if digest in self._known or digest in self._placed or any(d == digest for d, _, _ in self._waiting):
-            return digest
-        if self._buffer and len(self._buffer) + len(data) > PACK:
-            await self.flush()
-        self._waiting.append((digest, len(self._buffer), len(data)))
-        self._buffer += data
-        return digest
+    async def add_file(self, data: AsyncIterator[bytes]) -> list[_Ref]:
+        """Read a file's ``data`` into pieces of at most :data:`PIECE` bytes; a reference
+        to each (:meth:`piece` once the group ended)."""
+        refs: list[_Ref] = []
+        start: int | None = None  # where the piece under way begins in the open pack
+        async for chunk in data:
+            at = 0
+            while at < len(chunk):
+                if start is None:
+                    if len(self._buffer) > PACK - PIECE:
+                        await self.flush()
+                    start = len(self._buffer)
+                size = min(len(chunk) - at, PIECE - (len(self._buffer) - start))
+                with memoryview(chunk) as view:
+                    self._buffer += view[at : at + size]
+                at += size
+                if len(self._buffer) - start == PIECE:
+                    refs.append(self._cut(start))
+                    start = None
+        if start is not None:
+            refs.append(self._cut(start))
+        return refs
+
+    def _cut(self, start: int) -> _Ref:
+        self._cuts.append((start, len(self._buffer) - start))
+        return self._packs, start
 
     async def flush(self) -> None:
+        """Hand the open pack to the group (it is stored once the group ended)."""
         if not self._buffer:
             return
-        pack = bytes(self._buffer)
-        name = await anyio.to_thread.run_sync(digest_of, pack)
-        await self._objects.put(name, pack)
-        self.stored += len(pack)
-        for digest, offset, length in self._waiting:
-            self._placed[digest] = Piece(digest, name, offset, length)
-        self._buffer, self._waiting = bytearray(), []
+        read, cuts, number = self._buffer, self._cuts, self._packs  # handed over, not copied
+        self._buffer, self._cuts, self._packs = bytearray(), [], self._packs + 1
+        await self._under_way.acquire()
+        self._group.start_soon(self._store, number, read, cuts)
 
-    def piece(self, digest: str) -> Piece:
-        return self._known.get(digest) or self._placed[digest]
+    async def _store(self, number: int, read: bytearray, cuts: list[tuple[int, int]]) -> None:
+        try:
+            # Small pieces here (a thread would trade the interpreter's lock with this one
+            # for each), large ones in a worker thread.
+            big = [cut for cut in cuts if cut[1] > _HASH_IN_THREAD]
+            by_cut = (
+                dict(zip(big, await anyio.to_thread.run_sync(_digests, read, big), strict=True))
+                if big
+                else {}
+            )
+            small = [cut for cut in cuts if cut[1] <= _HASH_IN_THREAD]
+            by_cut.update(zip(small, _digests(read, small), strict=True))
+            digests = [by_cut[cut] for cut in cuts]
+            new: dict[str, tuple[int, int]] = {}
+            for digest, cut in zip(digests, cuts, strict=True):
+                if digest not in self._kept and digest not in new:
+                    new[digest] = cut
+            if new:
+                # Every piece new (a first capture's packs): the pack is what was read.
+                pack = (
+                    read
+                    if len(new) == len(cuts)
+                    else await anyio.to_thread.run_sync(_packed, read, [*new.values()])
+                )
+                name = digest_of(b"".join(digest.encode() for digest in new))  # its pieces name it
+                offsets = itertools.accumulate((size for _, size in new.values()), initial=0)
+                for (digest, (_, size)), offset in zip(new.items(), offsets, strict=False):
+                    self._kept[digest] = Piece(digest, name, offset, size)
+                await self._objects.put(name, pack)
+                self.stored += len(pack)
+            for digest, (offset, _) in zip(digests, cuts, strict=True):
+                self._pieces[number, offset] = self._kept[digest]
+        finally:
+            self._under_way.release()
+
+    def piece(self, ref: _Ref) -> Piece:
+        return self._pieces[ref]
+
+
+def _digests(data: bytearray, cuts: list[tuple[int, int]]) -> list[str]:
+    with memoryview(data) as view:
+        return [hashlib.sha256(view[offset : offset + size]).hexdigest() for offset, size in cuts]
+
+
+def _packed(data: bytearray, cuts: list[tuple[int, int]]) -> bytes:
+    with memoryview(data) as view:
+        return b"".join(view[offset : offset + size] for offset, size in cuts)
 
 
 async def _digest(data: bytes) -> str:
@@ -143,8 +219,10 @@ def _note(skipped: list[str], line: str) -> None:
         skipped.append("...: and more, not listed")
 
 
-def _secret(path: str, patterns: Sequence[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for name in path.split("/") for pattern in patterns)
+def _secrets(patterns: Sequence[str]) -> Callable[[str], bool]:
+    """Whether a path has a name that matches one of ``patterns``."""
+    match = re.compile("|".join(f"(?:{fnmatch.translate(pattern)})" for pattern in patterns)).match
+    return lambda path: any(match(name) for name in path.split("/"))
 
 
 def _root(node: NodeHandle, root: str | None) -> str:
@@ -179,23 +257,49 @@ async def capture(
         NodeGoneError, SpawnError, ProviderError: as :meth:`NodeHandle.spawn`.
     """
     where = _root(node, root)
-    patterns = (*SECRET_PATTERNS, *exclude)
-    packer = _Packer(objects, previous.pieces() if previous is not None else {})
-    found: list[tuple[Member, list[str] | None]] = []
-    files: dict[str, list[str]] = {}  # a file's piece digests, for a hard link to it
+    try:
+        async with anyio.create_task_group() as group:
+            packer = _Packer(objects, previous.pieces() if previous is not None else {}, group)
+            found, skipped = await _read(node, where, packer, _secrets((*SECRET_PATTERNS, *exclude)))
+            await packer.flush()
+    except BaseExceptionGroup as raised:  # the reading's error, or a pack's store's
+        raise leaf(raised) from None
+    entries = []
+    for member, refs in found:
+        if refs is None:
+            kind: Literal["dir", "symlink"] = "dir" if member.kind == "dir" else "symlink"
+            entries.append(Entry(member.path, kind, member.mode, member.mtime, 0, member.target))
+        else:
+            pieces = tuple(packer.piece(ref) for ref in refs)
+            size = sum(piece.length for piece in pieces)
+            entries.append(Entry(member.path, "file", member.mode, member.mtime, size, "", pieces))
+    manifest = Manifest(tuple(entries), tuple(skipped))
+    document = manifest.to_bytes()
+    name = digest_of(document)
+    await objects.put(name, document)
+    return Capture(manifest, name, packer.stored + len(document))
+
+
+async def _read(
+    node: NodeHandle, where: str, packer: _Packer, secret: Callable[[str], bool]
+) -> tuple[list[tuple[Member, list[_Ref] | None]], list[str]]:
+    """The members of ``where``'s archive from ``node`` that a checkpoint keeps, a file's
+    with its pieces' digests (kept by ``packer``), and what was left out."""
+    found: list[tuple[Member, list[_Ref] | None]] = []
+    files: dict[str, list[_Ref]] = {}  # a file's pieces, for a hard link to it
     skipped: list[str] = []
     async with await node.spawn(SpawnOptions("sh", ["-c", _CAPTURE, "nodeprov-capture", where])) as process:
         await process.stdin.aclose()
         async with _stderr_of(process) as stderr:
             try:
                 async for member, data in members(process.stdout):
-                    if member.path and (_secret(member.path, patterns) or member.path.startswith(_STAGE)):
-                        if not _secret(member.path.rpartition("/")[0], patterns):  # not its directory's
+                    if member.path and (secret(member.path) or member.path.startswith(_STAGE)):
+                        if not secret(member.path.rpartition("/")[0]):  # not its directory's
                             _note(skipped, f"{member.path}: left out (a secret's name, or excluded)")
                     elif member.kind == "other":
                         _note(skipped, f"{member.path}: not a file, directory or link")
                     elif member.kind == "file":
-                        files[member.path] = [await packer.add(piece) async for piece in _cut(data)]
+                        files[member.path] = await packer.add_file(data)
                         found.append((member, files[member.path]))
                     elif member.kind == "hardlink":
                         if (linked := files.get(member.target)) is None:  # its file was left out
@@ -208,37 +312,11 @@ async def capture(
                 await kill_now(process)
                 raise
             code = await process.wait()
-        if code != 0 and not (code == 1 and stderr.only(_TAR_CHANGED)):
-            raise CheckpointError(f"capture of {where} on node {node.node_id} failed: {stderr.text(code)}")
-        if code == 1:
-            _note(skipped, f": the workspace changed while it was read ({stderr.text(code)})")
-    await packer.flush()
-    entries = []
-    for member, digests in found:
-        if digests is None:
-            kind: Literal["dir", "symlink"] = "dir" if member.kind == "dir" else "symlink"
-            entries.append(Entry(member.path, kind, member.mode, member.mtime, 0, member.target))
-        else:
-            pieces = tuple(packer.piece(digest) for digest in digests)
-            size = sum(piece.length for piece in pieces)
-            entries.append(Entry(member.path, "file", member.mode, member.mtime, size, "", pieces))
-    manifest = Manifest(tuple(entries), tuple(skipped))
-    document = manifest.to_bytes()
-    name = digest_of(document)
-    await objects.put(name, document)
-    return Capture(manifest, name, packer.stored + len(document))
-
-
-async def _cut(data: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A file's data in pieces of :data:`PIECE` bytes (the last may be shorter)."""
-    buffer = bytearray()
-    async for chunk in data:
-        buffer += chunk
-        while len(buffer) >= PIECE:
-            yield bytes(buffer[:PIECE])
-            del buffer[:PIECE]
-    if buffer:
-        yield bytes(buffer)
+    if code != 0 and not (code == 1 and stderr.only(_TAR_CHANGED)):
+        raise CheckpointError(f"capture of {where} on node {node.node_id} failed: {stderr.text(code)}")
+    if code == 1:
+        _note(skipped, f": the workspace changed while it was read ({stderr.text(code)})")
+    return found, skipped
 
 
 async def restore(
@@ -284,12 +362,14 @@ async def _extract(node: NodeHandle, where: str, stage: str, archive: AsyncItera
 
 
 async def _archive(manifest: Manifest, objects: ObjectStore) -> AsyncIterator[bytes]:
-    """``manifest`` as a tar archive, its files read from their packs (the last two kept)."""
+    """``manifest`` as a tar archive, its files read from their packs (the last two kept),
+    in blocks of about :data:`_BLOCK` bytes (small files' headers and data together)."""
     packs: dict[str, bytes] = {}
+    out = bytearray()
     for entry in manifest.entries:
         if not entry.path:
             continue  # the root: its mode is set once it is swapped in
-        yield header(Member(entry.path, entry.kind, entry.mode, entry.mtime, entry.size, entry.target))
+        out += header(Member(entry.path, entry.kind, entry.mode, entry.mtime, entry.size, entry.target))
         for piece in entry.pieces:
             if piece.pack not in packs:
                 if len(packs) == 2:
@@ -300,10 +380,12 @@ async def _archive(manifest: Manifest, objects: ObjectStore) -> AsyncIterator[by
                 raise CheckpointError(
                     f"pack {piece.pack} does not hold {entry.path!r}'s piece {piece.digest}"
                 )
-            yield data
-        if entry.size:
-            yield padding(entry.size)
-    yield end_of_archive()
+            out += data
+            if len(out) >= _BLOCK:
+                yield bytes(out)
+                out.clear()
+        out += padding(entry.size)
+    yield bytes(out + end_of_archive())
 
 
 async def _step(node: NodeHandle, script: str, *args: str) -> None:

@@ -1,0 +1,134 @@
+"""Checkpoints on Docker (``nodeprov.checkpoints``): a workspace's capture and restore next to
+plain ``tar`` piped through ``docker exec`` (the Docker CLI), in adjacent pairs.
+
+The workspace: ``--workspace-mb`` MiB, nine tenths of it in 1 MiB files of random bytes, the
+rest in 5 kB ones (a source tree beside its build outputs). A capture is nodeprov's into a
+fresh directory object store (every pack synced) against ``docker exec C tar -c`` into a file
+on this machine (synced); a restore is nodeprov's into a second container's workspace against
+``docker exec -i C2 tar -x`` of that file into an emptied directory. Also printed: what a
+second capture adds to the object store when one 1 MiB file changed (issue 48: under 1% of
+the workspace).
+
+    python -m bench.run --suite checkpoints [--workspace-mb 200] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from subprocess import PIPE
+
+import anyio
+import anyio.to_thread
+
+from nodeprov import NodeHandle, get_provider
+from nodeprov.checkpoints import DirectoryObjects, Manifest, capture, restore
+from nodeprov.testing.conformance import run as run_on
+
+from .common import Row, compare
+from .docker_bench import BUILD_BASE
+
+_FILL = """set -e
+big=$(( $1 * 9 / 10 )); small=$(( ($1 - big) * 1048576 / 5000 ))
+i=0; while [ $i -lt $big ]; do head -c 1048576 /dev/urandom > big-$i; i=$((i+1)); done
+mkdir src; i=0; while [ $i -lt $small ]; do head -c 5000 /dev/urandom > src/s-$i; i=$((i+1)); done
+"""
+
+
+def _docker(*argv: str, stdin: Path | None = None, stdout: Path | None = None) -> None:
+    with (
+        open(stdin, "rb") if stdin else open(os.devnull, "rb") as source,
+        open(stdout, "wb") if stdout else open(os.devnull, "wb") as sink,
+    ):
+        subprocess.run(["docker", *argv], stdin=source, stdout=sink, check=True)
+        if stdout:
+            sink.flush()
+            os.fsync(sink.fileno())
+
+
+async def _timed(call: Callable[[], Awaitable[object]]) -> float:
+    started = time.perf_counter()
+    await call()
+    return time.perf_counter() - started
+
+
+async def run(args: argparse.Namespace) -> list[Row]:
+    image = (await anyio.run_process([str(BUILD_BASE)], stderr=PIPE)).stdout.decode().split()[-1]
+    provider = get_provider("docker", image=image, network_mode="host", pull="never")
+    scratch = Path(tempfile.mkdtemp(prefix="nodeprov-bench-checkpoints-"))
+    archive = scratch / "raw.tar"
+    manifest: list[Manifest] = []
+    try:
+        async with await provider.provision() as source, await provider.provision() as target:
+            code, _, err = await run_on(source, "sh", "-c", _FILL, "fill", str(args.workspace_mb))
+            assert code == 0, err
+            container, workdir = source.container_id, source.workdir  # type: ignore[attr-defined]
+            other, other_dir = target.container_id, target.workdir  # type: ignore[attr-defined]
+
+            async def capture_ours() -> None:
+                shutil.rmtree(scratch / "objects", ignore_errors=True)
+                captured = await capture(source, DirectoryObjects(scratch / "objects"))
+                manifest[:] = [captured.manifest]
+
+            raw_capture = functools.partial(
+                anyio.to_thread.run_sync,
+                functools.partial(
+                    _docker, "exec", container, "tar", "-c", "-f", "-", "-C", workdir, ".", stdout=archive
+                ),
+            )
+            restore_ours = functools.partial(_restore, target, manifest, scratch / "objects")
+            empty_then_extract = 'rm -rf "$1" && mkdir "$1" && exec tar -x -f - -C "$1"'
+            raw_restore = functools.partial(
+                anyio.to_thread.run_sync,
+                functools.partial(
+                    _docker,
+                    "exec",
+                    "-i",
+                    other,
+                    "sh",
+                    "-c",
+                    empty_then_extract,
+                    "x",
+                    f"{other_dir}.raw",
+                    stdin=archive,
+                ),
+            )
+            mb = args.workspace_mb * 1.048576
+            rows = []
+            for name, ours, raw in (
+                ("capture", capture_ours, raw_capture),
+                ("restore", restore_ours, raw_restore),
+            ):
+                timing = await compare(
+                    args.repeat, functools.partial(_timed, ours), functools.partial(_timed, raw)
+                )
+                rows.append(
+                    Row(
+                        f"checkpoints: {name}, {args.workspace_mb} MiB on Docker, vs tar in docker exec",
+                        f"{mb / timing.ours:,.0f} MB/s",
+                        f"{mb / timing.raw:,.0f} MB/s",
+                        timing,
+                        0.8,
+                    )
+                )
+            await capture_ours()
+            await source.write_file("big-7", os.urandom(1 << 20))
+            again = await capture(source, DirectoryObjects(scratch / "objects"), previous=manifest[0])
+            print(
+                f"checkpoints: a second capture with one 1 MiB file changed stored {again.stored:,} bytes, "
+                f"{again.stored / (args.workspace_mb << 20):.2%} of the workspace (goal under 1%)"
+            )
+            return rows
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _restore(node: NodeHandle, manifest: list[Manifest], objects: Path) -> None:
+    await restore(node, manifest[0], DirectoryObjects(objects))
