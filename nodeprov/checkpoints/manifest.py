@@ -155,8 +155,8 @@ class Changes:
 def changes(before: Manifest | None, after: Manifest) -> Changes:
     """What changed from ``before`` (none: an empty workspace) to ``after``; a time alone
     changing is no change."""
-    old = before.by_path if before is not None else {}
-    new = after.by_path
+    old = {path: entry for path, entry in (before.by_path if before is not None else {}).items() if path}
+    new = {path: entry for path, entry in after.by_path.items() if path}  # the root is no change
     return Changes(
         tuple(sorted(path for path in new if path not in old)),
         tuple(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,8 +17,9 @@ import anyio
 import anyio.to_thread
 
 from ..errors import CheckpointError, ConfigError
+from ..store import CheckpointStore, Store
 
-__all__ = ["DirectoryObjects", "ObjectStore", "digest_of", "open_objects"]
+__all__ = ["DirectoryObjects", "ObjectStore", "StoreObjects", "digest_of", "open_objects"]
 
 
 def digest_of(data: bytes) -> str:
@@ -50,8 +52,9 @@ class ObjectStore(ABC):
         """
 
     @abstractmethod
-    async def names(self) -> set[str]:
-        """The names of every object stored.
+    async def names(self, *, older_than: float = 0.0) -> set[str]:
+        """The names of the objects stored at least ``older_than`` seconds ago (retention
+        leaves younger ones to the captures that may be writing them).
 
         Raises:
             CheckpointError: they could not be listed.
@@ -126,17 +129,17 @@ class DirectoryObjects(ObjectStore):
         except OSError as error:
             raise CheckpointError(f"could not read object {name} from {self.url}: {error}") from None
 
-    async def names(self) -> set[str]:
-        return await anyio.to_thread.run_sync(self._names)
+    async def names(self, *, older_than: float = 0.0) -> set[str]:
+        return await anyio.to_thread.run_sync(self._names, time.time() - older_than)
 
-    def _names(self) -> set[str]:
+    def _names(self, before: float) -> set[str]:
         try:
             return {
                 path.name
                 for directory in self.root.iterdir()
                 if len(directory.name) == 2
                 for path in directory.iterdir()
-                if len(path.name) == 64
+                if len(path.name) == 64 and path.stat().st_mtime <= before
             }
         except FileNotFoundError:
             return set()
@@ -156,13 +159,44 @@ class DirectoryObjects(ObjectStore):
         await anyio.to_thread.run_sync(delete)
 
 
-def open_objects(url: str) -> ObjectStore:
-    """The object store at ``url``: ``file:///ABSOLUTE/PATH`` or ``s3://BUCKET[/PREFIX]``
-    (see :class:`nodeprov.checkpoints.s3.S3Objects` for its query parameters).
+class StoreObjects(ObjectStore):
+    """Objects in nodeprov's store itself (``store:``): for small workspaces, or replicas of a
+    service that share nothing but their PostgreSQL store."""
+
+    url = "store:"
+
+    def __init__(self, checkpoints: CheckpointStore) -> None:
+        self._checkpoints = checkpoints
+
+    async def put(self, name: str, data: bytes | bytearray) -> None:
+        await self._checkpoints.put_object(name, bytes(data))
+
+    async def get(self, name: str) -> bytes:
+        data = await self._checkpoints.get_object(name)
+        if data is None:
+            raise CheckpointError(f"object {name} is missing from the store")
+        return data
+
+    async def names(self, *, older_than: float = 0.0) -> set[str]:
+        return await self._checkpoints.object_names(older_than=older_than)
+
+    async def delete(self, names: Iterable[str]) -> None:
+        await self._checkpoints.delete_objects(names)
+
+
+def open_objects(url: str, store: Store | None = None) -> ObjectStore:
+    """The object store at ``url``: ``file:///ABSOLUTE/PATH``, ``s3://BUCKET[/PREFIX]`` (see
+    :class:`nodeprov.checkpoints.s3.S3Objects` for its query parameters) or ``store:``
+    (``store`` itself).
 
     Raises:
-        ConfigError: the URL names no store nodeprov knows, or is malformed.
+        ConfigError: the URL names no store nodeprov knows, or is malformed; ``store:``
+            without a store.
     """
+    if url == "store:":
+        if store is None:
+            raise ConfigError("checkpoints in store: need the store")
+        return StoreObjects(store.checkpoints)
     parts = urlsplit(url)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):

@@ -4,6 +4,7 @@ boto3 in worker threads (``pip install 'nodeprov[s3]'``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -87,13 +88,20 @@ class S3Objects(ObjectStore):
 
         return await self._call(f"read object {name}", get)
 
-    async def names(self) -> set[str]:
+    async def names(self, *, older_than: float = 0.0) -> set[str]:
+        before = datetime.now(UTC) - timedelta(seconds=older_than)
+
         def names() -> set[str]:
             found: set[str] = set()
-            for page in self._client.get_paginator("list_objects_v2").paginate(
+            pages = self._client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=self.prefix
-            ):
-                found.update(item["Key"][len(self.prefix) :] for item in page.get("Contents", ()))
+            )
+            for page in pages:
+                found.update(
+                    item["Key"][len(self.prefix) :]
+                    for item in page.get("Contents", ())
+                    if item["LastModified"] <= before
+                )
             return {name for name in found if "/" not in name}
 
         return await self._call("list objects", names)

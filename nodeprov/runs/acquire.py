@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
@@ -15,16 +16,29 @@ from ..errors import ConfigError, NodeGoneError
 from ..node import NodeHandle, NodeProvider
 from ..store import NodeRecordState, Store
 from .archive import Archive
+from .checkpointing import Checkpointing
 from .launch import Plan
 from .lease import Lease
 from .nodes import Nodes
 from .pools import Pools
 
-__all__ = ["NodeSource"]
+__all__ = ["Got", "NodeSource"]
 
 logger = logging.getLogger("nodeprov.runs")
 
 _N = NodeRecordState
+
+
+@dataclass(frozen=True)
+class Got:
+    """How a run's node was got: ``reused`` (the kept one), from ``pool``, and for a resume on
+    a fresh node, whether the agent's session state was restored onto it and from which
+    checkpoint its workspace was."""
+
+    reused: bool = False
+    transcript_restored: bool = False
+    pool: str | None = None
+    workspace_restored: str | None = None
 
 
 class NodeHolder(Protocol):
@@ -47,6 +61,7 @@ class NodeSource:
         *,
         time_left: Callable[[], float],
         archive: Callable[[str], Archive],
+        checkpoints: Checkpointing,
     ) -> None:
         self._store = store
         self._lease = lease
@@ -54,13 +69,12 @@ class NodeSource:
         self._pools = pools
         self._time_left = time_left  # the teardown's bound, for settling a failed provision
         self._archive = archive
+        self._checkpoints = checkpoints
 
-    async def get(
-        self, drive: NodeHolder, run_id: str, plan: Plan, provider: NodeProvider[Any]
-    ) -> tuple[bool, bool, str | None]:
+    async def get(self, drive: NodeHolder, run_id: str, plan: Plan, provider: NodeProvider[Any]) -> Got:
         """Get the run's node into ``drive.node``: the kept one, one claimed from the plan's
-        pool, or a new one (with the transcript restored onto it when resuming). Returns
-        (reused, restored, the pool claimed from).
+        pool, or a new one (with the agent's session state and the workspace of the run's
+        last checkpoint restored onto it when resuming).
 
         Provisioning is not shielded: a pause or shutdown interrupts it, and the provider
         removes whatever it had made (its contract), so the intent is settled as failed.
@@ -80,7 +94,7 @@ class NodeSource:
             else:
                 drive.node = node
                 await self._record(run_id, node)
-                return True, False, None
+                return Got(reused=True)
         elif kept:
             logger.info("node %s of run %s is no longer kept: provisioning a new one", kept, run_id)
         await self._nodes.drop_kept(run_id)
@@ -88,7 +102,7 @@ class NodeSource:
             drive.node = await self._pools.claim(plan.pool, run_id, provider, wait=plan.pool_wait)
             if drive.node is not None:  # recorded live for the run by the claim
                 await self._store.update_run(run_id, node_id=drive.node.node_id)
-                return False, False, plan.pool
+                return Got(pool=plan.pool)
             logger.info("pool %s has no node ready: run %s provisions one cold", plan.pool, run_id)
         tools = dict(plan.node_config.tools)
         if plan.agent.options.ship_cli:
@@ -108,7 +122,13 @@ class NodeSource:
             raise
         drive.node = node
         await self._record(run_id, node)
-        if snapshot is not None and snapshot.agent_session_id and snapshot.project_key:
+        if snapshot is None:
+            return Got()
+        checkpoint = await self._store.checkpoints.latest(run_id)
+        if checkpoint is not None:  # the files first: the agent's state lies within them
+            await self._checkpoints.restore(checkpoint, node)
+        restored = False
+        if snapshot.agent_session_id and snapshot.project_key:
             await imported(type(plan.agent))
             restored = await plan.agent.import_state(
                 node,
@@ -116,8 +136,7 @@ class NodeSource:
                 plan.agent.state_key(node, plan.workspace),
                 self._archive(snapshot.project_key),
             )
-            return False, restored, None
-        return False, False, None
+        return Got(transcript_restored=restored, workspace_restored=checkpoint.id if checkpoint else None)
 
     async def _record(self, run_id: str, node: NodeHandle) -> None:
         await self._store.set_node_state(node.node_id, _N.LIVE)

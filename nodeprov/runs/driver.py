@@ -118,7 +118,9 @@ class Driver:
             pools,
             time_left=plane.teardown.time_left,
             archive=self._archive,
+            checkpoints=plane.checkpoints,
         )
+        self._checkpoints = plane.checkpoints
         self._keep_for = keep_for
         self._spawn = plane.spawn
 
@@ -275,10 +277,15 @@ class Driver:
         """Get a node (provisioned, or the kept one) and run the agent's turn."""
         run = drive.run
         provider = await self._nodes.provider(plan.provider, plan.provider_settings)
-        reused, restored, pool = await self._source.get(drive, run.id, plan, provider)
+        got = await self._source.get(drive, run.id, plan, provider)
         assert drive.node is not None  # noqa: S101 - narrows a type: an invariant, never a check of input
         drive.events.emit(
-            NodeReady, node_id=drive.node.node_id, reused=reused, transcript_restored=restored, pool=pool
+            NodeReady,
+            node_id=drive.node.node_id,
+            reused=got.reused,
+            transcript_restored=got.transcript_restored,
+            pool=got.pool,
+            workspace_restored=got.workspace_restored,
         )
         if await self._move(drive, RunState.RUNNING):
             return await self.run_agent(drive, plan, drive.node)
@@ -407,6 +414,11 @@ class Driver:
         snapshot = pause.saved
         keep = snapshot.node_kept  # a settling retried after a cancellation has only the snapshot
         await self._save_state(drive)  # a kept node too: it may be gone before the resume
+        if drive.node is not None and not pause.checkpointed:  # the files with the session, on any node
+            pause.checkpointed = True
+            await self._checkpoints.take(
+                drive.run.id, drive.node, drive.events, reason="pause", session=drive.run.agent_session_id
+            )
         await self._release(drive, keep_for=pause.keep_for if keep else None)
         if await self._move(drive, RunState.PAUSED, pause_request=None):
             pause.snapshot = snapshot

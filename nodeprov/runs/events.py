@@ -21,6 +21,8 @@ __all__ = [
     "AgentDetached",
     "AgentMessage",
     "AgentReattached",
+    "CheckpointFailed",
+    "CheckpointSaved",
     "NodeReady",
     "NodeReleased",
     "RunEvent",
@@ -77,6 +79,8 @@ class NodeReady(RunEvent):
     transcript_restored: bool
     pool: str | None = None
     """The warm pool the node was claimed from (:mod:`nodeprov.runs.pools`)."""
+    workspace_restored: str | None = None
+    """The checkpoint whose workspace a fresh node got for the resume (none: as provisioned)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,34 @@ class AgentReattached(RunEvent):
     attempts: int
 
 
+@dataclass(frozen=True)
+class CheckpointSaved(RunEvent):
+    """The run's workspace and its agent's session were checkpointed (at a pause, after a
+    turn, on request: ``reason``): ``files`` of ``size`` bytes in all, of which ``stored``
+    bytes were new to the object store; ``added``, ``modified``, ``removed``: paths changed
+    since the run's checkpoint before."""
+
+    kind: ClassVar[str] = "checkpoint.saved"
+    checkpoint_id: str
+    reason: str
+    files: int
+    size: int
+    stored: int
+    added: int
+    modified: int
+    removed: int
+
+
+@dataclass(frozen=True)
+class CheckpointFailed(RunEvent):
+    """A checkpoint could not be taken (``error`` says why): none was recorded, and the run
+    goes on."""
+
+    kind: ClassVar[str] = "checkpoint.failed"
+    reason: str
+    error: str
+
+
 _EVENTS: dict[str, type[RunEvent]] = {
     cls.kind: cls
     for cls in (
@@ -158,6 +190,8 @@ _EVENTS: dict[str, type[RunEvent]] = {
         RunPaused,
         RunFinished,
         NodeReleased,
+        CheckpointSaved,
+        CheckpointFailed,
     )
 }
 

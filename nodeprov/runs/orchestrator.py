@@ -87,6 +87,7 @@ from ..errors import ConfigError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeProvider
 from ..prompts import Prompt, prompt_blocks, prompt_images, prompt_text
 from ..store import Store
+from .checkpointing import Checkpointing, default_checkpoints_url
 from .driver import Driver, Teardown
 from .events import RunEvent
 from .journal import RunEvents
@@ -130,6 +131,7 @@ class Orchestrator:
         take_over: bool = True,
         keep_pools: bool | Collection[str] = False,
         retention: float | None = DEFAULT_RETENTION,
+        checkpoints: str | None = None,
     ) -> None:
         if not keep_for > 0:
             raise ConfigError(f"keep_for must be positive, got {keep_for!r}")
@@ -158,6 +160,7 @@ class Orchestrator:
             lease_ttl=lease_ttl,
             provider_settings=self.provider_settings,
             teardown=self._teardown,
+            checkpoints=Checkpointing(store, checkpoints or default_checkpoints_url(store)),
         )
         self._plane = plane
         only = None if isinstance(keep_pools, bool) else frozenset(keep_pools)
@@ -210,6 +213,7 @@ class Orchestrator:
                 await self._plane.lease.release()
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
                 await self._plane.nodes.aclose()  # their connections; the nodes stay
+                await self._plane.checkpoints.aclose()
             await self._models.__aexit__(None, None, None)  # the runs are over: each held its model
 
     # -- starting and resuming ---------------------------------------------------------

@@ -18,6 +18,7 @@ from .lease import Lease
 from .nodes import Nodes
 
 if TYPE_CHECKING:
+    from .checkpointing import Checkpointing
     from .driver import Drive, Driver, Steps, Teardown
     from .launch import Plan
 
@@ -40,8 +41,10 @@ class ControlPlane:
         lease_ttl: float,
         provider_settings: dict[str, dict[str, Any]],
         teardown: Teardown,
+        checkpoints: Checkpointing,
     ) -> None:
         self.store = store
+        self.checkpoints = checkpoints
         self.lease = Lease(store, holder, lease_ttl, on_lost=self.abort_drives)
         self.journal = Journal(store, lambda: self.lease.owner)
         self.nodes = Nodes(store, provider_settings)

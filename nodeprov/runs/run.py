@@ -28,6 +28,7 @@ class Pause:
     keep_node: bool
     keep_for: float
     saved: SnapshotRecord | None = None  # written to the store
+    checkpointed: bool = False  # its checkpoint taken (or tried): once, when settling is retried
     snapshot: SnapshotRecord | None = None  # returned to the caller, once the run is paused
 
 

@@ -44,6 +44,7 @@ from ._rows import as_record, columns, insert, marks, new_id, now
 from ._schema import migrate
 from ._sqlite import SQLiteDatabase
 from .api import AuditEntry, AuditStore, Owner, OwnerStore
+from .checkpoints import CheckpointRecord, CheckpointStore
 from .entries import EntryBatch, EntryKey, EntryStore, KeyedEntry, entry_key, keyed
 from .idempotency import IdempotencyRecord, IdempotencyStore
 from .images import ImageStore
@@ -78,6 +79,8 @@ __all__ = [
     "SCOPES",
     "AuditEntry",
     "AuditStore",
+    "CheckpointRecord",
+    "CheckpointStore",
     "EntryBatch",
     "EntryKey",
     "EntryStore",
@@ -140,6 +143,11 @@ class _Parts:
     """The parts of the store kept in modules of their own, each on the store's database."""
 
     db: Database
+
+    @cached_property
+    def checkpoints(self) -> CheckpointStore:
+        """Runs' checkpoints, and the objects of those kept in the store itself."""
+        return CheckpointStore(self.db)
 
     @cached_property
     def images(self) -> ImageStore:

@@ -316,6 +316,39 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    [
+        # Checkpoints of runs (nodeprov.checkpoints): the workspace's manifest and packs in
+        # an object store, named here (retention keeps what a row names), with the agent's
+        # session then. A row is written once the objects are stored: never half a checkpoint.
+        """CREATE TABLE checkpoints (
+            id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            turn INTEGER NOT NULL,
+            reason TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            objects TEXT NOT NULL,
+            manifest TEXT NOT NULL,
+            packs TEXT NOT NULL,
+            files BIGINT NOT NULL,
+            size BIGINT NOT NULL,
+            stored BIGINT NOT NULL,
+            changed TEXT NOT NULL,
+            parent TEXT,
+            agent_session_id TEXT,
+            project_key TEXT,
+            UNIQUE (run_id, seq))""",
+        "CREATE INDEX checkpoints_objects ON checkpoints(objects)",
+        # The objects of checkpoints kept in the store itself (``store:``), by name.
+        """CREATE TABLE checkpoint_objects (
+            name TEXT PRIMARY KEY,
+            data {blob} NOT NULL,
+            created_at TEXT NOT NULL)""",
+        "CREATE INDEX checkpoint_objects_created ON checkpoint_objects(created_at)",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema this code writes: a store of a later one is refused."""
 

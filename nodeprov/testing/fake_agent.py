@@ -41,7 +41,10 @@ in order. Each step is an object with one key:
 - ``{"wait_for": "path"}``: wait until the file exists (relative to the working directory),
   like a tool call that waits for a spawned child's sign of life; an interrupt ends the
   turn meanwhile.
-- ``{"write_file": ["path", "text"]}``: write a file (relative to the working directory).
+- ``{"write_file": ["path", "text"]}``: write a file (relative to the working directory),
+  its parent directories too.
+- ``{"read_file": "path"}``: an assistant message with the file's text, or ``missing: path``
+  (a tool call that reads back what an earlier turn wrote).
 - ``{"stream": [count, size, interval]}``: ``count`` assistant messages of ``size`` bytes of
   text, ``interval`` seconds apart (an interrupt ends the turn at the next message). Each text begins
   ``t=EPOCH `` with the wall-clock time it was sent, so a reader can measure relay latency.
@@ -78,7 +81,7 @@ __all__ = ["fake_agent_command"]
 
 MODEL = "fake-model"
 STEPS = {"text", "sleep", "stall", "retry", "error_result", "exit", "garbage", "stderr", "ignore_term"}
-STEPS |= {"close_stdout", "spawn", "wait_for", "write_file", "stream", "deaf", "ask"}
+STEPS |= {"close_stdout", "spawn", "wait_for", "write_file", "read_file", "stream", "deaf", "ask"}
 _USAGE = {
     "input_tokens": 10,
     "output_tokens": 5,
@@ -368,7 +371,15 @@ class _Agent:
                         stamp = f"t={time.time():.6f} "
                         said = stamp + padding[len(stamp) :]
                         self.assistant(said)
+                elif kind == "read_file":
+                    try:
+                        with open(value) as file:
+                            self.assistant(file.read())
+                    except FileNotFoundError:
+                        self.assistant(f"missing: {value}")
                 else:  # write_file
+                    if os.path.dirname(value[0]):
+                        os.makedirs(os.path.dirname(value[0]), exist_ok=True)
                     with open(value[0], "w") as file:
                         file.write(value[1])
         except _InterruptError:

@@ -1,0 +1,130 @@
+"""Checkpoints of runs (nodeprov.runs.checkpointing) with the fake agent on local nodes: a
+pause checkpoints the workspace with the session, a resume on a fresh node finds the first
+turn's files, and a checkpoint whose object store fails mid-write is absent while the run
+goes on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from nodeprov.checkpoints import DirectoryObjects, ObjectStore
+from nodeprov.errors import CheckpointError
+from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run
+from nodeprov.runs.checkpointing import Checkpointing
+from nodeprov.runs.events import CheckpointFailed, CheckpointSaved, NodeReleased, RunEvent
+from nodeprov.store import Store
+
+pytestmark = pytest.mark.anyio
+
+
+async def said(run: Run, text: str) -> None:
+    """Wait until the agent said ``text``."""
+    async for event in run.events():
+        if isinstance(event, AgentMessage) and getattr(event.message, "text", None) == text:
+            return
+    raise AssertionError(f"run {run.id} ended before its agent said {text!r}: {run.error}")
+
+
+async def all_events(run: Run) -> list[RunEvent]:
+    return [event async for event in run.events()]
+
+
+def texts(events: list[RunEvent]) -> list[str]:
+    return [
+        event.message.text  # type: ignore[attr-defined]
+        for event in events
+        if isinstance(event, AgentMessage) and type(event.message).__name__ == "AgentText"
+    ]
+
+
+async def test_a_resume_on_a_fresh_node_finds_the_files_of_the_turn_before(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    settings = {"root": str(tmp_path / "nodes")}
+    async with Orchestrator(store, checkpoints=(tmp_path / "checkpoints").as_uri()) as plane:
+        run = await plane.start(
+            "write your notes",
+            provider="local",
+            provider_settings=settings,
+            permission="edit",
+            options=agent({"write_file": ["src/notes.txt", "turn one"]}, {"text": "wrote"}, {"stall": True}),
+        )
+        with anyio.fail_after(60):
+            await said(run, "wrote")
+            snapshot = await run.pause(keep_node=False)
+        first = await all_events(run)
+        saved = [event for event in first if isinstance(event, CheckpointSaved)]
+        assert [(event.reason, event.added) for event in saved] == [("pause", 2)]  # src/ and its file
+        assert [event.kept for event in first if isinstance(event, NodeReleased)] == [False]
+        first_node = next(event.node_id for event in first if isinstance(event, NodeReady))
+        assert not (tmp_path / "nodes" / first_node).exists()
+
+        resumed = await plane.resume(snapshot.token, options=agent({"read_file": "src/notes.txt"}))
+        with anyio.fail_after(60):
+            assert await resumed.wait() == "ok"
+        second = await all_events(resumed)
+        ready = [event for event in second if isinstance(event, NodeReady)][-1]
+        assert ready.node_id != first_node
+        assert ready.workspace_restored == saved[0].checkpoint_id
+        assert "turn one" in texts(second)
+        records = await store.checkpoints.of_run(run.id)
+        assert [(record.id, record.reason, record.agent_session_id) for record in records] == [
+            (saved[0].checkpoint_id, "pause", run.agent_session_id)
+        ]
+
+
+class _FailsMidWrite(DirectoryObjects):
+    """A real directory store whose second write fails, as a full disk would."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.writes = 0
+
+    async def put(self, name: str, data: bytes | bytearray) -> None:
+        self.writes += 1
+        if self.writes == 2:
+            raise CheckpointError(f"could not write object {name}: No space left on device")
+        await super().put(name, data)
+
+
+async def test_a_checkpoint_whose_store_fails_mid_write_is_absent_and_the_run_goes_on(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = _FailsMidWrite(tmp_path / "checkpoints")
+
+    def objects(self: Checkpointing, url: str) -> ObjectStore:
+        return failing
+
+    monkeypatch.setattr(Checkpointing, "objects", objects)
+    settings = {"root": str(tmp_path / "nodes")}
+    # 12 MiB, over a pack: the capture writes several.
+    fill = 'for n in 0 1 2 3; do head -c 3145728 /dev/urandom > "part-$n.txt"; done; touch filled'
+    steps = [{"spawn": ["sh", "-c", fill]}, {"wait_for": "filled"}]
+    async with Orchestrator(store, checkpoints=(tmp_path / "checkpoints").as_uri()) as plane:
+        run = await plane.start(
+            "write",
+            provider="local",
+            provider_settings=settings,
+            permission="edit",
+            options=agent(*steps, {"text": "wrote"}, {"stall": True}),
+        )
+        with anyio.fail_after(60):
+            await said(run, "wrote")
+            snapshot = await run.pause(keep_node=False)
+        events = await all_events(run)
+        failed = [event for event in events if isinstance(event, CheckpointFailed)]
+        assert [(event.reason, "No space left" in event.error) for event in failed] == [("pause", True)]
+        assert not [event for event in events if isinstance(event, CheckpointSaved)]
+        assert await store.checkpoints.of_run(run.id) == []
+        assert failing.writes >= 2
+        resumed = await plane.resume(snapshot.token, options=agent({"read_file": "part-0.txt"}))
+        with anyio.fail_after(60):
+            assert await resumed.wait() == "ok"
+        ready = [event for event in await all_events(resumed) if isinstance(event, NodeReady)][-1]
+        assert ready.workspace_restored is None
+        assert texts(await all_events(resumed)) == ["missing: part-0.txt"]
