@@ -17,6 +17,7 @@ from nodeprov.errors import CheckpointError
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run
 from nodeprov.runs.checkpointing import Checkpointing
 from nodeprov.runs.events import CheckpointFailed, CheckpointSaved, NodeReleased, RunEvent
+from nodeprov.runs.retention import prune
 from nodeprov.store import Store
 
 pytestmark = pytest.mark.anyio
@@ -128,3 +129,40 @@ async def test_a_checkpoint_whose_store_fails_mid_write_is_absent_and_the_run_go
         ready = [event for event in await all_events(resumed) if isinstance(event, NodeReady)][-1]
         assert ready.workspace_restored is None
         assert texts(await all_events(resumed)) == ["missing: part-0.txt"]
+
+
+async def test_retention_deletes_the_checkpoints_of_runs_it_deletes_and_then_their_objects(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    settings = {"root": str(tmp_path / "nodes")}
+    url = (tmp_path / "checkpoints").as_uri()
+    async with Orchestrator(store, checkpoints=url) as plane:
+        runs = []
+        for name in ("gone", "kept"):
+            run = await plane.start(
+                name,
+                provider="local",
+                provider_settings=settings,
+                permission="edit",
+                options=agent({"write_file": [f"{name}.txt", name]}, {"text": "wrote"}, {"stall": True}),
+            )
+            with anyio.fail_after(60):
+                await said(run, "wrote")
+                await run.pause(keep_node=False)
+            runs.append(run)
+        checkpointing = Checkpointing(store, url)
+        objects = DirectoryObjects(tmp_path / "checkpoints")
+        kept = await checkpointing.manifest((await store.checkpoints.of_run(runs[1].id))[0])
+        young = await objects.names()
+        assert await checkpointing.collect() == 0  # nothing is a day old
+
+        await store.db.execute("UPDATE runs SET updated_at = '2000-01-01' WHERE id = ?", (runs[0].id,))
+        report = await prune(store, 86400)
+        assert (report.runs, report.checkpoints) == (1, 1)
+        assert await checkpointing.collect() == 0  # unnamed now, but young: a capture may be writing
+        collected = await checkpointing.collect(older_than=0)
+        assert collected > 0
+        left = await objects.names()
+        assert left < young
+        assert left == await store.checkpoints.named(url)
+        assert kept.packs() <= left  # the other run's checkpoint keeps all it names

@@ -284,6 +284,13 @@ def retention() -> float | None:
     return None if given.strip() == "never" else parse_age(given)
 
 
+def checkpoints() -> str | None:
+    """``NODEPROV_CHECKPOINTS``: where runs' checkpoints are kept (``file:///PATH``,
+    ``s3://BUCKET/PREFIX``, ``store:``); unset, beside a SQLite store's file, or in a
+    PostgreSQL store itself."""
+    return os.environ.get("NODEPROV_CHECKPOINTS") or None
+
+
 def parse_pair(item: str, option: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     if not sep or not key:

@@ -13,7 +13,18 @@ from ..errors import RunStateError
 
 if TYPE_CHECKING:
     from ..runs import Run
-from .app import JsonOption, RunOption, StoreOption, app, errors, fail, open_store, retention, summary
+from .app import (
+    JsonOption,
+    RunOption,
+    StoreOption,
+    app,
+    checkpoints,
+    errors,
+    fail,
+    open_store,
+    retention,
+    summary,
+)
 from .render import err
 
 __all__ = ["attach"]
@@ -74,6 +85,7 @@ async def _attach(run_id: str, pause: bool, store: str | None, json_output: bool
             poll_interval=0.1,  # a dead owner's run is taken over within this of its lease's expiry
             provider_settings=provider_settings_from_env(None),
             retention=retention(),
+            checkpoints=checkpoints(),
         )
         run: Run | None = None
         async with plane:

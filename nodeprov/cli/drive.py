@@ -19,7 +19,7 @@ from rich.markup import escape
 from ..errors import NodeprovError, RunStateError
 from ..fleet import provider_settings_from_env
 from ..runs import KEPT_AGENT_GRACE, Orchestrator, PauseKind, Run
-from .app import fail, open_store, retention
+from .app import checkpoints, fail, open_store, retention
 from .events import show_event
 from .render import err, out
 
@@ -53,6 +53,7 @@ async def drive_run(request: RunRequest, start: Start) -> str:
             take_over=False,
             keep_pools=[request.pool] if request.pool else False,
             retention=retention(),
+            checkpoints=checkpoints(),
         ) as orchestrator,
     ):
         await _reconcile(orchestrator)

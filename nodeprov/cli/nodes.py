@@ -31,6 +31,7 @@ from .app import (
     SettingOption,
     StoreOption,
     app,
+    checkpoints,
     errors,
     fail,
     open_store,
@@ -450,7 +451,11 @@ def gc(  # noqa: PLR0917 - one parameter per command-line option
         async with (
             await open_store(store) as opened,
             Orchestrator(
-                opened, reconcile_interval=0, provider_settings=secrets, retention=retention()
+                opened,
+                reconcile_interval=0,
+                provider_settings=secrets,
+                retention=retention(),
+                checkpoints=checkpoints(),
             ) as plane,
             Fleet() as fleet,
         ):

@@ -19,6 +19,7 @@ from .app import (
     SettingOption,
     StoreOption,
     app,
+    checkpoints,
     commands,
     errors,
     fail,
@@ -56,6 +57,7 @@ def _plane(store: Store, keep: bool | list[str]) -> Orchestrator:
         keep_pools=keep,
         poll_interval=0.1,
         retention=retention(),
+        checkpoints=checkpoints(),
     )
 
 

@@ -24,6 +24,14 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
         int | None, typer.Option(help="Port to listen on (default 8700; 0: any free one).")
     ] = None,
     store: StoreOption = None,
+    checkpoints: Annotated[
+        str | None,
+        typer.Option(
+            envvar="NODEPROV_CHECKPOINTS",
+            help="Where runs' checkpoints are kept: file:///PATH, s3://BUCKET/PREFIX (with the s3 "
+            "extra) or store: (default: beside a SQLite store's file; in a PostgreSQL store itself).",
+        ),
+    ] = None,
     tokens_file: Annotated[
         str | None,
         typer.Option(
@@ -110,6 +118,7 @@ def serve(  # noqa: PLR0917 - one parameter per command-line option
             ) from None
         given = {
             "store": store,
+            "checkpoints": checkpoints,
             "tokens_file": tokens_file,
             "host": host,
             "port": port,

@@ -8,7 +8,7 @@ from typing import Annotated
 import anyio
 import typer
 
-from .app import JsonOption, StoreOption, app, errors, open_store, summary
+from .app import JsonOption, StoreOption, app, checkpoints, errors, open_store, summary
 from .render import emit, out, print_table
 
 __all__ = ["prune"]
@@ -25,16 +25,26 @@ def prune(
     json_output: JsonOption = False,
 ) -> None:
     """Delete the runs that are over (paused, finished or failed) and untouched for
-    --older-than, with their events, snapshots, node records, transcripts and images no
-    other run names; the pool nodes and idempotency keys as old; and dead leases nothing
-    names. Runs whose nodes the store still holds stay until reconcile settles them."""
+    --older-than, with their events, snapshots, checkpoints, node records, transcripts and
+    images no other run names; the pool nodes and idempotency keys as old; dead leases
+    nothing names; and the objects of checkpoints (in NODEPROV_CHECKPOINTS' store) that no
+    checkpoint names and that are over a day old. Runs whose nodes the store still holds
+    stay until reconcile settles them."""
+    from ..runs.checkpointing import Checkpointing, default_checkpoints_url
     from ..runs.retention import parse_age
     from ..runs.retention import prune as prune_store
 
     async def go() -> dict[str, int | bool]:
         async with await open_store(store) as opened:
             report = await prune_store(opened, parse_age(older_than), dry_run=dry_run)
-        return report.as_json()
+            counts = report.as_json()
+            if not dry_run:
+                kept = Checkpointing(opened, checkpoints() or default_checkpoints_url(opened))
+                try:
+                    counts["checkpoint_objects"] = await kept.collect()
+                finally:
+                    await kept.aclose()
+        return counts
 
     with errors():
         counts = anyio.run(go)

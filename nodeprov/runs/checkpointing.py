@@ -21,11 +21,13 @@ from ..store import CheckpointRecord, Store, now
 from .events import CheckpointFailed, CheckpointSaved
 from .journal import RunEvents
 
-__all__ = ["Checkpointing", "default_checkpoints_url"]
+__all__ = ["COLLECT_AFTER", "Checkpointing", "default_checkpoints_url"]
 
 logger = logging.getLogger("nodeprov.runs")
 
 _LISTED = 50  # paths of each kind of change a checkpoint's record lists
+COLLECT_AFTER = 86400.0
+"""Seconds an object no checkpoint names is left before retention deletes it."""
 
 
 def default_checkpoints_url(store: Store) -> str:
@@ -130,6 +132,20 @@ class Checkpointing:
             if await store.checkpoints.add(record):
                 return record
         raise CheckpointError(f"run {run_id}: could not number a checkpoint (too many writers at once)")
+
+    async def collect(self, *, older_than: float = COLLECT_AFTER) -> int:
+        """Delete the objects of this control plane's object store that no checkpoint names,
+        of those older than ``older_than`` seconds (a capture under way stores its packs
+        before its record, and one of a huge workspace takes a while); how many went.
+
+        Raises:
+            CheckpointError: the object store failed.
+            StoreError: the store did.
+        """
+        objects = self.objects(self.url)
+        unnamed = await objects.names(older_than=older_than) - await self._store.checkpoints.named(self.url)
+        await objects.delete(unnamed)
+        return len(unnamed)
 
     async def manifest(self, record: CheckpointRecord) -> Manifest:
         """The workspace checkpoint ``record`` holds.

@@ -59,6 +59,7 @@ class Reconciler:
     ) -> None:
         self._store, self._lease, self._nodes = plane.store, plane.lease, plane.nodes
         self._driven = plane.driven
+        self._collect = plane.checkpoints.collect
         self._adopt = adopt  # takes over a running run whose agent is kept; whether it did
         self._retention = check_retention(retention)
 
@@ -126,7 +127,7 @@ class Reconciler:
             if interval > 0:
                 tg.start_soon(every, interval, self.reconcile, "reconcile")
             if self._retention is not None:
-                tg.start_soon(prune_forever, self._store, self._retention)
+                tg.start_soon(prune_forever, self._store, self._retention, self._collect)
 
     async def _agent_lives(self, record: RunRecord) -> bool:
         """Whether the kept agent of ``record`` runs on (or ended its turn, unread) on its

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -90,13 +91,18 @@ async def prune_if_due(store: Store, retention: float) -> PruneReport | None:
     return report
 
 
-async def prune_forever(store: Store, retention: float) -> None:
+async def prune_forever(
+    store: Store, retention: float, collect: Callable[[], Awaitable[int]] | None = None
+) -> None:
     """Prune ``store`` with ``retention`` whenever it is due, as a control plane does for as
-    long as it runs; a failure is logged, and tried again at the next look."""
+    long as it runs, and then ``collect`` (the objects of its checkpoints no checkpoint names
+    any more); a failure is logged, and tried again at the next look."""
     await anyio.sleep(_FIRST_LOOK)
     while True:
         try:
-            await prune_if_due(store, retention)
+            pruned = await prune_if_due(store, retention) is not None
+            if pruned and collect is not None and (collected := await collect()):
+                logger.info("deleted %d objects of checkpoints no checkpoint names", collected)
         except Exception as error:  # noqa: BLE001 - retention tries again later
             logger.warning("pruning the store failed; trying again later: %s", first_line(error))
         await anyio.sleep(_LOOK_EVERY)

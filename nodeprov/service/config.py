@@ -21,6 +21,12 @@ class ServiceConfig(Settings):
         description="Store URL (sqlite:///PATH or postgresql://...); replicas share a PostgreSQL one. "
         "Default: the SQLite file under the user's state directory.",
     )
+    checkpoints: str | None = Field(
+        default=None,
+        description="Where runs' checkpoints (workspaces with their agents' sessions) are kept: "
+        "file:///PATH, s3://BUCKET/PREFIX or store:. Default: beside a SQLite store's file; in a "
+        "PostgreSQL store itself, which replicas share.",
+    )
     tokens_file: str | None = Field(
         default=None,
         description="A tokens file (`nodeprov tokens create --file`: tokens' hashes, no secret), e.g. "

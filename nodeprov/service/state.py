@@ -91,6 +91,7 @@ class Service:
                 agent_grace=config.agent_grace,
                 keep_pools=config.keep_pools,
                 retention=config.retention,
+                checkpoints=config.checkpoints,
                 # What runs never store, for a dead replica's runs that this one reconciles.
                 provider_settings=await anyio.to_thread.run_sync(provider_settings_from_env, None),
             )

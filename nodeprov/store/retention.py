@@ -47,6 +47,7 @@ class PruneReport:
     pool_nodes: int = 0
     idempotency_keys: int = 0
     audit: int = 0
+    checkpoints: int = 0
     dry_run: bool = False
 
     def add(self, other: PruneReport) -> None:
@@ -150,6 +151,7 @@ class Retention:
         runs = f"run_id IN ({marks(gone)})"
         report.events += await tx.execute(f"DELETE FROM run_events WHERE {runs}", gone)
         report.snapshots += await tx.execute(f"DELETE FROM snapshots WHERE {runs}", gone)
+        report.checkpoints += await tx.execute(f"DELETE FROM checkpoints WHERE {runs}", gone)
         report.nodes += await tx.execute(f"DELETE FROM nodes WHERE {runs}", gone)
         report.pool_nodes += await tx.execute(
             f"DELETE FROM pool_nodes WHERE {runs} AND state IN ({marks(_SPENT_POOL_NODES)})",
