@@ -30,7 +30,7 @@ def prune(
     nothing names; and the objects of checkpoints (in NODEPROV_CHECKPOINTS' store) that no
     checkpoint names and that are over a day old. Runs whose nodes the store still holds
     stay until reconcile settles them."""
-    from ..runs.checkpointing import Checkpointing, default_checkpoints_url
+    from ..runs.checkpointing import Checkpointing
     from ..runs.retention import parse_age
     from ..runs.retention import prune as prune_store
 
@@ -39,7 +39,7 @@ def prune(
             report = await prune_store(opened, parse_age(older_than), dry_run=dry_run)
             counts = report.as_json()
             if not dry_run:
-                kept = Checkpointing(opened, checkpoints() or default_checkpoints_url(opened))
+                kept = Checkpointing(opened, checkpoints())
                 try:
                     counts["checkpoint_objects"] = await kept.collect()
                 finally:

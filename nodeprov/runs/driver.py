@@ -416,9 +416,10 @@ class Driver:
         await self._save_state(drive)  # a kept node too: it may be gone before the resume
         if drive.node is not None and not pause.checkpointed:  # the files with the session, on any node
             pause.checkpointed = True
-            await self._checkpoints.take(
-                drive.run.id, drive.node, drive.events, reason="pause", session=drive.run.agent_session_id
-            )
+            with suppress(NodeprovError):  # told as checkpoint.failed: the pause goes on
+                await self._checkpoints.take(
+                    drive.run.id, drive.node, drive.events, reason="pause", session=drive.run.agent_session_id
+                )
         await self._release(drive, keep_for=pause.keep_for if keep else None)
         if await self._move(drive, RunState.PAUSED, pause_request=None):
             pause.snapshot = snapshot

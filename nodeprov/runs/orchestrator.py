@@ -87,7 +87,7 @@ from ..errors import ConfigError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeProvider
 from ..prompts import Prompt, prompt_blocks, prompt_images, prompt_text
 from ..store import Store
-from .checkpointing import Checkpointing, default_checkpoints_url
+from .checkpointing import Checkpointing, RunCheckpoints
 from .driver import Driver, Teardown
 from .events import RunEvent
 from .journal import RunEvents
@@ -160,7 +160,7 @@ class Orchestrator:
             lease_ttl=lease_ttl,
             provider_settings=self.provider_settings,
             teardown=self._teardown,
-            checkpoints=Checkpointing(store, checkpoints or default_checkpoints_url(store)),
+            checkpoints=Checkpointing(store, checkpoints),
         )
         self._plane = plane
         only = None if isinstance(keep_pools, bool) else frozenset(keep_pools)
@@ -171,6 +171,8 @@ class Orchestrator:
         self._launcher = Launcher(plane, self.pools, agent_grace=agent_grace)
         self._models = OfflineModels()
         self._pauses = PauseRequests(plane)
+        self.checkpoints = RunCheckpoints(plane, poll_interval=poll_interval)
+        """Runs' checkpoints: listed, taken on request, compared."""
         self._takeover = Takeover(plane, self._launcher)
         adopt = self._takeover.adopt if agent_grace is not None and take_over else None
         self._reconciler = Reconciler(plane, adopt=adopt, retention=retention)
@@ -189,6 +191,9 @@ class Orchestrator:
         await self._tg.__aenter__()
         self._tg.start_soon(every, self.lease_ttl / 3, self._plane.lease.renew, "lease heartbeat")
         self._tg.start_soon(every, self._poll_interval, self._pauses.serve, "pause requests")
+        self._tg.start_soon(
+            every, self._poll_interval, self.checkpoints.requests.serve, "checkpoint requests"
+        )
         self._tg.start_soon(self._plane.journal.write_forever)
         self._tg.start_soon(self._reconciler.keep_clean, self.reconcile_interval)
         if self._keeper is not None:

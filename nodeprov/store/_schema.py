@@ -346,6 +346,9 @@ MIGRATIONS.append(
             data {blob} NOT NULL,
             created_at TEXT NOT NULL)""",
         "CREATE INDEX checkpoint_objects_created ON checkpoint_objects(created_at)",
+        # A checkpoint asked of a run by another process (JSON: the checkpoint's id to be), for
+        # the control plane that drives it.
+        "ALTER TABLE runs ADD COLUMN checkpoint_request TEXT",
     ]
 )
 

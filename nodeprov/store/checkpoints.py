@@ -107,6 +107,39 @@ class CheckpointStore:
                 f"DELETE FROM checkpoints WHERE run_id IN ({', '.join('?' for _ in part)})", tuple(part)
             )
 
+    # -- checkpoints asked of the control plane that drives a run ------------------------
+
+    async def request(self, run_id: str, checkpoint_id: str, *, states: Iterable[str]) -> bool:
+        """Ask for checkpoint ``checkpoint_id`` of run ``run_id``, if it is in ``states``
+        (an asking before it that was not served yet is replaced); whether it was asked."""
+        wanted = tuple(states)
+        marks = ", ".join("?" for _ in wanted)
+        sql = f"UPDATE runs SET checkpoint_request = ? WHERE id = ? AND state IN ({marks})"
+        return await self._db.execute(sql, (checkpoint_id, run_id, *wanted)) == 1
+
+    async def requests(self, owner: str) -> list[tuple[str, str]]:
+        """The checkpoints asked of the runs ``owner`` drives: (run id, checkpoint id)."""
+        rows = await self._db.fetchall(
+            "SELECT id, checkpoint_request FROM runs WHERE owner = ? AND checkpoint_request IS NOT NULL",
+            (owner,),
+        )
+        return [(str(run_id), str(asked)) for run_id, asked in rows]
+
+    async def clear_request(self, run_id: str, checkpoint_id: str) -> bool:
+        """The request for ``checkpoint_id`` served (or given up): whether it was still there."""
+        return (
+            await self._db.execute(
+                "UPDATE runs SET checkpoint_request = NULL WHERE id = ? AND checkpoint_request = ?",
+                (run_id, checkpoint_id),
+            )
+            == 1
+        )
+
+    async def asked(self, run_id: str) -> str | None:
+        """The checkpoint asked of run ``run_id`` and not served yet."""
+        row = await self._db.fetchone("SELECT checkpoint_request FROM runs WHERE id = ?", (run_id,))
+        return None if row is None or row[0] is None else str(row[0])
+
     # -- objects kept in the store itself (nodeprov.checkpoints' ``store:``) ------------
 
     async def put_object(self, name: str, data: bytes) -> None:
