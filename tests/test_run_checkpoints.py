@@ -13,12 +13,13 @@ import anyio
 import pytest
 
 from nodeprov.checkpoints import DirectoryObjects, ObjectStore
-from nodeprov.errors import CheckpointError
+from nodeprov.errors import CheckpointError, RunStateError
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run
 from nodeprov.runs.checkpointing import Checkpointing
 from nodeprov.runs.events import CheckpointFailed, CheckpointSaved, NodeReleased, RunEvent
 from nodeprov.runs.retention import prune
 from nodeprov.store import Store
+from tests.conftest import MakeStore
 
 pytestmark = pytest.mark.anyio
 
@@ -166,3 +167,56 @@ async def test_retention_deletes_the_checkpoints_of_runs_it_deletes_and_then_the
         assert left < young
         assert left == await store.checkpoints.named(url)
         assert kept.packs() <= left  # the other run's checkpoint keeps all it names
+
+
+async def test_a_checkpoint_on_request_here_and_from_another_control_plane_and_their_diff(
+    make_store: MakeStore, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    store = await make_store(False)
+    settings = {"root": str(tmp_path / "nodes")}
+    url = (tmp_path / "checkpoints").as_uri()
+    script = [
+        {"write_file": ["notes.txt", "one\ntwo\n"]},
+        {"text": "first"},
+        {"wait_for": "go"},
+        {"write_file": ["notes.txt", "one\n2\n"]},
+        {"write_file": ["added.txt", "new\n"]},
+        {"text": "second"},
+        {"stall": True},
+    ]
+    async with Orchestrator(store, checkpoints=url, poll_interval=0.05) as plane:
+        run = await plane.start(
+            "work", provider="local", provider_settings=settings, permission="edit", options=agent(*script)
+        )
+        with anyio.fail_after(60):
+            await said(run, "first")
+        first = await plane.checkpoints.take(run.id)  # driven here
+        workdir = next((tmp_path / "nodes").rglob("notes.txt")).parent
+        (workdir / "go").write_text("")
+        with anyio.fail_after(60):
+            await said(run, "second")
+        other_store = await make_store(False)
+        async with Orchestrator(other_store, checkpoints=url, reconcile_interval=0) as other:
+            with anyio.fail_after(60):
+                second = await other.checkpoints.take(run.id)  # asked of the plane that drives it
+            with pytest.raises(RunStateError, match="no checkpoint"):
+                await other.checkpoints.get(run.id, "ck-none")
+            found = await other.checkpoints.diff(run.id, first.id, second.id)
+        await other_store.aclose()
+        assert [record.id for record in await plane.checkpoints.of_run(run.id)] == [first.id, second.id]
+        assert (second.reason, second.seq, second.parent) == ("request", 2, first.id)
+        assert (found.changes.added, found.changes.modified, found.binary) == (
+            ("added.txt", "go"),
+            ("notes.txt",),
+            (),
+        )
+        assert "-two\n+2\n" in "".join(found.patches)
+        await run.pause(keep_node=False)
+        saved = [event for event in await all_events(run) if isinstance(event, CheckpointSaved)]
+        assert [(event.checkpoint_id, event.reason) for event in saved][:2] == [
+            (first.id, "request"),
+            (second.id, "request"),
+        ]
+        with pytest.raises(RunStateError, match="only a running run"):
+            await plane.checkpoints.take(run.id)
+    await store.aclose()

@@ -11,6 +11,8 @@ from ..runs import (
     AgentDetached,
     AgentMessage,
     AgentReattached,
+    CheckpointFailed,
+    CheckpointSaved,
     NodeReady,
     NodeReleased,
     RunEvent,
@@ -58,7 +60,9 @@ def show_event(event: RunEvent, json_output: bool) -> None:
             if event.reused
             else f"claimed from pool {escape(event.pool)}"
             if event.pool
-            else "provisioned" + (", session state restored" if event.transcript_restored else "")
+            else "provisioned"
+            + (", session state restored" if event.transcript_restored else "")
+            + (f", workspace restored from {event.workspace_restored}" if event.workspace_restored else "")
         )
         out.print(f"[dim]node {event.node_id} {how}[/]", soft_wrap=True)
     elif isinstance(event, AgentDetached):
@@ -67,6 +71,16 @@ def show_event(event: RunEvent, json_output: bool) -> None:
         out.print(f"[dim]agent re-attached after {event.gap:.1f} s[/]", soft_wrap=True)
     elif isinstance(event, NodeReleased):
         out.print(f"[dim]node {event.node_id} {'kept' if event.kept else 'destroyed'}[/]", soft_wrap=True)
+    elif isinstance(event, CheckpointSaved):
+        out.print(
+            f"[dim]checkpoint {event.checkpoint_id} ({escape(event.reason)}): {event.files} files, "
+            f"{event.stored:,} bytes new, +{event.added} ~{event.modified} -{event.removed}[/]",
+            soft_wrap=True,
+        )
+    elif isinstance(event, CheckpointFailed):
+        out.print(
+            f"[yellow]checkpoint ({escape(event.reason)}) failed: {escape(event.error)}[/]", soft_wrap=True
+        )
     elif isinstance(event, RunPaused):
         out.print(f"paused ({escape(event.pause_kind)}): {escape(event.reason)}")
     elif isinstance(event, RunFinished):

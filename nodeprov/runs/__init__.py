@@ -32,10 +32,13 @@ One concern per module: :mod:`~nodeprov.runs.orchestrator` (the facade),
 """
 
 from ..errors import RunStateError
+from .checkpointing import RunCheckpoints, WorkspaceDiff
 from .events import (
     AgentDetached,
     AgentMessage,
     AgentReattached,
+    CheckpointFailed,
+    CheckpointSaved,
     NodeReady,
     NodeReleased,
     RunEvent,
@@ -57,6 +60,8 @@ __all__ = [
     "AgentDetached",
     "AgentMessage",
     "AgentReattached",
+    "CheckpointFailed",
+    "CheckpointSaved",
     "NodeReady",
     "NodeReleased",
     "Orchestrator",
@@ -66,6 +71,7 @@ __all__ = [
     "Pools",
     "ReconcileReport",
     "Run",
+    "RunCheckpoints",
     "RunEvent",
     "RunFinished",
     "RunPaused",
@@ -73,5 +79,6 @@ __all__ = [
     "RunStarted",
     "RunState",
     "RunStateError",
+    "WorkspaceDiff",
     "event_from_json",
 ]
