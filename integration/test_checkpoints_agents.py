@@ -1,0 +1,110 @@
+"""A resume on a fresh node restores the workspace with the conversation (issue 48), for the
+real agents against their scripted models: the agent's tool writes a file in the first turn,
+the run is paused without keeping its node, and after the resume on a fresh node the agent's
+next tool call reads the file back, which the model sees in the tool's result. Claude Code on
+local, Docker, SSH and Kubernetes nodes; Codex on Docker; OpenCode on a local node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from nodeprov.runs import CheckpointSaved, NodeReady, NodeReleased, Orchestrator
+from nodeprov.store import Store
+from nodeprov.testing import ScriptedChat, ScriptedModel, ScriptedResponses
+from nodeprov.testing.agent_conformance import AgentHarness
+from nodeprov.testing.conformance import unique_marker
+
+from .agent_harnesses import claude_harness, codex_harness, opencode_harness
+from .agents import require_claude_cli, require_codex_cli, require_opencode_cli, until_tool_runs
+from .pods import pod_settings
+from .sshd import UNPRIVILEGED
+
+pytestmark = pytest.mark.anyio
+
+_WRITTEN = "alpha-omega"  # what the file holds; its command does not say it whole (printf joins it)
+
+
+@pytest.fixture
+def harness(request: pytest.FixtureRequest) -> Iterator[AgentHarness]:
+    if request.param == "claude":
+        require_claude_cli()
+        with ScriptedModel() as model:
+            yield claude_harness(model)
+    elif request.param == "codex":
+        require_codex_cli()
+        with ScriptedResponses() as responses:
+            yield codex_harness(responses)
+    else:
+        require_opencode_cli()
+        with ScriptedChat() as chat:
+            yield opencode_harness(chat)
+
+
+def _where(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """``Orchestrator.start`` arguments for a node of ``kind``."""
+    graces = {"eof_grace": 1.0, "term_grace": 2.0}
+    if kind == "local":
+        settings: dict[str, Any] = {"root": str(tmp_path / "nodes"), **graces}
+    elif kind == "ssh":
+        settings = request.getfixturevalue("sshd").settings(
+            UNPRIVILEGED, root=".nodeprov/checkpoints", **graces
+        )
+    elif kind == "kubernetes":
+        cluster, image = request.getfixturevalue("kubernetes_cluster"), request.getfixturevalue("base_image")
+        settings = pod_settings(cluster, image, tools_host_path=True, **graces)
+    else:
+        image = request.getfixturevalue("base_image")
+        settings = {"image": image, "network_mode": "host", "pull": "never", **graces}
+    return {"provider": kind, "provider_settings": settings}
+
+
+@pytest.mark.parametrize(
+    ("harness", "kind"),
+    [
+        ("claude", "local"),
+        ("claude", "docker"),
+        ("claude", "ssh"),
+        ("claude", "kubernetes"),
+        ("codex", "docker"),
+        ("opencode", "local"),
+    ],
+    indirect=["harness"],
+)
+async def test_a_resume_on_a_fresh_node_reads_back_the_files_of_the_turn_before(
+    harness: AgentHarness, kind: str, store: Store, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    marker = unique_marker()
+    harness.script(
+        [
+            harness.shell("mkdir -p notes && printf '%s-%s' alpha omega > notes/first.txt"),
+            harness.shell(f"sh -c 'sleep {marker}'"),  # Claude Code refuses a bare long sleep
+        ]  # the pause cuts this turn short: nothing more of it is scripted
+    )
+    where = _where(kind, request, tmp_path)
+    async with Orchestrator(store, checkpoints=(tmp_path / "checkpoints").as_uri()) as plane:
+        run = await plane.start("write your notes", agent=harness.agent, options=harness.options, **where)
+        with anyio.fail_after(180):
+            await until_tool_runs(marker)  # the file is written: its tool call came first
+            snapshot = await run.pause("human", "lunch", keep_node=False)
+        first = [event async for event in run.events()]
+        saved = [event for event in first if isinstance(event, CheckpointSaved)]
+        assert [event.reason for event in saved] == ["pause"]
+        assert [event.kept for event in first if isinstance(event, NodeReleased)] == [False]
+
+        harness.script([harness.shell("cat notes/first.txt"), harness.text("read them")])
+        asked = len(harness.requests())
+        resumed = await plane.resume(snapshot.token, message="read your notes", options=harness.options)
+        with anyio.fail_after(180):
+            assert await resumed.wait() == "ok", resumed.error
+        ready = [event async for event in resumed.events() if isinstance(event, NodeReady)][-1]
+    assert ready.node_id != snapshot.node_id
+    assert ready.workspace_restored == saved[0].checkpoint_id
+    after = harness.requests()[asked:]
+    assert not any(_WRITTEN in text for text in harness.requests()[:asked])
+    assert any(_WRITTEN in text for text in after), after  # the cat's result, sent to the model
+    assert "write your notes" in after[-1]  # with the conversation before
