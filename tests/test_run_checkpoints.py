@@ -78,6 +78,11 @@ async def test_a_resume_on_a_fresh_node_finds_the_files_of_the_turn_before(
         assert [(record.id, record.reason, record.agent_session_id) for record in records] == [
             (saved[0].checkpoint_id, "pause", run.agent_session_id)
         ]
+        key, session = records[0].project_key, records[0].agent_session_id
+        assert key is not None
+        assert session is not None
+        assert records[0].session_seq is not None  # the session as it stood: where a fork cuts it
+        assert records[0].session_seq < (await store.checkpoints.session_seq(key, session) or 0)
 
 
 class _FailsMidWrite(DirectoryObjects):

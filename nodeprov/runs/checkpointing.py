@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
@@ -79,9 +80,12 @@ class Checkpointing:
     store at ``url`` (:func:`~nodeprov.checkpoints.open_objects`; None:
     :func:`default_checkpoints_url`)."""
 
-    def __init__(self, store: Store, url: str | None) -> None:
+    def __init__(
+        self, store: Store, url: str | None, *, flush: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._store = store
         self._url = url
+        self._flush = flush  # the journal's: the session's entries in the store before its position is read
         self._objects: dict[str, ObjectStore] = {}
         if url is not None:
             open_objects(url, store)  # a URL that is not one fails here, at the start
@@ -154,7 +158,11 @@ class Checkpointing:
         )
         objects = self.objects(self.url)
         taken: Capture = await capture(node, objects, previous=before)
+        if self._flush is not None:
+            await self._flush()
         run = await store.run(run_id)
+        key = run.project_key if run is not None else None
+        position = await store.checkpoints.session_seq(key, session) if key and session else None
         found: Changes = changes(before, taken.manifest)
         for seq in range((previous.seq if previous else 0) + 1, (previous.seq if previous else 0) + 100):
             record = CheckpointRecord(
@@ -184,7 +192,8 @@ class Checkpointing:
                 ),
                 parent=previous.id if previous is not None else None,
                 agent_session_id=session,
-                project_key=run.project_key if run is not None else None,
+                project_key=key,
+                session_seq=position,
             )
             if await store.checkpoints.add(record):
                 return record

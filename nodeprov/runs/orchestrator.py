@@ -87,7 +87,7 @@ from ..errors import ConfigError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeProvider
 from ..prompts import Prompt, prompt_blocks, prompt_images, prompt_text
 from ..store import Store
-from .checkpointing import Checkpointing, RunCheckpoints
+from .checkpointing import RunCheckpoints
 from .driver import Driver, Teardown
 from .events import RunEvent
 from .journal import RunEvents
@@ -160,7 +160,7 @@ class Orchestrator:
             lease_ttl=lease_ttl,
             provider_settings=self.provider_settings,
             teardown=self._teardown,
-            checkpoints=Checkpointing(store, checkpoints),
+            checkpoints=checkpoints,
         )
         self._plane = plane
         only = None if isinstance(keep_pools, bool) else frozenset(keep_pools)

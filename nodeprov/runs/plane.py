@@ -13,12 +13,12 @@ from anyio.abc import TaskGroup
 
 from ..errors import ConfigError
 from ..store import Store, patience
+from .checkpointing import Checkpointing
 from .journal import Journal
 from .lease import Lease
 from .nodes import Nodes
 
 if TYPE_CHECKING:
-    from .checkpointing import Checkpointing
     from .driver import Drive, Driver, Steps, Teardown
     from .launch import Plan
 
@@ -41,12 +41,13 @@ class ControlPlane:
         lease_ttl: float,
         provider_settings: dict[str, dict[str, Any]],
         teardown: Teardown,
-        checkpoints: Checkpointing,
+        checkpoints: str | None,
     ) -> None:
         self.store = store
-        self.checkpoints = checkpoints
         self.lease = Lease(store, holder, lease_ttl, on_lost=self.abort_drives)
         self.journal = Journal(store, lambda: self.lease.owner)
+        self.checkpoints = Checkpointing(store, checkpoints, flush=self.journal.flush)
+        """Where runs' checkpoints go (``checkpoints``: a URL, None for the default)."""
         self.nodes = Nodes(store, provider_settings)
         self.teardown = teardown
         self.drives: dict[str, Drive] = {}

@@ -320,7 +320,9 @@ MIGRATIONS.append(
     [
         # Checkpoints of runs (nodeprov.checkpoints): the workspace's manifest and packs in
         # an object store, named here (retention keeps what a row names), with the agent's
-        # session then. A row is written once the objects are stored: never half a checkpoint.
+        # session then (session_seq: its last transcript entry's seq, where a fork from the
+        # checkpoint cuts the session). A row is written once the objects are stored: never
+        # half a checkpoint.
         """CREATE TABLE checkpoints (
             id TEXT PRIMARY KEY,
             run_id TEXT NOT NULL,
@@ -338,6 +340,7 @@ MIGRATIONS.append(
             parent TEXT,
             agent_session_id TEXT,
             project_key TEXT,
+            session_seq BIGINT,
             UNIQUE (run_id, seq))""",
         "CREATE INDEX checkpoints_objects ON checkpoints(objects)",
         # The objects of checkpoints kept in the store itself (``store:``), by name.
