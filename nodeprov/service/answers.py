@@ -18,7 +18,9 @@ from ..runs import RunState
 __all__ = [
     "AgentOut",
     "AuditEntryOut",
+    "CheckpointOut",
     "DestroyedNodeOut",
+    "DiffOut",
     "FileWrittenOut",
     "NodeListOut",
     "NodeOut",
@@ -344,3 +346,33 @@ class WorkspaceDetailOut(_Workspace):
 
     sessions: list[SessionOut] = Field(description="Its agent sessions, archived ones too.")
     runs: list[RunOut] = Field(description="Its runs, oldest first.")
+
+
+class CheckpointOut(BaseModel):
+    """A checkpoint of a run: its workspace and its agent's session at one moment."""
+
+    id: str = Field(description="The checkpoint's id.")
+    run_id: str = Field(description="The run it is of.")
+    seq: int = Field(description="Its place among the run's checkpoints, from 1.")
+    turn: int = Field(description="The turns the run had begun when it was taken.")
+    reason: Literal["pause", "turn", "request"] = Field(description="Why it was taken.")
+    created_at: str = Field(description="When it was recorded (ISO 8601, UTC).")
+    files: int = Field(description="Files in the workspace.")
+    size: int = Field(description="Their bytes, together.")
+    stored: int = Field(description="Bytes it added to the object store (what changed, and its manifest).")
+    changed: dict[str, Any] = Field(
+        description="Paths added, modified and removed since the run's checkpoint before: their counts, "
+        "and the first 50 of each under paths."
+    )
+    parent: str | None = Field(description="The run's checkpoint before; null: none.")
+    agent_session_id: str | None = Field(description="The agent's session it holds.")
+
+
+class DiffOut(BaseModel):
+    """What changed in a run's workspace from one checkpoint to another."""
+
+    added: list[str] = Field(description="Paths added.")
+    modified: list[str] = Field(description="Paths whose content, mode, kind or target changed.")
+    removed: list[str] = Field(description="Paths removed.")
+    binary: list[str] = Field(description="Changed files not shown as text (not UTF-8, or over 1 MiB).")
+    patches: list[str] = Field(description="A unified diff of each text file that changed, in path order.")

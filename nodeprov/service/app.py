@@ -24,6 +24,7 @@ from ..store import patience
 from .answers import AgentOut, StatusOut
 from .audit import router as audit_router
 from .auth import forbid
+from .checkpoints import router as checkpoints_router
 from .config import ServiceConfig
 from .nodes import FILE_ROUTE
 from .nodes import router as nodes_router
@@ -124,6 +125,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app.include_router(meta)
     app.include_router(nodes_router)
     app.include_router(runs_router)
+    app.include_router(checkpoints_router)
     app.include_router(pools_router)
     app.include_router(audit_router)
     app.add_middleware(_BodyLimit, max_body=config.max_body, max_file=config.max_file)

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Route
 
 from ..errors import (
+    CheckpointError,
     CommandNotFoundError,
     ConfigError,
     DeadlineError,
@@ -55,6 +56,7 @@ _STATUSES: list[tuple[type[NodeprovError], int, str]] = [
     (NodeSuspendedError, 409, "node_suspended"),
     (SpawnError, 502, "spawn_failed"),
     (TokenError, 409, "token_used"),
+    (CheckpointError, 502, "checkpoint_failed"),
     (RunStateError, 409, "run_state"),
     (ConfigError, 422, "invalid"),
     (StoreError, 503, "store_unavailable"),

@@ -25,7 +25,7 @@ from .schemas import ErrorBody, PauseIn, ResumeIn, RunIn, prompt_of
 from .state import Caller, Service, service_of
 from .tenancy import pool_name, run_visible, workspace_name, workspace_shown, workspace_visible
 
-__all__ = ["router"]
+__all__ = ["load_run", "router"]
 
 router = APIRouter(prefix="/v1", responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}})
 
@@ -65,7 +65,7 @@ def run_body(
     return body
 
 
-async def _load(service: Service, who: Principal, run_id: str) -> RunRecord:
+async def load_run(service: Service, who: Principal, run_id: str) -> RunRecord:
     """The run, if it is within the caller's reach (another tenant's is not found)."""
     record = await service.store.run(run_id)
     if record is None or not await run_visible(service.store, who, run_id):
@@ -175,7 +175,7 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
         raise
     if key is not None:
         await service.store.idempotency.complete(who.id, key, json.dumps({"run_id": run.id}))
-    return JSONResponse(run_body(who, await _load(service, who, run.id)), 201)
+    return JSONResponse(run_body(who, await load_run(service, who, run.id)), 201)
 
 
 def _check_grace(asked: float | None, offered: float | None) -> None:
@@ -227,7 +227,7 @@ async def get_run(request: Request, run_id: str, who: Caller) -> dict[str, Any]:
     """A run, with its snapshots and whether it can be resumed."""
     forbid(who, "read")
     service = service_of(request)
-    record = await _load(service, who, run_id)
+    record = await load_run(service, who, run_id)
     return run_body(who, record, await service.store.snapshots(run_id))
 
 
@@ -246,7 +246,7 @@ async def pause_run(request: Request, run_id: str, body: PauseIn, who: Caller) -
     200 with the paused run (its ``resume_token``), or 202 when it is still pausing."""
     forbid(who, "runs")
     service = service_of(request)
-    record = await _load(service, who, run_id)
+    record = await load_run(service, who, run_id)
     if not RunState(record.state).live:
         raise RunStateError(f"run {run_id} is {record.state}: only a live run can be paused")
     await note(request, who, "run.pause", run_id, kind=body.kind, keep_node=body.keep_node)
@@ -254,7 +254,7 @@ async def pause_run(request: Request, run_id: str, body: PauseIn, who: Caller) -
     with anyio.move_on_after(body.wait):
         while RunState(record.state).live:
             await anyio.sleep(_PAUSE_POLL)
-            record = await _load(service, who, run_id)
+            record = await load_run(service, who, run_id)
     if RunState(record.state).live:
         return JSONResponse(run_body(who, record), 202)
     snapshots = await service.store.snapshots(run_id)
@@ -278,7 +278,7 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
     """Resume a paused (or failed) run with a message, on its kept node or a fresh one."""
     forbid(who, "runs")
     service = service_of(request)
-    record = await _load(service, who, run_id)
+    record = await load_run(service, who, run_id)
     check_settings(record.node_provider, body.settings, service.config.allow_settings)
     check_options(record.agent, body.options, service.config.allow_options)
     check_env(body.env, service.config.allow_env)
@@ -305,7 +305,7 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
         keep_node=body.keep_node,
         agent_grace=body.agent_grace,
     )
-    return run_body(who, await _load(service, who, run.id))
+    return run_body(who, await load_run(service, who, run.id))
 
 
 @router.get(
@@ -346,7 +346,7 @@ async def run_events(
     sequence). Comment lines keep an idle stream alive."""
     forbid(who, "read")
     service = service_of(request)
-    record = await _load(service, who, run_id)
+    record = await load_run(service, who, run_id)
     if last_event_id is not None:
         if int(last_event_id) > LAST_SEQ:
             raise ServiceError(422, "invalid", "Last-Event-ID is past any event's sequence number")
