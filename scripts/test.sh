@@ -17,7 +17,7 @@ remote=()
 for file in integration/test_*.py; do
     case $file in
         *agent_conformance_local*) engines+=("$file") ;;
-        *ssh* | *ec2* | *codespaces* | *kubernetes* | *agent_conformance*) remote+=("$file") ;;
+        *ssh* | *ec2* | *codespaces* | *kubernetes* | *agent_conformance* | *checkpoints_agents*) remote+=("$file") ;;
         *) engines+=("$file") ;;
     esac
 done
