@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from nodeprov.checkpoints import DirectoryObjects, ObjectStore
-from nodeprov.errors import CheckpointError, RunStateError
+from nodeprov.errors import CheckpointError, ConfigError, RunStateError
 from nodeprov.runs import AgentMessage, NodeReady, Orchestrator, Run
 from nodeprov.runs.checkpointing import Checkpointing
 from nodeprov.runs.events import CheckpointFailed, CheckpointSaved, NodeReleased, RunEvent
@@ -225,3 +225,44 @@ async def test_a_checkpoint_on_request_here_and_from_another_control_plane_and_t
         with pytest.raises(RunStateError, match="only a running run"):
             await plane.checkpoints.take(run.id)
     await store.aclose()
+
+
+async def test_a_run_checkpoints_after_each_turn_or_never_as_it_asked(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    settings = {"root": str(tmp_path / "nodes")}
+    async with Orchestrator(store, checkpoints=(tmp_path / "checkpoints").as_uri()) as plane:
+        with pytest.raises(ConfigError, match="checkpoint is one of pause, turn, off"):
+            await plane.start("x", provider="local", provider_settings=settings, checkpoint="sometimes")  # type: ignore[arg-type]
+        turn = await plane.start(
+            "write",
+            provider="local",
+            provider_settings=settings,
+            permission="edit",
+            checkpoint="turn",
+            options=agent({"write_file": ["done.txt", "done"]}, {"text": "wrote"}),
+        )
+        with anyio.fail_after(60):
+            assert await turn.wait() == "ok"
+        saved = [event for event in await all_events(turn) if isinstance(event, CheckpointSaved)]
+        assert [(event.reason, event.added) for event in saved] == [("turn", 1)]
+
+        off = await plane.start(
+            "write",
+            provider="local",
+            provider_settings=settings,
+            permission="edit",
+            checkpoint="off",
+            options=agent({"write_file": ["a.txt", "a"]}, {"text": "wrote"}, {"stall": True}),
+        )
+        with anyio.fail_after(60):
+            await said(off, "wrote")
+            snapshot = await off.pause(keep_node=False)
+            resumed = await plane.resume(
+                snapshot.token, options=agent({"read_file": "a.txt"}, {"stall": True})
+            )
+            await said(resumed, "missing: a.txt")  # off: a fresh node starts as provisioned
+            await resumed.pause(keep_node=False)  # and its resumes keep the run's own mode
+        events = await all_events(off) + await all_events(resumed)
+        assert not [event for event in events if isinstance(event, CheckpointSaved | CheckpointFailed)]
+        assert await store.checkpoints.of_run(off.id) == []

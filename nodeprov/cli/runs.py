@@ -189,6 +189,13 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     keep_node: Annotated[
         bool, typer.Option(help="When paused (Ctrl-C), keep the node for the resume.")
     ] = False,
+    checkpoint: Annotated[
+        str,
+        typer.Option(
+            help="When to checkpoint the workspace with the agent's session: pause (at every pause, "
+            "so a resume on a fresh node gets the files back), turn (after each turn too), or off."
+        ),
+    ] = "pause",
     timeout: TimeoutOption = None,
     idle_timeout: IdleTimeoutOption = None,
     agent_grace: AgentGraceOption = None,
@@ -220,6 +227,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
             idle_timeout=idle_timeout,
             keep_node=keep_node,
             agent_grace=agent_grace,
+            checkpoint=checkpoint,  # type: ignore[arg-type]
         )
         from .drive import RunRequest, drive_run  # see the imports
 

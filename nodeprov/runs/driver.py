@@ -198,13 +198,15 @@ class Driver:
             if drive.detaching:
                 pass  # the run goes on, with no drive until one takes it over
             elif run.state is RunState.PAUSING:
-                await self._settle_pause(drive)
+                await self._settle_pause(drive, plan)
             elif result is not None and not result.is_error:
                 if await self._move(drive, RunState.FINISHING):
+                    if plan.checkpoint == "turn" and drive.node is not None:
+                        await self._checkpoint(drive, "turn")
                     await self._release(drive)
                     await self._move(drive, RunState.FINISHED)
                 elif drive.pause is not None:  # the pause won the race with the result
-                    await self._settle_pause(drive)
+                    await self._settle_pause(drive, plan)
             else:
                 await self._fail(drive, result_error(result, drive.progress))
         except Exception as error:  # noqa: BLE001 - any failure ends this run, and only this run
@@ -217,7 +219,7 @@ class Driver:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._teardown.time_left()):
                 if run.state is RunState.PAUSING:  # cancelled while pausing: finish the pause
                     with suppress(Exception):
-                        await self._settle_pause(drive)
+                        await self._settle_pause(drive, plan)
                 if run.state.live and not drive.detaching:
                     await self._fail(drive, "the control plane stopped before the run could pause")
             await self._close(drive)
@@ -400,7 +402,7 @@ class Driver:
                 await _close_session(session, node, self._teardown, at_once=not ended and drive.pause is None)
         return result
 
-    async def _settle_pause(self, drive: Drive) -> None:
+    async def _settle_pause(self, drive: Drive, plan: Plan) -> None:
         """Save the pause's snapshot (once, even when settling is retried after a
         cancellation), release or keep the node, and end the run as paused."""
         pause = drive.pause
@@ -414,12 +416,9 @@ class Driver:
         snapshot = pause.saved
         keep = snapshot.node_kept  # a settling retried after a cancellation has only the snapshot
         await self._save_state(drive)  # a kept node too: it may be gone before the resume
-        if drive.node is not None and not pause.checkpointed:  # the files with the session, on any node
-            pause.checkpointed = True
-            with suppress(NodeprovError):  # told as checkpoint.failed: the pause goes on
-                await self._checkpoints.take(
-                    drive.run.id, drive.node, drive.events, reason="pause", session=drive.run.agent_session_id
-                )
+        if drive.node is not None and not pause.checkpointed and plan.checkpoint != "off":
+            pause.checkpointed = True  # the files with the session, for a resume on any node
+            await self._checkpoint(drive, "pause")
         await self._release(drive, keep_for=pause.keep_for if keep else None)
         if await self._move(drive, RunState.PAUSED, pause_request=None):
             pause.snapshot = snapshot
@@ -432,6 +431,15 @@ class Driver:
             )
             drive.events.emit(
                 RunPaused, pause_kind=pause.kind, reason=pause.reason, token=snapshot.token, node_kept=keep
+            )
+
+    async def _checkpoint(self, drive: Drive, reason: str) -> None:
+        """Checkpoint the run's workspace on its node with its agent's session; a failure is
+        told as ``checkpoint.failed``, and the run goes on."""
+        assert drive.node is not None  # noqa: S101 - narrows a type: its callers hold the node
+        with suppress(NodeprovError):
+            await self._checkpoints.take(
+                drive.run.id, drive.node, drive.events, reason=reason, session=drive.run.agent_session_id
             )
 
     async def _fail(self, drive: Drive, error: str) -> None:

@@ -50,6 +50,8 @@ class Plan:
     """Wait for a node of an empty pool, rather than provision one cold."""
     agent_grace: float | None = None
     """Seconds the agent is kept with no control plane attached (None: not kept)."""
+    checkpoint: str = "pause"
+    """When the run checkpoints its workspace (:data:`~nodeprov.runs.spec.CheckpointMode`)."""
 
 
 class Launcher:
@@ -127,6 +129,7 @@ class Launcher:
             pool=spec.pool,
             pool_wait=spec.pool_wait,
             agent_grace=grace,
+            checkpoint=spec.checkpoint,
         )
         record = RunRecord(
             id=run_id,
@@ -152,6 +155,7 @@ class Launcher:
             updated_at=now(),
             agent_grace=grace or 0.0,
             model=model,
+            checkpoint=spec.checkpoint,
         )
         return record, plan
 
@@ -267,6 +271,7 @@ class Launcher:
             deadline,
             idle_timeout,
             agent_grace=grace,
+            checkpoint=record.checkpoint,
         )
 
     async def plan_adoption(self, record: RunRecord) -> Plan:
@@ -288,6 +293,7 @@ class Launcher:
             record.workspace_id,
             config,
             agent_grace=self._grace_of(record),
+            checkpoint=record.checkpoint,
         )
 
     def _grace_of(self, record: RunRecord) -> float | None:

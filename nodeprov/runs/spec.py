@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 import anyio
 
@@ -35,7 +35,23 @@ from ..node.keeper import KeepOptions
 from ..prompts import Prompt
 from ..scripted import SCRIPTED
 
-__all__ = ["KEPT_AGENT_GRACE", "ResumeFields", "RunFields", "RunSpec", "check_limits", "run_permission"]
+__all__ = [
+    "CHECKPOINT_MODES",
+    "KEPT_AGENT_GRACE",
+    "CheckpointMode",
+    "ResumeFields",
+    "RunFields",
+    "RunSpec",
+    "check_limits",
+    "run_permission",
+]
+
+CheckpointMode = Literal["pause", "turn", "off"]
+"""When a run checkpoints its workspace with its agent's session (:mod:`nodeprov.runs.checkpointing`):
+at every pause (the default: a resume on a fresh node gets the files back), after each turn as
+well, or never (a workspace too large to capture at a pause; a resume on a fresh node then
+starts from the node as provisioned)."""
+CHECKPOINT_MODES: tuple[str, ...] = ("pause", "turn", "off")
 
 KEPT_AGENT_GRACE = 180.0
 """Seconds the CLI and the service keep a run's agent with nobody attached, unless told: a
@@ -87,6 +103,8 @@ class RunSpec:
     agent_grace: float | None = None
     """Seconds the agent runs on, kept, with no control plane attached (0: not kept; None:
     this control plane's)."""
+    checkpoint: CheckpointMode = "pause"
+    """When the run checkpoints its workspace (see :data:`CheckpointMode`); its resumes keep it."""
     run_id: str | None = None
     """The run's id (new otherwise): a caller that must never start a run twice (a service
     retrying a request) chooses it first."""
@@ -132,6 +150,8 @@ class RunSpec:
                 f"a run from pool {self.pool!r} gets a node of its template: give no node config"
             )
         check_limits(self.deadline, self.idle_timeout, self.agent_grace)
+        if self.checkpoint not in CHECKPOINT_MODES:
+            raise ConfigError(f"checkpoint is one of {', '.join(CHECKPOINT_MODES)}, not {self.checkpoint!r}")
 
 
 def check_limits(deadline: float | None, idle_timeout: float | None, agent_grace: float | None) -> None:
@@ -183,6 +203,7 @@ class RunFields(TypedDict, total=False):
     idle_timeout: float | None
     keep_node: bool
     agent_grace: float | None
+    checkpoint: CheckpointMode
     run_id: str | None
 
 

@@ -118,6 +118,7 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
         idle_timeout=body.idle_timeout,
         keep_node=body.keep_node,
         agent_grace=body.agent_grace,
+        checkpoint=body.checkpoint,
     )
     spec.check()
     name = await _provider_of(service, who, body)

@@ -234,6 +234,11 @@ class RunIn(_Body):
         default="default", description="The workspace whose agent session the run continues."
     )
     keep_node: bool = Field(default=False, description="Keep the node when the run pauses, for its resume.")
+    checkpoint: Literal["pause", "turn", "off"] = Field(
+        default="pause",
+        description="When the run checkpoints its workspace with its agent's session: at every pause (a "
+        "resume on a fresh node gets the files back), after each turn too, or never.",
+    )
     agent_grace: float | None = Field(
         default=None,
         ge=0,

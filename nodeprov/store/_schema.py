@@ -352,6 +352,8 @@ MIGRATIONS.append(
         # A checkpoint asked of a run by another process (JSON: the checkpoint's id to be), for
         # the control plane that drives it.
         "ALTER TABLE runs ADD COLUMN checkpoint_request TEXT",
+        # When the run checkpoints (pause, turn or off), which its resumes keep.
+        "ALTER TABLE runs ADD COLUMN checkpoint TEXT NOT NULL DEFAULT 'pause'",
     ]
 )
 

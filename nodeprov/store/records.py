@@ -49,7 +49,8 @@ class RunRecord:
     seconds it is kept with no control plane attached (0: not kept; None: a run stored before
     runs kept their own). ``model`` is the model it asked for: a model id,
     :data:`~nodeprov.scripted.SCRIPTED` (its agent's offline model), or None (its agent's
-    default); a resume that names none runs on it again.
+    default); a resume that names none runs on it again. ``checkpoint`` is when it
+    checkpoints its workspace (:data:`~nodeprov.runs.spec.CheckpointMode`).
     """
 
     id: str
@@ -76,6 +77,7 @@ class RunRecord:
     agent_keeper: str | None = None
     agent_grace: float | None = None
     model: str | None = None
+    checkpoint: str = "pause"
 
 
 @dataclass(frozen=True)
