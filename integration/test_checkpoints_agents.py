@@ -6,7 +6,6 @@ local, Docker, SSH and Kubernetes nodes; Codex on Docker; OpenCode on a local no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,34 +14,19 @@ import pytest
 
 from nodeprov.runs import CheckpointSaved, NodeReady, NodeReleased, Orchestrator
 from nodeprov.store import Store
-from nodeprov.testing import ScriptedChat, ScriptedModel, ScriptedResponses
 from nodeprov.testing.agent_conformance import AgentHarness
 from nodeprov.testing.conformance import unique_marker
 
-from .agent_harnesses import claude_harness, codex_harness, opencode_harness
-from .agents import require_claude_cli, require_codex_cli, require_opencode_cli, until_tool_runs
+from .agent_harnesses import harness
+from .agents import until_tool_runs
 from .pods import pod_settings
 from .sshd import UNPRIVILEGED
 
 pytestmark = pytest.mark.anyio
 
+__all__ = ["harness"]  # the agent conformance suite's: each agent against its scripted model
+
 _WRITTEN = "alpha-omega"  # what the file holds; its command does not say it whole (printf joins it)
-
-
-@pytest.fixture
-def harness(request: pytest.FixtureRequest) -> Iterator[AgentHarness]:
-    if request.param == "claude":
-        require_claude_cli()
-        with ScriptedModel() as model:
-            yield claude_harness(model)
-    elif request.param == "codex":
-        require_codex_cli()
-        with ScriptedResponses() as responses:
-            yield codex_harness(responses)
-    else:
-        require_opencode_cli()
-        with ScriptedChat() as chat:
-            yield opencode_harness(chat)
 
 
 def _where(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:

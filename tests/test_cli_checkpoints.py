@@ -14,17 +14,11 @@ from typing import Any
 import anyio
 import pytest
 
-from nodeprov.runs import AgentMessage, Orchestrator, Run
+from nodeprov.runs import Orchestrator
 from nodeprov.store import Store
+from tests.test_run_checkpoints import said
 
 pytestmark = pytest.mark.anyio
-
-
-async def said(run: Run, text: str) -> None:
-    async for event in run.events():
-        if isinstance(event, AgentMessage) and getattr(event.message, "text", None) == text:
-            return
-    raise AssertionError(f"run {run.id} ended before its agent said {text!r}: {run.error}")
 
 
 async def test_the_cli_checkpoints_a_run_driven_elsewhere_lists_and_compares_its_checkpoints(

@@ -109,15 +109,6 @@ class CheckpointStore:
             named.update(str(name) for name in _json.loads(packs))
         return named
 
-    async def delete_of_runs(self, run_ids: Iterable[str]) -> None:
-        """Forget the checkpoints of ``run_ids`` (their objects go with retention)."""
-        wanted = sorted(set(run_ids))
-        for start in range(0, len(wanted), 500):
-            part = wanted[start : start + 500]
-            await self._db.execute(
-                f"DELETE FROM checkpoints WHERE run_id IN ({', '.join('?' for _ in part)})", tuple(part)
-            )
-
     # -- checkpoints asked of the control plane that drives a run ------------------------
 
     async def request(self, run_id: str, checkpoint_id: str, *, states: Iterable[str]) -> bool:
