@@ -4,6 +4,7 @@ listed, compared, and told in its events; a run that is not running is refused."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -14,7 +15,11 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_a_running_run_is_checkpointed_listed_compared_and_its_events_say_so(tmp_path: Path) -> None:
-    steps = [{"write_file": ["notes.txt", "one\n"]}, {"text": "wrote"}, {"wait_for": "go"}]
+    steps: list[dict[str, Any]] = [
+        {"write_file": ["notes.txt", "one\n"]},
+        {"text": "wrote"},
+        {"wait_for": "go"},
+    ]
     steps += [{"write_file": ["notes.txt", "two\n"]}, {"text": "again"}, {"stall": True}]
     async with serving(tmp_path) as served, served.client() as client:
         made = await client.post("/v1/runs", json=fake_run(tmp_path, steps))
@@ -32,11 +37,7 @@ async def test_a_running_run_is_checkpointed_listed_compared_and_its_events_say_
             await said("wrote")
             first = await client.post(f"/v1/runs/{run_id}/checkpoints")
             assert first.status_code == 201, first.text
-            workdir = (
-                next((tmp_path / "nodes").rglob("notes.txt")).parent
-                if (tmp_path / "nodes").exists()
-                else None
-            )
+            workdir = next((tmp_path / "nodes").rglob("notes.txt")).parent
         assert first.json()["reason"] == "request"
         assert first.json()["changed"]["added"] == 1
         assert "objects" not in first.json()  # where the operator keeps them is the operator's
