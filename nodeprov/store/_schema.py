@@ -320,9 +320,7 @@ MIGRATIONS.append(
     [
         # Checkpoints of runs (nodeprov.checkpoints): the workspace's manifest and packs in
         # an object store, named here (retention keeps what a row names), with the agent's
-        # session then (session_seq: its last transcript entry's seq, where a fork from the
-        # checkpoint cuts the session). A row is written once the objects are stored: never
-        # half a checkpoint.
+        # session then. A row is written once the objects are stored: never half a checkpoint.
         """CREATE TABLE checkpoints (
             id TEXT PRIMARY KEY,
             run_id TEXT NOT NULL,
@@ -340,7 +338,6 @@ MIGRATIONS.append(
             parent TEXT,
             agent_session_id TEXT,
             project_key TEXT,
-            session_seq BIGINT,
             UNIQUE (run_id, seq))""",
         "CREATE INDEX checkpoints_objects ON checkpoints(objects)",
         # The objects of checkpoints kept in the store itself (``store:``), by name.
@@ -349,8 +346,16 @@ MIGRATIONS.append(
             data {blob} NOT NULL,
             created_at TEXT NOT NULL)""",
         "CREATE INDEX checkpoint_objects_created ON checkpoint_objects(created_at)",
-        # A checkpoint asked of a run by another process (JSON: the checkpoint's id to be), for
-        # the control plane that drives it.
+    ]
+)
+
+MIGRATIONS.append(
+    [
+        # Where the agent's session stood at a checkpoint (its last transcript entry's seq):
+        # where a fork from the checkpoint cuts the session.
+        "ALTER TABLE checkpoints ADD COLUMN session_seq BIGINT",
+        # A checkpoint asked of a run by another process (the checkpoint's id to be), for the
+        # control plane that drives it.
         "ALTER TABLE runs ADD COLUMN checkpoint_request TEXT",
         # When the run checkpoints (pause, turn or off), which its resumes keep.
         "ALTER TABLE runs ADD COLUMN checkpoint TEXT NOT NULL DEFAULT 'pause'",
