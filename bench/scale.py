@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, ClaudeSDKClient, ResultMessage, TextBlock
 
 from bench.common import Row, Timing, print_rows
@@ -337,14 +338,15 @@ def _line(name: str, mode: str, runs: int, sample: Sample, baseline: Sample | No
 
 
 async def _postgres_url(admin_url: str) -> tuple[str, Callable[[], Awaitable[None]]]:
-    """A fresh schema on the PostgreSQL server, and how to drop it."""
-    admin = await Store.open(admin_url)
+    """A fresh schema on the PostgreSQL server, and how to drop it (made over a plain
+    connection: a store opened on the default schema would migrate it)."""
+    admin = await psycopg.AsyncConnection.connect(admin_url, autocommit=True)
     schema = f"bench_{os.getpid()}_{time.monotonic_ns() % 10**6}"
-    await admin.db.execute(f"CREATE SCHEMA {schema}")
+    await admin.execute(f"CREATE SCHEMA {schema}")
 
     async def drop() -> None:
-        await admin.db.execute(f"DROP SCHEMA {schema} CASCADE")
-        await admin.aclose()
+        await admin.execute(f"DROP SCHEMA {schema} CASCADE")
+        await admin.close()
 
     return f"{admin_url}?options=-csearch_path%3D{schema}", drop
 

@@ -46,6 +46,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.to_thread
+import psycopg
 
 from integration.agents import on_docker, on_ssh
 from integration.kubernetes import running_cluster
@@ -333,14 +334,15 @@ def _kubernetes(names: list[str], image: str) -> Iterator[dict[str, Any]]:
 
 @asynccontextmanager
 async def _schema() -> AsyncIterator[str]:
-    admin = await Store.open(_POSTGRES)
-    schema = f"trials_{secrets.token_hex(4)}"
-    await admin.db.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{_POSTGRES}?options=-csearch_path%3D{schema}"
-    finally:
-        await admin.db.execute(f"DROP SCHEMA {schema} CASCADE")
-        await admin.aclose()
+    """A schema of its own on the server, made over a plain connection (a store opened on the
+    default schema would migrate it)."""
+    async with await psycopg.AsyncConnection.connect(_POSTGRES, autocommit=True) as admin:
+        schema = f"trials_{secrets.token_hex(4)}"
+        await admin.execute(f"CREATE SCHEMA {schema}")
+        try:
+            yield f"{_POSTGRES}?options=-csearch_path%3D{schema}"
+        finally:
+            await admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def _spread(values: list[float], unit: str, digits: int) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+import psycopg
 import pytest
 
 from nodeprov.store import Store
@@ -71,16 +72,18 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 @pytest.fixture
 async def postgres_url() -> AsyncIterator[str]:
-    """A store URL on the test PostgreSQL server, in a schema of this test's own."""
+    """A store URL on the test PostgreSQL server, in a schema of this test's own. The schemas
+    are made over a plain connection: a store opened on the database's default schema would
+    migrate it, and that schema outlives the run (one an older nodeprov left may refuse)."""
     try:
-        admin = await Store.open(POSTGRES)
+        admin = await psycopg.AsyncConnection.connect(POSTGRES, autocommit=True)
     except Exception as error:  # any failure to reach the server means: no engine
         require_engine("a PostgreSQL server", False, f"{error}; `make engines` starts one")
     schema = f"t_{secrets.token_hex(4)}"
-    await admin.db.execute(f"CREATE SCHEMA {schema}")
-    yield f"{POSTGRES}?options=-csearch_path%3D{schema}"
-    await admin.db.execute(f"DROP SCHEMA {schema} CASCADE")
-    await admin.aclose()
+    async with admin:
+        await admin.execute(f"CREATE SCHEMA {schema}")
+        yield f"{POSTGRES}?options=-csearch_path%3D{schema}"
+        await admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.fixture(scope="session")
