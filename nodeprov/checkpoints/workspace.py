@@ -112,7 +112,7 @@ class _Packer:
     read (two packs at most under way)."""
 
     def __init__(self, objects: ObjectStore, known: dict[str, Piece], group: TaskGroup) -> None:
-        self._objects, self._known, self._group = objects, known, group
+        self._objects, self._group = objects, group
         self._buffer = bytearray()
         self._cuts: list[tuple[int, int]] = []  # the open pack's pieces: offset, size
         self._packs = 0

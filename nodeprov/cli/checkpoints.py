@@ -21,11 +21,14 @@ __all__ = ["checkpoint", "diff", "list_checkpoints"]
 
 
 def _size(count: int) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if count < 1000 or unit == "GB":
-            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
-        count /= 1000  # type: ignore[assignment]
-    return str(count)
+    if count < 1000:
+        return f"{count} B"
+    scaled, unit = float(count), "B"
+    for unit in ("kB", "MB", "GB"):  # noqa: B007 - the last one reached is the one shown
+        scaled /= 1000
+        if scaled < 1000:
+            break
+    return f"{scaled:,.1f} {unit}"
 
 
 def _json(record: CheckpointRecord) -> dict[str, Any]:

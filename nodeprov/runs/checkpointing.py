@@ -164,12 +164,13 @@ class Checkpointing:
         key = run.project_key if run is not None else None
         position = await store.checkpoints.session_seq(key, session) if key and session else None
         found: Changes = changes(before, taken.manifest)
+        turn = await store.checkpoints.turns(run_id)
         for seq in range((previous.seq if previous else 0) + 1, (previous.seq if previous else 0) + 100):
             record = CheckpointRecord(
                 id=checkpoint_id or new_checkpoint_id(),
                 run_id=run_id,
                 seq=seq,
-                turn=await store.checkpoints.turns(run_id),
+                turn=turn,
                 reason=reason,
                 created_at=now(),
                 objects=self.url,
