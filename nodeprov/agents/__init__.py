@@ -21,6 +21,8 @@ wrote the agent's session state onto a fresh node when the old node is gone.
 
 from __future__ import annotations
 
+import json
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -285,7 +287,9 @@ class Agent(ABC, Generic[OptionsT]):
     images; None: it takes no images), and ``slow_imports`` (modules its sessions and
     state methods import on first use that take long to import, an SDK: a control plane
     imports them in a thread as soon as it knows the agent, beside the node's provisioning,
-    and never on its event loop; see :func:`nodeprov.agents.registry.import_soon`). The
+    and never on its event loop; see :func:`nodeprov.agents.registry.import_soon`), and
+    ``state_summary`` (the :data:`~nodeprov.store.entries.Fold` of the summary its SDK lists
+    sessions from, kept beside a session's archived state; None: it keeps none). The
     class itself imports nothing slow: choosing an agent and checking its options and
     prompts stay fast.
     """
@@ -299,6 +303,7 @@ class Agent(ABC, Generic[OptionsT]):
     fallback: ClassVar[bool] = False
     image_limits: ClassVar[ImageLimits | None] = None
     slow_imports: ClassVar[tuple[str, ...]] = ()
+    state_summary: ClassVar[Fold | None] = None
 
     def __init__(self, options: OptionsT) -> None:
         self.options = options
@@ -429,6 +434,46 @@ class Agent(ABC, Generic[OptionsT]):
             NodeFileError, NodeGoneError: the node could not be written.
             StoreError: the archive could not be read.
         """
+
+    def new_session_id(self) -> str:
+        """A fresh id in the form of this agent's session ids: the id of a fork's copy of a
+        session (:meth:`fork_state`). A random UUID unless the agent's ids look otherwise."""
+        return str(uuid.uuid4())
+
+    async def fork_state(
+        self,
+        session_id: str,
+        new_id: str,
+        project_key: str,
+        source: SessionArchive,
+        target: SessionArchive,
+    ) -> bool:
+        """Copy session ``session_id``'s state, as ``source`` holds it (a checkpoint's cut of
+        the archive), into ``target`` as session ``new_id``, whose resume then continues the
+        conversation where ``source`` stood while the original goes on unchanged (a fork).
+        Returns whether there was any state to copy.
+
+        Session ids are random tokens that appear in an agent's state only as themselves
+        (an entry's ``sessionId``, a file name in a ``subpath``): the default copies every
+        entry and subpath with ``session_id`` replaced by ``new_id`` wherever it appears.
+        An agent whose state names its session otherwise overrides this.
+
+        Raises:
+            StoreError: either archive failed.
+        """
+        key: StateKey = {"project_key": project_key, "session_id": session_id}
+        copied = False
+        for subpath in ["", *await source.subpaths(key)]:
+            entries = await source.load({**key, "subpath": subpath} if subpath else key)
+            if not entries:
+                continue
+            renamed = json.loads(json.dumps(entries).replace(session_id, new_id))
+            into: StateKey = {"project_key": project_key, "session_id": new_id}
+            if subpath:
+                into["subpath"] = subpath.replace(session_id, new_id)
+            await target.replace(into, renamed, summarize=None if subpath else type(self).state_summary)
+            copied = True
+        return copied
 
     @abstractmethod
     async def export_state(

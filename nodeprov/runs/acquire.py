@@ -12,10 +12,10 @@ from typing import Any, Protocol
 import anyio
 
 from ..agents.registry import imported
-from ..errors import ConfigError, NodeGoneError
+from ..errors import CheckpointError, ConfigError, NodeGoneError
 from ..node import NodeHandle, NodeProvider
-from ..store import NodeRecordState, Store
-from .archive import Archive
+from ..store import CheckpointRecord, NodeRecordState, SnapshotRecord, Store
+from .archive import Archive, ArchiveCut
 from .checkpointing import Checkpointing
 from .launch import Plan
 from .lease import Lease
@@ -80,6 +80,8 @@ class NodeSource:
         removes whatever it had made (its contract), so the intent is settled as failed.
         """
         snapshot = plan.resume
+        if plan.start_from is not None and snapshot is not None:
+            await self._start_from(run_id, plan.start_from, plan, snapshot)
         kept = snapshot.node_id if snapshot is not None and snapshot.node_kept else None
         # Taken from the kept state in one compare-and-set: a reconcile destroying it wins or loses whole.
         if kept and await self._store.move_node(kept, (_N.KEPT,), _N.LIVE):
@@ -137,6 +139,31 @@ class NodeSource:
                 self._archive(snapshot.project_key),
             )
         return Got(transcript_restored=restored, workspace_restored=checkpoint.id if checkpoint else None)
+
+    async def _start_from(
+        self, run_id: str, checkpoint: CheckpointRecord, plan: Plan, snapshot: SnapshotRecord
+    ) -> None:
+        """Where a fork or a rewind begins: the agent's session as it stood at ``checkpoint``
+        copied under the snapshot's new session id, and the checkpoint recorded as the run's.
+
+        Raises:
+            CheckpointError: the checkpoint holds none of its session's state, or its objects
+                are gone.
+            StoreError: the store failed.
+        """
+        session, key = snapshot.agent_session_id, checkpoint.project_key
+        original = checkpoint.agent_session_id
+        if session is not None:
+            copied = False
+            if original and key and checkpoint.session_seq is not None:
+                await imported(type(plan.agent))
+                cut = ArchiveCut(self._store.transcripts, key, checkpoint.session_seq)
+                copied = await plan.agent.fork_state(original, session, key, cut, self._archive(key))
+            if not copied:
+                raise CheckpointError(f"checkpoint {checkpoint.id} holds none of its agent's session state")
+            await self._store.update_run(run_id, agent_session_id=session, project_key=key)
+        reason = "rewind" if checkpoint.run_id == run_id else "fork"
+        await self._checkpoints.adopt(run_id, checkpoint, reason=reason, session=session)
 
     async def _record(self, run_id: str, node: NodeHandle) -> None:
         await self._store.set_node_state(node.node_id, _N.LIVE)

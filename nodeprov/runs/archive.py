@@ -9,11 +9,12 @@ from typing import Any
 import anyio
 
 from ..agents import StateKey
+from ..errors import RunStateError
 from ..store import EntryStore
 from ..store.entries import Fold
 from .journal import Journal
 
-__all__ = ["Archive"]
+__all__ = ["Archive", "ArchiveCut"]
 
 logger = logging.getLogger("nodeprov.runs")
 
@@ -76,3 +77,33 @@ class Archive:
     ) -> None:
         await self._journal.flush()  # what was queued before goes first
         await self._transcripts.replace(self._filed(key), entries, fold=summarize)
+
+
+class ArchiveCut:
+    """The store's archive of a run's agent session state as it stood at a checkpoint (its
+    ``session_seq``: nothing appended after it is seen), read only: what a fork copies."""
+
+    def __init__(self, transcripts: EntryStore, run_key: str, upto: int) -> None:
+        self._transcripts = transcripts
+        self._run_key = run_key
+        self._upto = upto
+
+    def _filed(self, key: StateKey) -> StateKey:
+        return {**key, "project_key": self._run_key}
+
+    def add(self, key: StateKey, entries: list[dict[str, Any]], *, summarize: Fold | None = None) -> None:
+        raise RunStateError("a checkpoint's session state is read only")
+
+    async def flush(self) -> None:
+        pass  # nothing is ever queued
+
+    async def load(self, key: StateKey) -> list[dict[str, Any]] | None:
+        return await self._transcripts.load(self._filed(key), upto=self._upto)
+
+    async def subpaths(self, key: StateKey) -> list[str]:
+        return await self._transcripts.subpaths(self._filed(key), upto=self._upto)
+
+    async def replace(
+        self, key: StateKey, entries: list[dict[str, Any]], *, summarize: Fold | None = None
+    ) -> None:
+        raise RunStateError("a checkpoint's session state is read only")

@@ -9,6 +9,7 @@ A checkpoint that fails is absent (nothing of it is recorded) and the run goes o
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import secrets
@@ -35,7 +36,7 @@ from ..checkpoints import (
 )
 from ..errors import CheckpointError, DeadlineError, NodeprovError, RunStateError, first_line
 from ..node import NodeHandle
-from ..store import CheckpointRecord, Store, now
+from ..store import CheckpointRecord, RunRecord, Store, now
 from .events import CheckpointFailed, CheckpointSaved
 from .journal import RunEvents
 from .state import RunState
@@ -165,8 +166,10 @@ class Checkpointing:
         position = await store.checkpoints.session_seq(key, session) if key and session else None
         found: Changes = changes(before, taken.manifest)
         turn = await store.checkpoints.turns(run_id)
-        for seq in range((previous.seq if previous else 0) + 1, (previous.seq if previous else 0) + 100):
-            record = CheckpointRecord(
+        return await self._number(
+            run_id,
+            previous,
+            lambda seq: CheckpointRecord(
                 id=checkpoint_id or new_checkpoint_id(),
                 run_id=run_id,
                 seq=seq,
@@ -179,25 +182,63 @@ class Checkpointing:
                 files=taken.manifest.files,
                 size=taken.manifest.size,
                 stored=taken.stored,
-                changed=_json.dumps(
-                    {
-                        "added": len(found.added),
-                        "modified": len(found.modified),
-                        "removed": len(found.removed),
-                        "paths": {
-                            "added": found.added[:_LISTED],
-                            "modified": found.modified[:_LISTED],
-                            "removed": found.removed[:_LISTED],
-                        },
-                    }
-                ),
+                changed=_changed(found),
                 parent=previous.id if previous is not None else None,
                 agent_session_id=session,
                 project_key=key,
                 session_seq=position,
-            )
-            if await store.checkpoints.add(record):
-                return record
+            ),
+        )
+
+    async def adopt(
+        self, run_id: str, source: CheckpointRecord, *, reason: str, session: str | None
+    ) -> CheckpointRecord:
+        """Record checkpoint ``source`` (perhaps another run's) as run ``run_id``'s latest,
+        with the agent's session ``session`` (a fork's copy of ``source``'s): where a fork or
+        a rewind starts, restored onto its fresh node. Its objects are shared, not copied
+        (retention keeps what any checkpoint names); its parent is ``source``, from which
+        nothing changed.
+
+        Raises:
+            CheckpointError, ConfigError: ``source``'s manifest cannot be read.
+            StoreError: the store failed.
+        """
+        await self.manifest(source)  # its objects gone: the fork fails now, not at its restore
+        store = self._store
+        position = (
+            await store.checkpoints.session_seq(source.project_key, session)
+            if source.project_key and session
+            else None
+        )
+        turn = await store.checkpoints.turns(run_id)
+        return await self._number(
+            run_id,
+            await store.checkpoints.latest(run_id),
+            lambda seq: dataclasses.replace(
+                source,
+                id=new_checkpoint_id(),
+                run_id=run_id,
+                seq=seq,
+                turn=turn,
+                reason=reason,
+                created_at=now(),
+                stored=0,
+                changed=_changed(Changes((), (), ())),
+                parent=source.id,
+                agent_session_id=session,
+                session_seq=position,
+            ),
+        )
+
+    async def _number(
+        self, run_id: str, previous: CheckpointRecord | None, record: Callable[[int], CheckpointRecord]
+    ) -> CheckpointRecord:
+        """Add ``record(seq)`` with the run's next ``seq`` (again, should another writer take it)."""
+        first = (previous.seq if previous else 0) + 1
+        for seq in range(first, first + 100):
+            made = record(seq)
+            if await self._store.checkpoints.add(made):
+                return made
         raise CheckpointError(f"run {run_id}: could not number a checkpoint (too many writers at once)")
 
     async def collect(self, *, older_than: float = COLLECT_AFTER) -> int:
@@ -232,6 +273,22 @@ class Checkpointing:
             NodeGoneError, SpawnError, ProviderError: as :meth:`NodeHandle.spawn`.
         """
         await restore(node, await self.manifest(record), self.objects(record.objects))
+
+
+def _changed(found: Changes) -> str:
+    """A checkpoint's ``changed``: counts, and the first paths of each kind of change."""
+    return _json.dumps(
+        {
+            "added": len(found.added),
+            "modified": len(found.modified),
+            "removed": len(found.removed),
+            "paths": {
+                "added": found.added[:_LISTED],
+                "modified": found.modified[:_LISTED],
+                "removed": found.removed[:_LISTED],
+            },
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -371,6 +428,23 @@ class RunCheckpoints:
         if record is None or record.run_id != run_id:
             raise RunStateError(f"run {run_id} has no checkpoint {checkpoint_id}")
         return record
+
+    async def start_point(self, run_id: str, checkpoint_id: str | None) -> tuple[RunRecord, CheckpointRecord]:
+        """Run ``run_id`` and its checkpoint ``checkpoint_id`` (its latest when None): where a
+        fork begins.
+
+        Raises:
+            RunStateError: there is no such run, it has no such checkpoint (or none).
+            StoreError: the store failed.
+        """
+        store = self._plane.store
+        if (record := await store.run(run_id)) is None:
+            raise RunStateError(f"no run {run_id}")
+        if checkpoint_id is not None:
+            return record, await self.get(run_id, checkpoint_id)
+        if (latest := await store.checkpoints.latest(run_id)) is None:
+            raise RunStateError(f"run {run_id} has no checkpoint to fork from")
+        return record, latest
 
     async def take(self, run_id: str, *, within: float = 600.0) -> CheckpointRecord:
         """Checkpoint a running run now: its workspace and its agent's session, while the

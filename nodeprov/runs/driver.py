@@ -130,6 +130,8 @@ class Driver:
         if plan.resume is not None:  # a pause before the agent starts must keep the session
             drive.run.agent_session_id = plan.resume.agent_session_id
         resumed = f"{plan.resume.pause_kind} pause at {plan.resume.created_at}" if plan.resume else None
+        if (checkpoint := plan.start_from) is not None:
+            resumed = f"checkpoint {checkpoint.id} of run {checkpoint.run_id}"
         drive.events.emit(
             RunStarted,
             prompt=prompt_text(plan.prompt),
@@ -137,6 +139,7 @@ class Driver:
             provider=plan.provider,
             agent=plan.agent.name,
             resumed_from=resumed,
+            checkpoint=checkpoint.id if checkpoint is not None else None,
         )
         return drive
 

@@ -59,9 +59,10 @@ class RunEvent:
 @dataclass(frozen=True)
 class RunStarted(RunEvent):
     """A drive of the run began: its first start, or a resume (``resumed_from`` names the
-    snapshot's pause kind and time). ``prompt`` is the text the agent is given, ``images``
-    its images by reference (:meth:`~nodeprov.prompts.ImageBlock.ref`: hash, media type,
-    size; the bytes stay in the store)."""
+    snapshot's pause kind and time), or a fork or a rewind (``checkpoint``: the checkpoint
+    it began at, which ``resumed_from`` names with its run). ``prompt`` is the text the agent
+    is given, ``images`` its images by reference (:meth:`~nodeprov.prompts.ImageBlock.ref`:
+    hash, media type, size; the bytes stay in the store)."""
 
     kind: ClassVar[str] = "run.started"
     prompt: str
@@ -69,6 +70,7 @@ class RunStarted(RunEvent):
     resumed_from: str | None = None
     agent: str = "claude"  # history, not a choice: events stored before runs named their agent were Claude's
     images: tuple[dict[str, Any], ...] = ()
+    checkpoint: str | None = None
 
 
 @dataclass(frozen=True)

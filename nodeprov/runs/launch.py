@@ -3,6 +3,7 @@ run's record; a paused run claimed; and the :class:`Plan` its drive follows."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from ..fleet import check_image
 from ..node import NodeConfig
 from ..prompts import Block, ImageBlock, Prompt, TextBlock, prompt_blocks, prompt_images, prompt_text
 from ..scripted import SCRIPTED
-from ..store import RunRecord, SnapshotRecord, dumps, new_id, now
+from ..store import CheckpointRecord, RunRecord, SnapshotRecord, dumps, new_id, now
 from .nodes import not_given
 from .pools import Pools
 from .spec import RunSpec, check_limits, run_permission
@@ -52,6 +53,10 @@ class Plan:
     """Seconds the agent is kept with no control plane attached (None: not kept)."""
     checkpoint: str = "pause"
     """When the run checkpoints its workspace (:data:`~nodeprov.runs.spec.CheckpointMode`)."""
+    start_from: CheckpointRecord | None = None
+    """A fork's or a rewind's checkpoint: before the node is got, the agent's session as it
+    stood there is copied as ``resume.agent_session_id`` and the checkpoint recorded as the
+    run's latest, restored onto the fresh node."""
 
 
 class Launcher:
@@ -227,9 +232,11 @@ class Launcher:
         idle_timeout: float | None,
         agent_grace: float | None,
         model: str | None,
+        start_from: CheckpointRecord | None = None,
     ) -> Plan:
         """Take the run of a claimed ``snapshot`` over (a compare-and-set from paused or
-        failed) and plan its drive, on ``model`` (see :meth:`resumed`).
+        failed) and plan its drive, on ``model`` (see :meth:`resumed`); with ``start_from``
+        (a rewind), from that checkpoint of the run's on a fresh node.
 
         Raises:
             RunStateError: the run is gone, or another control plane resumed it first.
@@ -257,6 +264,8 @@ class Launcher:
         settings = {**self._nodes.settings_for(record), **given_settings}
         blocks = prompt_blocks(message)
         await self._store.images.put(prompt_images(blocks), run_id=record.id)
+        if start_from is not None:
+            snapshot = _forked(snapshot, start_from, agent)
         if snapshot.agent_session_id is None:  # the agent never started: start it afresh
             original = await self._stored_prompt(record)
             blocks = original if message == "continue" else (*original, *blocks)
@@ -272,7 +281,106 @@ class Launcher:
             idle_timeout,
             agent_grace=grace,
             checkpoint=record.checkpoint,
+            start_from=start_from,
         )
+
+    async def plan_fork(
+        self,
+        source: RunRecord,
+        checkpoint: CheckpointRecord,
+        message: Prompt,
+        options: AgentOptions | Mapping[str, Any] | None,
+        given_settings: dict[str, Any],
+        *,
+        deadline: float | None,
+        idle_timeout: float | None,
+        agent_grace: float | None,
+        model: str | None,
+    ) -> tuple[RunRecord, Plan]:
+        """The record of a new run forked from run ``source`` at ``checkpoint`` (not stored
+        yet: store it with the plan's images) and the plan of its drive: the source's
+        provider, settings, agent and options (``options`` laid over), on ``model``, given
+        ``message``; the agent's session a copy of the source's as it stood at the
+        checkpoint, under a new id (the agent started afresh with the source's prompt if it
+        had not started then).
+
+        Raises:
+            ConfigError: a secret provider setting the source was started with is missing
+                from ``given_settings`` and this control plane's, the options are invalid for
+                the agent, it refuses the message's images, or a limit is not a positive number.
+            StoreError: the store failed.
+        """
+        check_limits(deadline, idle_timeout, agent_grace)
+        secrets = {**await self._nodes.secrets(source.node_provider), **given_settings}
+        if missing := not_given(source.node_secret_fields, secrets):
+            raise ConfigError(
+                f"run {source.id} was started with secret provider settings that are never "
+                f"stored; give them again to fork it: {', '.join(missing)}"
+            )
+        agent = await _agent_of(lambda: _resumed_agent(source, options))
+        run_id = new_id("run")
+        snapshot = SnapshotRecord(  # never stored: the drive resumes from it as from a pause's
+            token="",
+            run_id=run_id,
+            node_id=None,
+            node_kept=False,
+            provider=source.node_provider,
+            agent_session_id=checkpoint.agent_session_id,
+            project_key=checkpoint.project_key,
+            state=RunState.PAUSED,
+            pause_kind="system",
+            reason=f"forked from run {source.id}",
+            created_at=checkpoint.created_at,
+            used_at=now(),
+            agent=source.agent,
+        )
+        snapshot = _forked(snapshot, checkpoint, agent)
+        blocks = prompt_blocks(message)
+        if snapshot.agent_session_id is None:
+            original = await self._stored_prompt(source)
+            blocks = original if message == "continue" else (*original, *blocks)
+        prepared = agent.prepare_prompt(blocks)
+        grace = self._grace_of(source) if agent_grace is None else agent_grace or None
+        session = await self._store.active_session(source.workspace_id, agent.name)
+        stamp = now()
+        record = dataclasses.replace(
+            source,
+            id=run_id,
+            session_id=session.id,
+            prompt=prompt_text(prepared),
+            prompt_blocks=_blocks_json(prepared),
+            agent_options=dumps(agent.options.storable()),
+            state=RunState.STARTING,
+            outcome=None,
+            error=None,
+            node_id=None,
+            agent_session_id=snapshot.agent_session_id,
+            project_key=snapshot.project_key,
+            owner=self._lease.owner,
+            pause_request=None,
+            created_at=stamp,
+            updated_at=stamp,
+            agent_keeper=None,
+            agent_grace=grace or 0.0,
+            model=model,
+            forked_from=source.id,
+            forked_at=checkpoint.id,
+        )
+        plan = Plan(
+            prepared,
+            source.node_provider,
+            {**self._nodes.settings_for(source), **given_settings},
+            agent,
+            source.workspace_id,
+            NodeConfig.model_validate_json(source.node_config),
+            snapshot,
+            deadline,
+            idle_timeout,
+            agent_grace=grace,
+            checkpoint=source.checkpoint,
+            start_from=checkpoint,
+        )
+        return record, plan
 
     async def plan_adoption(self, record: RunRecord) -> Plan:
         """The plan of a drive that takes ``record`` over (its owner changed already): its
@@ -339,6 +447,16 @@ class Launcher:
         if not unused:
             raise RunStateError(f"run {run_id} has no snapshot to resume from")
         return unused[-1].token
+
+
+def _forked(snapshot: SnapshotRecord, checkpoint: CheckpointRecord, agent: Agent[Any]) -> SnapshotRecord:
+    """``snapshot`` made to resume from ``checkpoint``: on a fresh node (a kept one holds a
+    later workspace), as a new session of the agent (a copy of the checkpoint's), or afresh
+    if the agent had not started then."""
+    session = agent.new_session_id() if checkpoint.agent_session_id else None
+    return dataclasses.replace(
+        snapshot, node_id=None, node_kept=False, agent_session_id=session, project_key=checkpoint.project_key
+    )
 
 
 def _blocks_json(blocks: tuple[Block, ...]) -> str:

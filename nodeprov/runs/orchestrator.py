@@ -82,11 +82,10 @@ from typing import Any, Self, Unpack
 import anyio
 from anyio.abc import TaskGroup
 
-from ..agents import AgentOptions
 from ..errors import ConfigError, NodeprovError, RunStateError
 from ..node import GarbageReport, NodeProvider
 from ..prompts import Prompt, prompt_blocks, prompt_images, prompt_text
-from ..store import Store
+from ..store import CheckpointRecord, RunRecord, Store
 from .checkpointing import RunCheckpoints
 from .driver import Driver, Teardown
 from .events import RunEvent
@@ -258,43 +257,27 @@ class Orchestrator:
         chosen = dataclasses.replace(spec, agent=agent)
 
         async def launch(options: dict[str, Any]) -> Run:
-            record, plan = await self._launcher.plan_start(chosen, options)
-            self._plane.launching.add(record.id)
-            try:
-                await self.store.create_run(record, prompt_images(plan.prompt))
-                return await self._launch(record.id, plan)
-            finally:
-                self._plane.launching.discard(record.id)
+            return await self._launch_new(*await self._launcher.plan_start(chosen, options))
 
         return await self._models.start(
             spec.model, agent, prompt_text(prompt_blocks(spec.prompt)), chosen.given_options(), launch
         )
 
-    async def resume(
-        self,
-        token: str,
-        *,
-        message: Prompt = "continue",
-        model: str | None = None,
-        options: AgentOptions | Mapping[str, Any] | None = None,
-        provider_settings: Mapping[str, Any] | None = None,
-        deadline: float | None = None,
-        idle_timeout: float | None = None,
-        keep_node: bool = False,
-        agent_grace: float | None = None,
-    ) -> Run:
+    async def resume(self, token: str, **how: Unpack[ResumeFields]) -> Run:
         """Resume a paused (or failed) run from its snapshot token; the token is used up.
 
-        The run's own agent resumes its session: on a kept node there; otherwise a fresh
-        node is provisioned and the agent's session state restored onto it first.
-        ``options`` are laid over the run's stored ones, and carry what was never stored
-        (``env``, with credentials); ``model`` over theirs, as for :meth:`start`.
-        ``provider_settings`` are laid over the stored ones: the run's secret settings (never
-        stored) must be given again, unless this control plane has them. A run paused before
-        its agent ever started is started again with its own prompt (its images too),
-        followed by ``message`` unless that is ``"continue"``. ``message`` may hold images,
-        as a prompt of :meth:`start`. ``keep_node`` as for :meth:`start`; ``agent_grace``
-        too, the run's own when None.
+        ``how`` (:class:`~nodeprov.runs.spec.ResumeFields`, all optional): ``message`` (by
+        default ``"continue"``), ``model``, ``options``, ``provider_settings``, ``deadline``,
+        ``idle_timeout``, ``keep_node`` and ``agent_grace``. The run's own agent resumes its
+        session: on a kept node there; otherwise a fresh node is provisioned and the agent's
+        session state restored onto it first. ``options`` are laid over the run's stored
+        ones, and carry what was never stored (``env``, with credentials); ``model`` over
+        theirs, as for :meth:`start`. ``provider_settings`` are laid over the stored ones: the
+        run's secret settings (never stored) must be given again, unless this control plane
+        has them. A run paused before its agent ever started is started again with its own
+        prompt (its images too), followed by ``message`` unless that is ``"continue"``.
+        ``message`` may hold images, as a prompt of :meth:`start`. ``keep_node`` as for
+        :meth:`start`; ``agent_grace`` too, the run's own when None.
 
         Raises:
             TokenError: the token is unknown or used already.
@@ -305,9 +288,14 @@ class Orchestrator:
                 archived (the workspace switched to another agent since), or another
                 control plane resumed it first.
         """
-        given = dict(provider_settings or {})
-        agent, model = await self._launcher.resumed(token, model)
-        laid = RunSpec(prompt=message, model=model, options=options).given_options()
+        return await self._resume(token, None, how)
+
+    async def _resume(self, token: str, start_from: CheckpointRecord | None, how: ResumeFields) -> Run:
+        message, given = how.get("message", "continue"), dict(how.get("provider_settings") or {})
+        agent, model = await self._launcher.resumed(token, how.get("model"))
+        laid = RunSpec(prompt=message, model=model, options=how.get("options")).given_options()
+        deadline, idle_timeout = how.get("deadline"), how.get("idle_timeout")
+        agent_grace = how.get("agent_grace")
 
         async def launch(on_model: dict[str, Any]) -> Run:
             snapshot = await self._launcher.claim(
@@ -330,7 +318,9 @@ class Orchestrator:
                     idle_timeout=idle_timeout,
                     agent_grace=agent_grace,
                     model=model,
+                    start_from=start_from,
                 )
+                keep_node = how.get("keep_node", False)
                 return await self._launch(snapshot.run_id, dataclasses.replace(plan, keep_node=keep_node))
             finally:
                 self._plane.launching.discard(snapshot.run_id)
@@ -348,6 +338,69 @@ class Orchestrator:
             ConfigError: as :meth:`resume`.
         """
         return await self.resume(await self._launcher.latest_token(run_id), **how)
+
+    async def rewind(self, run_id: str, checkpoint: str, **how: Unpack[ResumeFields]) -> Run:
+        """Resume ``run_id`` from its earlier ``checkpoint`` rather than where it stopped: on a
+        fresh node given that checkpoint's workspace, the agent's session as it stood then
+        (a copy under a new session id: what came after stays archived, and the checkpoints
+        after it stay). The keyword arguments are :meth:`resume`'s.
+
+        Raises:
+            RunStateError: the run has no such checkpoint, is not paused or failed (pause it
+                first), or has no snapshot left to resume from.
+            ConfigError: as :meth:`resume`.
+        """
+        record = await self.checkpoints.get(run_id, checkpoint)
+        return await self._resume(await self._launcher.latest_token(run_id), record, how)
+
+    async def fork(self, run_id: str, checkpoint: str | None = None, **how: Unpack[ResumeFields]) -> Run:
+        """Start a new run from ``run_id``'s ``checkpoint`` (its latest when None), in any
+        state: on a fresh node given that checkpoint's workspace, its agent's session a copy
+        of the original's as it stood then, under a new session id, so that the two go on
+        apart (two forks of one checkpoint too). The new run is the original's provider,
+        settings, agent and options, with ``how`` laid over as for :meth:`resume`; it names
+        its origin (``forked_from``, ``forked_at`` in its record, ``run.started``'s
+        ``checkpoint``). Returns at once, the run starting.
+
+        Raises:
+            RunStateError: there is no such run, it has no such checkpoint (or none).
+            ConfigError: a secret provider setting the original was started with is missing,
+                the options are invalid for its agent, the agent refuses the message's
+                images, or a limit is not a positive number.
+            StoreError: the store failed.
+        """
+        source, start_from = await self.checkpoints.start_point(run_id, checkpoint)
+        message = how.get("message", "continue")
+        model = source.model if (given := how.get("model")) is None else given
+        laid = RunSpec(prompt=message, model=model, options=how.get("options")).given_options()
+
+        async def launch(on_model: dict[str, Any]) -> Run:
+            record, plan = await self._launcher.plan_fork(
+                source,
+                start_from,
+                message,
+                on_model,
+                dict(how.get("provider_settings") or {}),
+                deadline=how.get("deadline"),
+                idle_timeout=how.get("idle_timeout"),
+                agent_grace=how.get("agent_grace"),
+                model=model,
+            )
+            return await self._launch_new(
+                record, dataclasses.replace(plan, keep_node=how.get("keep_node", False))
+            )
+
+        text = prompt_text(prompt_blocks(message))
+        return await self._models.start(model, source.agent, text, laid, launch)
+
+    async def _launch_new(self, record: RunRecord, plan: Plan) -> Run:
+        """Store new run ``record`` (with the images of its prompt) and drive it by ``plan``."""
+        self._plane.launching.add(record.id)
+        try:
+            await self.store.create_run(record, prompt_images(plan.prompt))
+            return await self._launch(record.id, plan)
+        finally:
+            self._plane.launching.discard(record.id)
 
     async def _launch(self, run_id: str, plan: Plan) -> Run:
         drive = self._driver.begin(run_id, plan, await self.store.last_event_seq(run_id) + 1)

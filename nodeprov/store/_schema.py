@@ -362,6 +362,15 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    [
+        # A fork's lineage: the run it was forked from and the checkpoint it started from
+        # (plain text, no foreign key: retention may delete the original first).
+        "ALTER TABLE runs ADD COLUMN forked_from TEXT",
+        "ALTER TABLE runs ADD COLUMN forked_at TEXT",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema this code writes: a store of a later one is refused."""
 

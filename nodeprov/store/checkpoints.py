@@ -21,9 +21,10 @@ class CheckpointRecord:
     at ``objects``, with ``packs`` the objects it names) and the agent's session then
     (``agent_session_id``, archived under ``project_key`` up to entry ``session_seq``).
     ``seq`` counts the run's checkpoints from 1; ``turn`` the turns the run had begun;
-    ``reason`` is ``pause``, ``turn`` or ``request``; ``changed`` the paths added, modified
-    and removed since the run's checkpoint before (``parent``), as JSON: counts and the
-    first paths of each."""
+    ``reason`` is ``pause``, ``turn`` or ``request``, or ``fork`` or ``rewind`` for where a
+    fork or a rewind began (another checkpoint's workspace, its ``parent``, shared);
+    ``changed`` the paths added, modified and removed since the checkpoint before
+    (``parent``), as JSON: counts and the first paths of each."""
 
     id: str
     run_id: str

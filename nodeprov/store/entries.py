@@ -93,6 +93,9 @@ def keyed(entries: Sequence[Any]) -> list[KeyedEntry]:
     return [(entry_key(entry), entry) for entry in entries]
 
 
+_UNBOUNDED = (1 << 63) - 1  # above every position (BIGINT's largest)
+
+
 def _subpath(key: EntryKey) -> str:
     return str(key.get("subpath") or "")
 
@@ -224,12 +227,14 @@ class EntryStore:
             lock = f"{len(project)}:{project}/{session}"  # unambiguous, and text may not hold NUL
             statements.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (lock,))
 
-    async def load(self, key: EntryKey) -> list[Any] | None:
-        """The entries under ``key`` in append order; ``None`` if there are none."""
+    async def load(self, key: EntryKey, *, upto: int | None = None) -> list[Any] | None:
+        """The entries under ``key`` in append order; ``None`` if there are none. With
+        ``upto``, only those appended up to that position (a checkpoint's ``session_seq``:
+        every entry's position is above those appended before it, in any session)."""
         rows = await self._db.fetchall(
             "SELECT entry FROM transcript_entries WHERE project_key = ? AND session_id = ? AND subpath = ?"
-            " ORDER BY seq",
-            (key["project_key"], key["session_id"], _subpath(key)),
+            " AND seq <= ? ORDER BY seq",
+            (key["project_key"], key["session_id"], _subpath(key), _UNBOUNDED if upto is None else upto),
         )
         return [_json.loads(row[0]) for row in rows] if rows else None
 
@@ -268,11 +273,12 @@ class EntryStore:
 
         await self._db.transact(delete)
 
-    async def subpaths(self, key: EntryKey) -> list[str]:
-        """The ``subpath`` values stored beside ``key``'s main transcript, sorted."""
+    async def subpaths(self, key: EntryKey, *, upto: int | None = None) -> list[str]:
+        """The ``subpath`` values stored beside ``key``'s main transcript, sorted (with
+        ``upto``, those with entries up to that position, as :meth:`load`)."""
         rows = await self._db.fetchall(
             "SELECT DISTINCT subpath FROM transcript_entries WHERE project_key = ? AND session_id = ?"
-            " AND subpath != ''",
-            (key["project_key"], key["session_id"]),
+            " AND subpath != '' AND seq <= ?",
+            (key["project_key"], key["session_id"], _UNBOUNDED if upto is None else upto),
         )
         return sorted(str(row[0]) for row in rows)

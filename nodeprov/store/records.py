@@ -50,7 +50,8 @@ class RunRecord:
     runs kept their own). ``model`` is the model it asked for: a model id,
     :data:`~nodeprov.scripted.SCRIPTED` (its agent's offline model), or None (its agent's
     default); a resume that names none runs on it again. ``checkpoint`` is when it
-    checkpoints its workspace (:data:`~nodeprov.runs.spec.CheckpointMode`).
+    checkpoints its workspace (:data:`~nodeprov.runs.spec.CheckpointMode`). A fork names
+    the run it was forked from (``forked_from``) and the checkpoint it began at (``forked_at``).
     """
 
     id: str
@@ -78,6 +79,8 @@ class RunRecord:
     agent_grace: float | None = None
     model: str | None = None
     checkpoint: str = "pause"
+    forked_from: str | None = None
+    forked_at: str | None = None
 
 
 @dataclass(frozen=True)

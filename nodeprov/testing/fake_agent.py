@@ -45,6 +45,8 @@ in order. Each step is an object with one key:
   its parent directories too.
 - ``{"read_file": "path"}``: an assistant message with the file's text, or ``missing: path``
   (a tool call that reads back what an earlier turn wrote).
+- ``{"recall": true}``: an assistant message with the text of every user message its session's
+  transcript holds, joined by `` | `` (what a resumed or forked session remembers).
 - ``{"stream": [count, size, interval]}``: ``count`` assistant messages of ``size`` bytes of
   text, ``interval`` seconds apart (an interrupt ends the turn at the next message). Each text begins
   ``t=EPOCH `` with the wall-clock time it was sent, so a reader can measure relay latency.
@@ -81,7 +83,7 @@ __all__ = ["fake_agent_command"]
 
 MODEL = "fake-model"
 STEPS = {"text", "sleep", "stall", "retry", "error_result", "exit", "garbage", "stderr", "ignore_term"}
-STEPS |= {"close_stdout", "spawn", "wait_for", "write_file", "read_file", "stream", "deaf", "ask"}
+STEPS |= {"close_stdout", "spawn", "wait_for", "write_file", "read_file", "stream", "deaf", "ask", "recall"}
 _USAGE = {
     "input_tokens": 10,
     "output_tokens": 5,
@@ -371,6 +373,8 @@ class _Agent:
                         stamp = f"t={time.time():.6f} "
                         said = stamp + padding[len(stamp) :]
                         self.assistant(said)
+                elif kind == "recall":
+                    self.assistant(" | ".join(self.prompts()))
                 elif kind == "read_file":
                     try:
                         with open(value) as file:
@@ -407,6 +411,19 @@ class _Agent:
             return True
         self.result(started, result=said)
         return False
+
+    def prompts(self) -> list[str]:
+        """The texts of the user messages in the session's transcript, in order."""
+        texts = []
+        with open(self.transcript) as transcript:
+            for line in transcript:
+                entry = json.loads(line)
+                content = entry.get("message", {}).get("content") if entry.get("type") == "user" else None
+                if isinstance(content, str):
+                    texts.append(content)
+                elif isinstance(content, list):
+                    texts += [block["text"] for block in content if block.get("type") == "text"]
+        return texts
 
     def run(self) -> int:
         threading.Thread(target=self.read_stdin, daemon=True).start()

@@ -23,6 +23,7 @@ from .cli import bundled_cli_path
 from .sdk_parity import fold_summary, sanitize_path
 
 if TYPE_CHECKING:
+    from ...store.entries import Fold
     from .session import ClaudeSession
 
 __all__ = ["ClaudeAgent", "ClaudeOptions", "config_dir"]
@@ -68,6 +69,7 @@ class ClaudeAgent(Agent[ClaudeOptions]):
     model_patterns: ClassVar[tuple[str, ...]] = (r"claude-.*", "opus", "sonnet", "haiku")
     fallback: ClassVar[bool] = True
     image_limits: ClassVar[ImageLimits | None] = ANTHROPIC_IMAGE_LIMITS
+    state_summary: ClassVar[Fold | None] = fold_summary
 
     @classmethod
     def local_cli(cls) -> str | None:

@@ -34,7 +34,7 @@ from .._guard import start_agent
 from .._installed import installed_cli
 from ..per_turn import PerTurnSession
 from .events import Converter
-from .state import home_of, load_state, save_state, state_key, workspace_env
+from .state import home_of, load_state, new_session_id, save_state, state_key, workspace_env
 
 __all__ = ["OpenCodeAgent", "OpenCodeOptions", "OpenCodeProvider", "OpenCodeSession", "ProviderModel"]
 
@@ -276,6 +276,9 @@ class OpenCodeAgent(Agent[OpenCodeOptions]):
         """``argv`` (an OpenCode command line) run under the wrapper in the options' ``cwd``."""
         args = ["-c", _WRAPPER, "nodeprov-opencode", home, stderr_file, *argv]
         return SpawnOptions("/bin/sh", args, cwd=self.options.cwd, env=self.environment(home))
+
+    def new_session_id(self) -> str:
+        return new_session_id()
 
     async def import_state(
         self, node: NodeHandle, session_id: str, project_key: str, archive: SessionArchive

@@ -8,6 +8,8 @@ import json
 import logging
 import re
 import secrets
+import string
+import time
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
@@ -22,7 +24,7 @@ from .._files import archive_entries, read_lines
 if TYPE_CHECKING:
     from .agent import OpenCodeAgent
 
-__all__ = ["home_of", "load_state", "save_state", "state_key", "workspace_env"]
+__all__ = ["home_of", "load_state", "new_session_id", "save_state", "state_key", "workspace_env"]
 
 logger = logging.getLogger("nodeprov.agents.opencode")
 
@@ -46,6 +48,17 @@ def state_key(workspace: str) -> str:
     """``opencode-``, the workspace's name (letters, digits, ``.``, ``_``, ``-``) and a hash of it."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", workspace)[:40]
     return f"{_PROJECT_PREFIX}{safe}-{hashlib.sha256(workspace.encode()).hexdigest()[:12]}"
+
+
+_BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
+
+
+def new_session_id() -> str:
+    """A session id as OpenCode makes one (``Identifier.descending("session")``): ``ses_``,
+    the time in milliseconds shifted by 12 bits and inverted (the newest sorts first) in 12
+    hexadecimal digits, then 14 random base62 characters."""
+    inverted = ~(int(time.time() * 1000) << 12 | secrets.randbelow(1 << 12)) & ((1 << 48) - 1)
+    return f"ses_{inverted:012x}{''.join(secrets.choice(_BASE62) for _ in range(14))}"
 
 
 def home_of(node: NodeHandle, project_key: str) -> str:
