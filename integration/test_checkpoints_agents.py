@@ -92,3 +92,64 @@ async def test_a_resume_on_a_fresh_node_reads_back_the_files_of_the_turn_before(
     assert not any(_WRITTEN in text for text in harness.requests()[:asked])
     assert any(_WRITTEN in text for text in after), after  # the cat's result, sent to the model
     assert "write your notes" in after[-1]  # with the conversation before
+
+
+@pytest.mark.parametrize(
+    ("harness", "kind"),
+    [("claude", "local"), ("claude", "docker"), ("codex", "docker"), ("opencode", "local")],
+    indirect=["harness"],
+)
+async def test_a_fork_from_the_first_of_three_turns_goes_on_apart(
+    harness: AgentHarness, kind: str, store: Store, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    where = _where(kind, request, tmp_path)
+    async with Orchestrator(store, checkpoints=(tmp_path / "checkpoints").as_uri()) as plane:
+
+        async def paused(message: str, file: str, token: str | None) -> tuple[str, str]:
+            """A turn that writes ``file`` and is paused in its next tool call: its run's id
+            and its snapshot's token."""
+            marker = unique_marker()
+            harness.script(
+                [harness.shell(f"printf {file} > {file}.txt"), harness.shell(f"sh -c 'sleep {marker}'")]
+            )
+            if token is None:
+                run = await plane.start(message, agent=harness.agent, options=harness.options, **where)
+            else:
+                run = await plane.resume(token, message=message, options=harness.options)
+            with anyio.fail_after(180):
+                await until_tool_runs(marker)
+                return run.id, (await run.pause("human", "next turn", keep_node=False)).token
+
+        async def finished(start: Any, said: str) -> tuple[str, list[str]]:
+            """A last turn that lists the workspace, then says ``said``: its run's id, and
+            its requests to the model."""
+            harness.script([harness.shell("ls"), harness.text(said)])
+            asked = len(harness.requests())
+            run = await start()
+            with anyio.fail_after(180):
+                assert await run.wait() == "ok", run.error
+            return run.id, harness.requests()[asked:]
+
+        run_id, token = await paused("turn one", "one", None)
+        _, token = await paused("turn two", "two", token)
+        first = (await plane.checkpoints.of_run(run_id))[0]
+        _, third = await finished(
+            lambda: plane.resume(token, message="turn three", options=harness.options), "three done"
+        )
+        fork_id, fork = await finished(
+            lambda: plane.fork(run_id, first.id, message="fork turn", options=harness.options), "fork done"
+        )
+        original, forked = await store.run(run_id), await store.run(fork_id)
+    assert original is not None
+    assert forked is not None
+    assert (forked.forked_from, forked.forked_at) == (run_id, first.id)
+    assert forked.agent_session_id not in (None, original.agent_session_id)
+    # The original's last turn sees both files and its whole conversation; the fork, the
+    # first turn's file and conversation alone, with its own turn.
+    assert "two.txt" in third[-1]
+    assert "turn one" in third[-1]
+    assert "turn two" in third[-1]
+    assert "one.txt" in fork[-1]
+    assert "turn one" in fork[-1]
+    assert "fork turn" in fork[-1]
+    assert not any("two.txt" in text or "turn two" in text for text in fork)

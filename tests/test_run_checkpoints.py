@@ -5,6 +5,7 @@ goes on."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,9 @@ async def test_a_resume_on_a_fresh_node_finds_the_files_of_the_turn_before(
         key, session = records[0].project_key, records[0].agent_session_id
         assert key is not None
         assert session is not None
-        assert records[0].session_seq is not None  # the session as it stood: where a fork cuts it
-        assert records[0].session_seq < (await store.checkpoints.session_seq(key, session) or 0)
+        assert records[0].session_counts is not None  # the session as it stood: where a fork cuts it
+        then = json.loads(records[0].session_counts)[""]
+        assert 0 < then < (await store.transcripts.counts({"project_key": key, "session_id": session}))[""]
 
 
 class _FailsMidWrite(DirectoryObjects):

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from .. import _json
 from ..agents.registry import imported
 from ..errors import CheckpointError, ConfigError, NodeGoneError
 from ..node import NodeHandle, NodeProvider
@@ -155,9 +156,9 @@ class NodeSource:
         original = checkpoint.agent_session_id
         if session is not None:
             copied = False
-            if original and key and checkpoint.session_seq is not None:
+            if original and key and checkpoint.session_counts:
                 await imported(type(plan.agent))
-                cut = ArchiveCut(self._store.transcripts, key, checkpoint.session_seq)
+                cut = ArchiveCut(self._store.transcripts, key, _json.loads(checkpoint.session_counts))
                 copied = await plan.agent.fork_state(original, session, key, cut, self._archive(key))
             if not copied:
                 raise CheckpointError(f"checkpoint {checkpoint.id} holds none of its agent's session state")

@@ -80,13 +80,15 @@ class Archive:
 
 
 class ArchiveCut:
-    """The store's archive of a run's agent session state as it stood at a checkpoint (its
-    ``session_seq``: nothing appended after it is seen), read only: what a fork copies."""
+    """The store's archive of a run's agent session state as it stood at a checkpoint, read
+    only: what a fork copies. ``counts`` is the checkpoint's ``session_counts`` (the entries
+    each file held then, by subpath): an agent's state files only grow, so their first
+    entries are what they held then, whatever replaced the archived copy since."""
 
-    def __init__(self, transcripts: EntryStore, run_key: str, upto: int) -> None:
+    def __init__(self, transcripts: EntryStore, run_key: str, counts: dict[str, int]) -> None:
         self._transcripts = transcripts
         self._run_key = run_key
-        self._upto = upto
+        self._counts = counts
 
     def _filed(self, key: StateKey) -> StateKey:
         return {**key, "project_key": self._run_key}
@@ -98,10 +100,11 @@ class ArchiveCut:
         pass  # nothing is ever queued
 
     async def load(self, key: StateKey) -> list[dict[str, Any]] | None:
-        return await self._transcripts.load(self._filed(key), upto=self._upto)
+        count = self._counts.get(key.get("subpath") or "", 0)
+        return await self._transcripts.load(self._filed(key), first=count) if count else None
 
     async def subpaths(self, key: StateKey) -> list[str]:
-        return await self._transcripts.subpaths(self._filed(key), upto=self._upto)
+        return sorted(subpath for subpath, count in self._counts.items() if subpath and count)
 
     async def replace(
         self, key: StateKey, entries: list[dict[str, Any]], *, summarize: Fold | None = None

@@ -163,7 +163,7 @@ class Checkpointing:
             await self._flush()
         run = await store.run(run_id)
         key = run.project_key if run is not None else None
-        position = await store.checkpoints.session_seq(key, session) if key and session else None
+        counts = await self._counts(key, session)
         found: Changes = changes(before, taken.manifest)
         turn = await store.checkpoints.turns(run_id)
         return await self._number(
@@ -186,9 +186,16 @@ class Checkpointing:
                 parent=previous.id if previous is not None else None,
                 agent_session_id=session,
                 project_key=key,
-                session_seq=position,
+                session_counts=counts,
             ),
         )
+
+    async def _counts(self, key: str | None, session: str | None) -> str | None:
+        """The entries each file of ``session`` holds in the archive (see ``session_counts``)."""
+        if not key or not session:
+            return None
+        counts = await self._store.transcripts.counts({"project_key": key, "session_id": session})
+        return _json.dumps(counts) if counts else None
 
     async def adopt(
         self, run_id: str, source: CheckpointRecord, *, reason: str, session: str | None
@@ -205,11 +212,7 @@ class Checkpointing:
         """
         await self.manifest(source)  # its objects gone: the fork fails now, not at its restore
         store = self._store
-        position = (
-            await store.checkpoints.session_seq(source.project_key, session)
-            if source.project_key and session
-            else None
-        )
+        counts = await self._counts(source.project_key, session)
         turn = await store.checkpoints.turns(run_id)
         return await self._number(
             run_id,
@@ -226,7 +229,7 @@ class Checkpointing:
                 changed=_changed(Changes((), (), ())),
                 parent=source.id,
                 agent_session_id=session,
-                session_seq=position,
+                session_counts=counts,
             ),
         )
 

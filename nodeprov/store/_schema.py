@@ -371,6 +371,16 @@ MIGRATIONS.append(
     ]
 )
 
+MIGRATIONS.append(
+    [
+        # Where the agent's session stood at a checkpoint, as the number of entries of each of
+        # its files (JSON, by subpath): an agent's state files only grow, so a fork takes
+        # that many, whatever replaced the archived copy since. It supersedes session_seq (a
+        # position, which such a replacement renumbers), left unused.
+        "ALTER TABLE checkpoints ADD COLUMN session_counts TEXT",
+    ]
+)
+
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema this code writes: a store of a later one is refused."""
 

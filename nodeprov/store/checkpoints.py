@@ -19,7 +19,7 @@ __all__ = ["CheckpointRecord", "CheckpointStore"]
 class CheckpointRecord:
     """One checkpoint of run ``run_id``: its workspace (``manifest``, an object of the store
     at ``objects``, with ``packs`` the objects it names) and the agent's session then
-    (``agent_session_id``, archived under ``project_key`` up to entry ``session_seq``).
+    (``agent_session_id``, archived under ``project_key``, of which ``session_counts``).
     ``seq`` counts the run's checkpoints from 1; ``turn`` the turns the run had begun;
     ``reason`` is ``pause``, ``turn`` or ``request``, or ``fork`` or ``rewind`` for where a
     fork or a rewind began (another checkpoint's workspace, its ``parent``, shared);
@@ -42,8 +42,9 @@ class CheckpointRecord:
     parent: str | None
     agent_session_id: str | None
     project_key: str | None
-    session_seq: int | None
-    """The last entry of the agent's session archived when it was taken (None: none was)."""
+    session_counts: str | None
+    """How many entries each file of the agent's session held then (a JSON object by
+    subpath, "" the main; None: none was archived): where a fork cuts the session."""
 
     @property
     def pack_names(self) -> list[str]:
@@ -82,14 +83,6 @@ class CheckpointStore:
             (run_id,),
         )
         return as_record(CheckpointRecord, row)  # type: ignore[no-any-return]
-
-    async def session_seq(self, project_key: str, session_id: str) -> int | None:
-        """The last entry archived of agent session ``session_id`` under ``project_key``."""
-        row = await self._db.fetchone(
-            "SELECT MAX(seq) FROM transcript_entries WHERE project_key = ? AND session_id = ?",
-            (project_key, session_id),
-        )
-        return None if row is None or row[0] is None else int(row[0])
 
     async def turns(self, run_id: str) -> int:
         """The turns run ``run_id`` has begun (its first, and each resume)."""

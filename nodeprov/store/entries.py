@@ -93,9 +93,6 @@ def keyed(entries: Sequence[Any]) -> list[KeyedEntry]:
     return [(entry_key(entry), entry) for entry in entries]
 
 
-_UNBOUNDED = (1 << 63) - 1  # above every position (BIGINT's largest)
-
-
 def _subpath(key: EntryKey) -> str:
     return str(key.get("subpath") or "")
 
@@ -227,16 +224,25 @@ class EntryStore:
             lock = f"{len(project)}:{project}/{session}"  # unambiguous, and text may not hold NUL
             statements.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (lock,))
 
-    async def load(self, key: EntryKey, *, upto: int | None = None) -> list[Any] | None:
-        """The entries under ``key`` in append order; ``None`` if there are none. With
-        ``upto``, only those appended up to that position (a checkpoint's ``session_seq``:
-        every entry's position is above those appended before it, in any session)."""
+    async def load(self, key: EntryKey, *, first: int | None = None) -> list[Any] | None:
+        """The entries under ``key`` in append order (with ``first``, that many at most);
+        ``None`` if there are none."""
+        where: Params = (key["project_key"], key["session_id"], _subpath(key))
         rows = await self._db.fetchall(
             "SELECT entry FROM transcript_entries WHERE project_key = ? AND session_id = ? AND subpath = ?"
-            " AND seq <= ? ORDER BY seq",
-            (key["project_key"], key["session_id"], _subpath(key), _UNBOUNDED if upto is None else upto),
+            " ORDER BY seq" + ("" if first is None else " LIMIT ?"),
+            where if first is None else (*where, first),
         )
         return [_json.loads(row[0]) for row in rows] if rows else None
+
+    async def counts(self, key: EntryKey) -> dict[str, int]:
+        """How many entries each file of ``key``'s session holds, by ``subpath`` ("": the main)."""
+        rows = await self._db.fetchall(
+            "SELECT subpath, COUNT(*) FROM transcript_entries WHERE project_key = ? AND session_id = ?"
+            " GROUP BY subpath",
+            (key["project_key"], key["session_id"]),
+        )
+        return {str(subpath): int(count) for subpath, count in rows}
 
     async def sessions(self, project_key: str) -> list[SessionListing]:
         """The sessions of ``project_key`` with a main transcript."""
@@ -273,12 +279,11 @@ class EntryStore:
 
         await self._db.transact(delete)
 
-    async def subpaths(self, key: EntryKey, *, upto: int | None = None) -> list[str]:
-        """The ``subpath`` values stored beside ``key``'s main transcript, sorted (with
-        ``upto``, those with entries up to that position, as :meth:`load`)."""
+    async def subpaths(self, key: EntryKey) -> list[str]:
+        """The ``subpath`` values stored beside ``key``'s main transcript, sorted."""
         rows = await self._db.fetchall(
             "SELECT DISTINCT subpath FROM transcript_entries WHERE project_key = ? AND session_id = ?"
-            " AND subpath != '' AND seq <= ?",
-            (key["project_key"], key["session_id"], _UNBOUNDED if upto is None else upto),
+            " AND subpath != ''",
+            (key["project_key"], key["session_id"]),
         )
         return sorted(str(row[0]) for row in rows)
