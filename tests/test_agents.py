@@ -17,6 +17,7 @@ from nodeprov.agents import AgentText, ErrorMessage, Notice, Result, Thinking, T
 from nodeprov.agents.codex import _Converter
 from nodeprov.agents.messages import message_from_json, message_to_json
 from nodeprov.agents.structured import check_structured
+from nodeprov.testing.agent_conformance import MemoryArchive
 
 
 @pytest.mark.parametrize(
@@ -195,3 +196,25 @@ def test_importing_the_errors_loads_no_agent() -> None:
     )
     shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert shown.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", ["claude", "codex", "opencode"])
+async def test_a_forked_session_is_a_copy_under_a_new_id_of_the_agents_form(name: str) -> None:
+    agent = get_agent(name)
+    old, new = agent.new_session_id(), agent.new_session_id()
+    assert old != new
+    assert new.startswith("ses_") if name == "opencode" else len(new) == 36  # a UUID's form
+    rollout = f"sessions/2026/11/29/rollout-2026-11-29T07-00-00-{old}"
+    source, target = MemoryArchive(), MemoryArchive()
+    source.add({"project_key": "p", "session_id": old}, [{"sessionId": old, "text": "one"}])
+    source.add({"project_key": "p", "session_id": old, "subpath": rollout}, [{"payload": {"id": old}}])
+    source.add({"project_key": "p", "session_id": "another"}, [{"sessionId": "another"}])
+
+    assert await agent.fork_state(old, new, "p", source, target)
+    renamed = rollout.replace(old, new)
+    assert target.entries == {
+        ("p", new, ""): [{"sessionId": new, "text": "one"}],
+        ("p", new, renamed): [{"payload": {"id": new}}],
+    }
+    assert not await agent.fork_state("none-such", new, "p", source, MemoryArchive())
