@@ -21,6 +21,7 @@ from nodeprov import NodeConfig, get_provider
 from nodeprov.checkpoints import DirectoryObjects, Manifest, capture, changes, open_objects, restore
 from nodeprov.checkpoints.tar import members
 from nodeprov.errors import ArchiveRefusedError, CheckpointError, ConfigError
+from nodeprov.store import Store
 from nodeprov.testing.conformance import read_all, run, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -310,11 +311,15 @@ async def test_objects_in_a_directory_are_written_once_and_private(tmp_path: Pat
         "s3:///prefix",
         "file://host/path",
         "ftp://x/y",
+        "store:?max=1",
+        "store:?max_bytes=lots",
+        "store://host",
     ],
 )
-def test_a_checkpoints_url_that_is_not_one_is_refused(url: str) -> None:
-    with pytest.raises(ConfigError):
-        open_objects(url)
+async def test_a_checkpoints_url_that_is_not_one_is_refused(url: str, tmp_path: Path) -> None:
+    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
+        with pytest.raises(ConfigError):
+            open_objects(url, store)
 
 
 @pytest.fixture

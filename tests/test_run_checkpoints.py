@@ -268,3 +268,41 @@ async def test_a_run_checkpoints_after_each_turn_or_never_as_it_asked(
         events = await all_events(off) + await all_events(resumed)
         assert not [event for event in events if isinstance(event, CheckpointSaved | CheckpointFailed)]
         assert await store.checkpoints.of_run(off.id) == []
+
+
+async def test_checkpoints_in_the_store_stop_at_its_cap_and_say_what_to_do(
+    store: Store, agent: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    settings = {"root": str(tmp_path / "nodes")}
+    fill = "head -c 300000 /dev/urandom > big.bin; touch filled"
+    capped = "store:?max_bytes=200000"
+    async with Orchestrator(store, checkpoints=capped) as plane:
+        run = await plane.start(
+            "fill",
+            provider="local",
+            provider_settings=settings,
+            permission="edit",
+            options=agent({"write_file": ["small.txt", "small"]}, {"text": "small"}, {"stall": True}),
+        )
+        with anyio.fail_after(60):
+            await said(run, "small")
+            small = await plane.checkpoints.take(run.id)  # under the cap
+            await run.pause(keep_node=False)
+        assert small.objects == capped
+        filling = agent(
+            {"spawn": ["sh", "-c", fill]}, {"wait_for": "filled"}, {"text": "full"}, {"stall": True}
+        )
+        resumed = await plane.resume_run(run.id, options={**filling, "env": {**filling["env"]}})
+        with anyio.fail_after(60):
+            await said(resumed, "full")
+            await resumed.pause(keep_node=False)
+        events = await all_events(resumed)
+    failed = [event for event in events if isinstance(event, CheckpointFailed)]
+    assert [event.reason for event in failed] == ["pause"]
+    assert "cap of 200,000" in failed[0].error
+    assert "s3://" in failed[0].error
+    assert [record.reason for record in await store.checkpoints.of_run(run.id)] == ["request", "pause"]
+    assert (await store.run(run.id)).state == "paused"  # type: ignore[union-attr]
+    # Retention keeps what checkpoints name whatever parameters their URL gave.
+    await Checkpointing(store, "store:").collect(older_than=0)
+    assert {*small.pack_names, small.manifest} <= await store.checkpoints.object_names()

@@ -24,6 +24,7 @@ from nodeprov import ImageBlock
 from nodeprov.agents.claude import ClaudeSessionStore
 from nodeprov.errors import ConfigError, StoreError
 from nodeprov.store import (
+    CheckpointRecord,
     EntryBatch,
     EntryKey,
     EventRecord,
@@ -72,6 +73,49 @@ async def test_appends_are_idempotent_by_uuid(store: Store) -> None:
     await store.transcripts.append(key, [entry])  # type: ignore[arg-type]
     await store.transcripts.append(key, [entry, {"type": "tag"}])  # type: ignore[arg-type]
     assert await store.transcripts.load(key) == [entry, {"type": "tag"}]  # type: ignore[arg-type]
+
+
+async def test_a_sessions_first_entries_and_how_many_each_file_holds(store: Store) -> None:
+    key: EntryKey = {"project_key": "p", "session_id": "s"}
+    await store.transcripts.append(key, [{"n": 1}, {"n": 2}, {"n": 3}])
+    await store.transcripts.append({"project_key": "p", "session_id": "s", "subpath": "sub/a?b"}, [{"n": 4}])
+    assert await store.transcripts.load(key, first=2) == [{"n": 1}, {"n": 2}]
+    assert await store.transcripts.load(key, first=9) == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert await store.transcripts.counts(key) == {"": 3, "sub/a?b": 1}
+    assert await store.transcripts.counts({"project_key": "p", "session_id": "none"}) == {}
+
+
+async def test_what_checkpoints_name_is_found_by_where_their_objects_are(store: Store) -> None:
+    base = CheckpointRecord(
+        "ck-1",
+        "run-1",
+        1,
+        1,
+        "pause",
+        now(),
+        "store:?max_bytes=9",
+        "m1",
+        '["p1"]',
+        1,
+        1,
+        1,
+        "{}",
+        None,
+        None,
+        None,
+        None,
+    )
+    for record in (
+        base,
+        dataclasses.replace(base, id="ck-2", seq=2, objects="store:", manifest="m2", packs='["p2"]'),
+        dataclasses.replace(base, id="ck-3", seq=3, objects="store:x?", manifest="m3", packs="[]"),
+        dataclasses.replace(base, id="ck-4", seq=4, objects="s3://b/p", manifest="m4", packs="[]"),
+    ):
+        assert await store.checkpoints.add(record)
+    assert await store.checkpoints.named("store:") == {"m1", "p1", "m2", "p2"}
+    assert await store.checkpoints.object_bytes() == 0
+    await store.checkpoints.put_object("ab" * 32, b"12345")
+    assert await store.checkpoints.object_bytes() == 5
 
 
 async def test_a_summary_is_kept_only_where_the_writer_folds_one(store: Store) -> None:

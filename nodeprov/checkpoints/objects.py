@@ -11,7 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import anyio
 import anyio.to_thread
@@ -19,7 +19,15 @@ import anyio.to_thread
 from ..errors import CheckpointError, ConfigError
 from ..store import CheckpointStore, Store
 
-__all__ = ["DirectoryObjects", "ObjectStore", "StoreObjects", "digest_of", "open_objects"]
+__all__ = [
+    "STORE_MAX_BYTES",
+    "DirectoryObjects",
+    "ObjectStore",
+    "StoreObjects",
+    "digest_of",
+    "location",
+    "open_objects",
+]
 
 
 def digest_of(data: bytes) -> str:
@@ -159,16 +167,30 @@ class DirectoryObjects(ObjectStore):
         await anyio.to_thread.run_sync(delete)
 
 
+STORE_MAX_BYTES = 1 << 30
+"""What ``store:`` holds of checkpoint objects at most unless told (``store:?max_bytes=N``)."""
+
+
 class StoreObjects(ObjectStore):
     """Objects in nodeprov's store itself (``store:``): for small workspaces, or replicas of a
-    service that share nothing but their PostgreSQL store."""
+    service that share nothing but their PostgreSQL store. It holds ``max_bytes`` at most, in
+    all (a database is no place for a large workspace checkpointed at every pause): an
+    object that would pass it is refused, its checkpoint failing with what to do instead."""
 
     url = "store:"
 
-    def __init__(self, checkpoints: CheckpointStore) -> None:
+    def __init__(self, checkpoints: CheckpointStore, *, max_bytes: int = STORE_MAX_BYTES) -> None:
         self._checkpoints = checkpoints
+        self._max_bytes = max_bytes
 
     async def put(self, name: str, data: bytes | bytearray) -> None:
+        held = await self._checkpoints.object_bytes()
+        if held + len(data) > self._max_bytes:
+            raise CheckpointError(
+                f"the store holds {held:,} bytes of checkpoints, and this one would pass its cap of "
+                f"{self._max_bytes:,} (store:?max_bytes=N): keep checkpoints of large workspaces in "
+                "an object store (--checkpoints s3://BUCKET/PREFIX, or file:///PATH)"
+            )
         await self._checkpoints.put_object(name, bytes(data))
 
     async def get(self, name: str) -> bytes:
@@ -184,20 +206,33 @@ class StoreObjects(ObjectStore):
         await self._checkpoints.delete_objects(names)
 
 
+def location(url: str) -> str:
+    """Where the object store at ``url`` keeps its objects: the URL less its parameters (two
+    URLs that differ in them, ``?region=`` or ``?max_bytes=``, name the same objects)."""
+    return url.split("?", 1)[0].split("#", 1)[0]
+
+
 def open_objects(url: str, store: Store | None = None) -> ObjectStore:
     """The object store at ``url``: ``file:///ABSOLUTE/PATH``, ``s3://BUCKET[/PREFIX]`` (see
-    :class:`nodeprov.checkpoints.s3.S3Objects` for its query parameters) or ``store:``
-    (``store`` itself).
+    :class:`nodeprov.checkpoints.s3.S3Objects` for its query parameters) or
+    ``store:[?max_bytes=N]`` (``store`` itself, see :class:`StoreObjects`).
 
     Raises:
         ConfigError: the URL names no store nodeprov knows, or is malformed; ``store:``
             without a store.
     """
-    if url == "store:":
+    parts = urlsplit(url)
+    if parts.scheme == "store" and not parts.netloc and not parts.path:
         if store is None:
             raise ConfigError("checkpoints in store: need the store")
-        return StoreObjects(store.checkpoints)
-    parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        if unknown := sorted(set(query) - {"max_bytes"}):
+            raise ConfigError(f"unknown store: checkpoints parameters {unknown}: max_bytes is known")
+        try:
+            max_bytes = int(query.get("max_bytes", [str(STORE_MAX_BYTES)])[-1])
+        except ValueError:
+            raise ConfigError(f"store:?max_bytes=N takes a number of bytes, not {url!r}") from None
+        return StoreObjects(store.checkpoints, max_bytes=max_bytes)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
             raise ConfigError(f"a checkpoints URL file:///ABSOLUTE/PATH, not {url!r}")

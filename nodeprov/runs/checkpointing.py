@@ -34,6 +34,7 @@ from ..checkpoints import (
     open_objects,
     restore,
 )
+from ..checkpoints.objects import location
 from ..errors import CheckpointError, DeadlineError, NodeprovError, RunStateError, first_line
 from ..node import NodeHandle
 from ..store import CheckpointRecord, RunRecord, Store, now
@@ -254,7 +255,8 @@ class Checkpointing:
             StoreError: the store did.
         """
         objects = self.objects(self.url)
-        unnamed = await objects.names(older_than=older_than) - await self._store.checkpoints.named(self.url)
+        named = await self._store.checkpoints.named(location(self.url))
+        unnamed = await objects.names(older_than=older_than) - named
         await objects.delete(unnamed)
         return len(unnamed)
 

@@ -91,11 +91,14 @@ class CheckpointStore:
         )
         return int(row[0]) if row is not None else 0
 
-    async def named(self, objects: str) -> set[str]:
-        """Every object the checkpoints in the object store ``objects`` name (their
-        manifests and packs): what retention must not delete there."""
+    async def named(self, location: str) -> set[str]:
+        """Every object the checkpoints in the object store at ``location`` name (their
+        manifests and packs; whatever parameters their URLs give after it, ``?...``): what
+        retention must not delete there."""
         rows = await self._db.fetchall(
-            "SELECT manifest, packs FROM checkpoints WHERE objects = ?", (objects,)
+            "SELECT manifest, packs FROM checkpoints"
+            " WHERE objects = ? OR substr(objects, 1, length(?)) = ?",
+            (location, f"{location}?", f"{location}?"),
         )
         named: set[str] = set()
         for manifest, packs in rows:
@@ -144,6 +147,11 @@ class CheckpointStore:
             "INSERT INTO checkpoint_objects (name, data, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
             (name, data, stamp),
         )
+
+    async def object_bytes(self) -> int:
+        """The bytes of all objects stored."""
+        row = await self._db.fetchone("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM checkpoint_objects")
+        return int(row[0]) if row is not None else 0
 
     async def get_object(self, name: str) -> bytes | None:
         row = await self._db.fetchone("SELECT data FROM checkpoint_objects WHERE name = ?", (name,))
