@@ -7,7 +7,10 @@ fresh directory object store (every pack synced) against ``docker exec C tar -c`
 on this machine (synced); a restore is nodeprov's into a second container's workspace against
 ``docker exec -i C2 tar -x`` of that file into an emptied directory. Also printed: what a
 second capture adds to the object store when one 1 MiB file changed (issue 48: under 1% of
-the workspace).
+the workspace), and how late an agent's messages reach the control plane while captures run
+on the same event loop (the fake agent streaming timestamped messages on a local node: alone,
+beside nodeprov's captures, and beside plain ``tar`` through ``docker exec``, which reads the
+same bytes off the event loop).
 
     python -m bench.run --suite checkpoints [--workspace-mb 200] [--repeat 5]
 """
@@ -16,21 +19,26 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from subprocess import PIPE
+from typing import Any
 
 import anyio
 import anyio.to_thread
 
-from nodeprov import NodeHandle, get_provider
+from nodeprov import NodeHandle, get_agent, get_provider
+from nodeprov.agents import Agent, AgentText
 from nodeprov.checkpoints import DirectoryObjects, Manifest, capture, restore
 from nodeprov.testing.conformance import run as run_on
+from nodeprov.testing.fake_agent import fake_agent_command
 
 from .common import Row, compare
 from .docker_bench import BUILD_BASE
@@ -118,6 +126,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                         0.8,
                     )
                 )
+            await _relay_beside(args, scratch, capture_ours, raw_capture)
             await capture_ours()
             await source.write_file("big-7", os.urandom(1 << 20))
             again = await capture(source, DirectoryObjects(scratch / "objects"), previous=manifest[0])
@@ -132,3 +141,57 @@ async def run(args: argparse.Namespace) -> list[Row]:
 
 async def _restore(node: NodeHandle, manifest: list[Manifest], objects: Path) -> None:
     await restore(node, manifest[0], DirectoryObjects(objects))
+
+
+_RELAYED = 1000  # messages of the fake agent's stream, 5 ms apart: several captures long
+
+
+async def _relay_beside(
+    args: argparse.Namespace,
+    scratch: Path,
+    capture_ours: Callable[[], Awaitable[object]],
+    raw_capture: Callable[[], Awaitable[object]],
+) -> None:
+    """Print the relay's lateness (p50, p99, worst) alone, beside captures, beside raw tar."""
+    steps = [{"stream": [_RELAYED, 200, 0.005]}]
+    options = {"cli_path": fake_agent_command(scratch), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
+    agent = get_agent("claude", {**options, "permission": "edit"})
+    async with await get_provider("local", root=scratch / "nodes").provision() as node:
+        figures = []
+        for name, beside in (
+            ("alone", None),
+            ("beside captures", capture_ours),
+            ("beside raw tar", raw_capture),
+        ):
+            late = await _relay(agent, node, beside)
+            cut = statistics.quantiles(late, n=100)
+            figures.append(
+                f"{name} p50 {statistics.median(late):.1f} p99 {cut[98]:.1f} worst {max(late):.1f}"
+            )
+    print(
+        f"checkpoints: the relay of {_RELAYED} messages (ms late) while {args.workspace_mb} MiB is captured "
+        f"again and again: {'; '.join(figures)}"
+    )
+
+
+async def _relay(
+    agent: Agent[Any], node: NodeHandle, beside: Callable[[], Awaitable[object]] | None
+) -> list[float]:
+    """How late (ms) each message of the fake agent's stream reached this process, with
+    ``beside`` run again and again meanwhile."""
+    late: list[float] = []
+    async with anyio.create_task_group() as group:
+        if beside is not None:
+
+            async def again_and_again() -> None:
+                while True:
+                    await beside()
+
+            group.start_soon(again_and_again)
+        async with agent.session(node) as session:
+            async for message in session.turn("stream"):
+                if isinstance(message, AgentText) and message.text.startswith("t="):
+                    late.append((time.time() - float(message.text[2:].split(" ", 1)[0])) * 1000)
+        group.cancel_scope.cancel()
+    assert len(late) == _RELAYED, len(late)
+    return late

@@ -205,6 +205,8 @@ async def test_what_cannot_be_forked_or_rewound_says_why(store: Store, agent: St
         with pytest.raises(RunStateError, match="has no checkpoint ck-nope"):
             await plane.fork(run.id, "ck-nope")
         taken = await plane.checkpoints.take(run.id)
+        with pytest.raises(RunStateError, match="exists already"):
+            await plane.fork(run.id, taken.id, fork_id=run.id)
         with pytest.raises(RunStateError, match="only a paused or failed run"):
             await plane.rewind(run.id, taken.id)
         with anyio.fail_after(60):

@@ -99,6 +99,8 @@ async def test_openapi_document_is_valid_and_names_every_route(tmp_path: Path) -
         ("/v1/runs/{run_id}/checkpoints", "GET"),
         ("/v1/runs/{run_id}/checkpoints", "POST"),
         ("/v1/runs/{run_id}/diff", "GET"),
+        ("/v1/runs/{run_id}/fork", "POST"),
+        ("/v1/runs/{run_id}/rewind", "POST"),
         ("/v1/pools", "GET"),
         ("/v1/pools", "POST"),
         ("/v1/pools/{name}", "GET"),

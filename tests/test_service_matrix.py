@@ -66,6 +66,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/runs/{run_id}/checkpoints"): Rule("read", "run"),
     ("POST", "/v1/runs/{run_id}/checkpoints"): Rule("runs", "run"),
     ("GET", "/v1/runs/{run_id}/diff"): Rule("read", "run", query="?from=ck-a&to=ck-b"),
+    ("POST", "/v1/runs/{run_id}/fork"): Rule("runs", "run", body={"message": "again"}),
+    ("POST", "/v1/runs/{run_id}/rewind"): Rule("runs", "run", body={"checkpoint": "ck-a"}),
     ("POST", "/v1/pools"): Rule("nodes", body="pool"),
     ("GET", "/v1/pools"): Rule("read"),
     ("GET", "/v1/pools/{name}"): Rule("read", "pool"),

@@ -3,8 +3,8 @@
 :mod:`.app` holds the app, its table of commands, error handling and shared options; :mod:`.runs`,
 :mod:`.nodes`, :mod:`.agents`, :mod:`.attach`, :mod:`.tokens`, :mod:`.audit`, :mod:`.pools`, :mod:`.serve`
 and :mod:`.store` the commands (each module imported when one of its commands is called, see
-``COMMANDS``); :mod:`.render` and :mod:`.events` what they print; :mod:`.drive` how ``run`` and
-``resume`` drive a run.
+``COMMANDS``); :mod:`.render` and :mod:`.events` what they print; :mod:`.drive` how ``run``,
+``resume``, ``fork`` and ``rewind`` drive a run.
 """
 
 from __future__ import annotations

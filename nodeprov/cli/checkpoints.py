@@ -45,9 +45,9 @@ def _changed(record: CheckpointRecord) -> str:
 
 @app.command("checkpoints", short_help=summary("checkpoints"))
 def list_checkpoints(run_id: RunOption, store: StoreOption = None, json_output: JsonOption = False) -> None:
-    """List a run's checkpoints: when, why (pause, turn, request), the turn, the files and
-    their size, what each added to the object store, and the paths it changed (added,
-    modified, removed) since the one before."""
+    """List a run's checkpoints: when, why (pause, turn, request; fork or rewind where one
+    began), the turn, the files and their size, what each added to the object store, and the
+    paths it changed (added, modified, removed) since the one before."""
 
     async def load() -> list[CheckpointRecord]:
         async with await open_store(store) as opened:

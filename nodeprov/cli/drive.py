@@ -1,5 +1,5 @@
-"""Driving a run from the terminal (``run`` and ``resume``): the events shown as they come,
-pausing on signals. Apart from :mod:`.runs` because it imports
+"""Driving a run from the terminal (``run``, ``resume``, ``fork``, ``rewind``): the events shown
+as they come, pausing on signals. Apart from :mod:`.runs` because it imports
 the orchestrator, which the other run commands never load."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = ["RunRequest", "Start", "drive_run"]
 
 @dataclasses.dataclass(frozen=True)
 class RunRequest:
-    """A ``run`` or ``resume`` command's call, as :func:`drive_run` needs it."""
+    """A ``run``, ``resume``, ``fork`` or ``rewind`` command's call, as :func:`drive_run` needs it."""
 
     keep_node: bool
     store: str | None
@@ -40,9 +40,9 @@ Start = Callable[[Orchestrator], Awaitable[Run]]
 
 
 async def drive_run(request: RunRequest, start: Start) -> str:
-    """Start (or resume) a run with ``start(orchestrator)``, show its events, pause it on
-    Ctrl-C, SIGTERM or SIGHUP; return its outcome. A signal that comes while the run starts
-    pauses it as soon as it exists (keeping its node with ``--keep-node``). The
+    """Start (or resume, fork, rewind) a run with ``start(orchestrator)``, show its events,
+    pause it on Ctrl-C, SIGTERM or SIGHUP; return its outcome. A signal that comes while the
+    run starts pauses it as soon as it exists (keeping its node with ``--keep-node``). The
     orchestrator has the environment's provider settings (``NODEPROV_<PROVIDER>_<FIELD>``)."""
     async with (
         await open_store(request.store) as store,

@@ -51,8 +51,11 @@ def show_event(event: RunEvent, json_output: bool) -> None:
         render_message(event.message)
     elif isinstance(event, RunStarted):
         images = f", {len(event.images)} image{'s'[: len(event.images) != 1]}" if event.images else ""
+        # A fork's or a rewind's start: "checkpoint CK of run RUN".
+        origin = f", from {escape(event.resumed_from or '')}" if event.checkpoint else ""
         out.print(
-            f"[dim]agent {escape(event.agent)} on a {escape(event.provider)} node{images}[/]", soft_wrap=True
+            f"[dim]agent {escape(event.agent)} on a {escape(event.provider)} node{images}{origin}[/]",
+            soft_wrap=True,
         )
     elif isinstance(event, NodeReady):
         how = (

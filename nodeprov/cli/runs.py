@@ -1,4 +1,4 @@
-"""Run commands: run, resume, pause, logs, runs, sessions, status."""
+"""Run commands: run, pause, logs, runs, sessions, status (and what :mod:`.resuming` shares)."""
 
 from __future__ import annotations
 
@@ -41,17 +41,20 @@ __all__ = [
     "OutputSchemaOption",
     "PermissionOption",
     "TimeoutOption",
+    "agent_options",
+    "exit_for",
     "logs",
     "pause",
-    "resume",
+    "prompt_of",
+    "record_of",
     "run",
     "runs",
     "sessions",
     "status",
 ]
 
-# Only `run`, `resume`, `pause` and `logs` load the agents and the orchestrator (importing
-# them costs more than everything else a command does), and only once the call is valid.
+# Only `run`, `pause` and `logs` (and `.resuming`'s) load the agents and the orchestrator
+# (importing them costs more than everything else a command does), and only once the call is valid.
 
 MessageEnvOption = Annotated[
     list[str] | None,
@@ -105,7 +108,7 @@ OutputSchemaOption = Annotated[
 ]
 
 
-def _prompt(text: str, images: list[str] | None) -> Prompt:
+def prompt_of(text: str, images: list[str] | None) -> Prompt:
     """The text and the ``--image`` files (``-``: stdin, once), read now.
 
     Raises:
@@ -129,7 +132,7 @@ def _prompt(text: str, images: list[str] | None) -> Prompt:
     return blocks
 
 
-def _agent_options(
+def agent_options(
     env: list[str] | None,
     given: list[str] | None,
     *,
@@ -212,14 +215,14 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
 
     with errors():
         spec = RunSpec(
-            prompt=_prompt(prompt, image),
+            prompt=prompt_of(prompt, image),
             provider=provider or (None if pool else "local"),
             pool=pool,
             pool_wait=pool_wait,
             provider_settings=parse_settings(setting),
             agent=agent,
             model=model,
-            options=_agent_options(env, option, max_turns=max_turns, output_schema=output_schema),
+            options=agent_options(env, option, max_turns=max_turns, output_schema=output_schema),
             permission=permission,  # type: ignore[arg-type]
             ship_cli=ship_cli,
             workspace=workspace,
@@ -237,77 +240,17 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
             return await orchestrator.start(spec)
 
         outcome = anyio.run(drive_run, request, start)
-    _exit_for(outcome)
+    exit_for(outcome)
 
 
-@app.command(short_help=summary("resume"))
-def resume(  # noqa: PLR0917 - one parameter per command-line option
-    run_id: RunOption,
-    message: Annotated[str, typer.Option(help="What to tell the agent.")] = "continue",
-    image: ImageOption = None,
-    setting: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--setting",
-            "-s",
-            help="Provider setting KEY=VALUE over the run's stored ones; "
-            "secret settings are never stored and must be given again.",
-        ),
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="'scripted' or a model name; default: the run's own model.")
-    ] = None,
-    option: AgentOptionsOption = None,
-    env: MessageEnvOption = None,
-    permission: Annotated[
-        str | None, typer.Option(help="read-only, edit or full; default: the run's own.")
-    ] = None,
-    keep_node: Annotated[bool, typer.Option(help="When paused again, keep the node.")] = False,
-    timeout: TimeoutOption = None,
-    idle_timeout: IdleTimeoutOption = None,
-    agent_grace: AgentGraceOption = None,
-    store: StoreOption = None,
-    json_output: JsonOption = False,
-) -> None:
-    """Resume a paused (or failed) run with a message, on its kept node or a fresh one, with
-    the run's own agent. Its options (model, permission...) are the run's own unless given."""
-    with errors():
-        anyio.run(_load_run, store, run_id)  # no such run: said before anything starts
-        from .drive import RunRequest, drive_run  # see the imports
-
-        request = RunRequest(keep_node=keep_node, store=store, json_output=json_output)
-        full_message = _prompt(message, image)
-
-        async def start(orchestrator: Orchestrator) -> Run:
-            return await orchestrator.resume_run(
-                run_id,
-                message=full_message,
-                model=model,
-                options=_agent_options(env, option, permission=permission),
-                provider_settings=parse_settings(setting),
-                deadline=timeout,
-                idle_timeout=idle_timeout,
-                keep_node=keep_node,
-                agent_grace=agent_grace,
-            )
-
-        outcome = anyio.run(drive_run, request, start)
-    _exit_for(outcome)
-
-
-async def _load_run(store: str | None, run_id: str) -> RunRecord:
-    async with await open_store(store) as opened:
-        return await _record(opened, run_id)
-
-
-async def _record(store: Store, run_id: str) -> RunRecord:
+async def record_of(store: Store, run_id: str) -> RunRecord:
     record = await store.run(run_id)
     if record is None:
         raise RunStateError(f"no such run {run_id}")
     return record
 
 
-def _exit_for(outcome: str) -> NoReturn:
+def exit_for(outcome: str) -> NoReturn:
     raise typer.Exit({"ok": 0, "paused": 3}.get(outcome, 1))
 
 
@@ -333,7 +276,7 @@ def pause(  # noqa: PLR0917 - one parameter per command-line option
         from ..runs import Orchestrator, RunState  # see the imports
 
         async with await open_store(store) as opened, Orchestrator(opened, reconcile_interval=0) as plane:
-            await _record(opened, run_id)  # else request_pause would say it is not running
+            await record_of(opened, run_id)  # else request_pause would say it is not running
             asked = await plane.request_pause(run_id, kind, reason, keep_node=keep_node)  # type: ignore[arg-type]
             try:
                 with anyio.fail_after(timeout):
@@ -472,7 +415,7 @@ def status(run_id: RunOption, store: StoreOption = None, json_output: JsonOption
 
     async def load() -> tuple[RunRecord, list[SnapshotRecord], str | None]:
         async with await open_store(store) as opened:
-            record = await _record(opened, run_id)
+            record = await record_of(opened, run_id)
             sessions = await opened.sessions(record.workspace_id)
             archived = any(s.id == record.session_id and s.state != "active" for s in sessions)
             why_not = "its workspace switched to another agent" if archived else None

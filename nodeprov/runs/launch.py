@@ -296,21 +296,25 @@ class Launcher:
         idle_timeout: float | None,
         agent_grace: float | None,
         model: str | None,
+        fork_id: str | None = None,
     ) -> tuple[RunRecord, Plan]:
         """The record of a new run forked from run ``source`` at ``checkpoint`` (not stored
         yet: store it with the plan's images) and the plan of its drive: the source's
         provider, settings, agent and options (``options`` laid over), on ``model``, given
         ``message``; the agent's session a copy of the source's as it stood at the
         checkpoint, under a new id (the agent started afresh with the source's prompt if it
-        had not started then).
+        had not started then); the new run's id is ``fork_id``, if given.
 
         Raises:
             ConfigError: a secret provider setting the source was started with is missing
                 from ``given_settings`` and this control plane's, the options are invalid for
                 the agent, it refuses the message's images, or a limit is not a positive number.
+            RunStateError: a run ``fork_id`` exists already.
             StoreError: the store failed.
         """
         check_limits(deadline, idle_timeout, agent_grace)
+        if fork_id is not None and await self._store.run(fork_id) is not None:
+            raise RunStateError(f"run {fork_id} exists already")
         secrets = {**await self._nodes.secrets(source.node_provider), **given_settings}
         if missing := not_given(source.node_secret_fields, secrets):
             raise ConfigError(
@@ -318,7 +322,7 @@ class Launcher:
                 f"stored; give them again to fork it: {', '.join(missing)}"
             )
         agent = await _agent_of(lambda: _resumed_agent(source, options))
-        run_id = new_id("run")
+        run_id = fork_id or new_id("run")
         snapshot = SnapshotRecord(  # never stored: the drive resumes from it as from a pause's
             token="",
             run_id=run_id,

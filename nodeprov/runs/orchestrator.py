@@ -353,17 +353,26 @@ class Orchestrator:
         record = await self.checkpoints.get(run_id, checkpoint)
         return await self._resume(await self._launcher.latest_token(run_id), record, how)
 
-    async def fork(self, run_id: str, checkpoint: str | None = None, **how: Unpack[ResumeFields]) -> Run:
+    async def fork(
+        self,
+        run_id: str,
+        checkpoint: str | None = None,
+        *,
+        fork_id: str | None = None,
+        **how: Unpack[ResumeFields],
+    ) -> Run:
         """Start a new run from ``run_id``'s ``checkpoint`` (its latest when None), in any
         state: on a fresh node given that checkpoint's workspace, its agent's session a copy
         of the original's as it stood then, under a new session id, so that the two go on
         apart (two forks of one checkpoint too). The new run is the original's provider,
         settings, agent and options, with ``how`` laid over as for :meth:`resume`; it names
         its origin (``forked_from``, ``forked_at`` in its record, ``run.started``'s
-        ``checkpoint``). Returns at once, the run starting.
+        ``checkpoint``); its id is ``fork_id`` when given (as :attr:`RunSpec.run_id`). Returns
+        at once, the run starting.
 
         Raises:
-            RunStateError: there is no such run, it has no such checkpoint (or none).
+            RunStateError: there is no such run, it has no such checkpoint (or none), or a
+                run ``fork_id`` exists already.
             ConfigError: a secret provider setting the original was started with is missing,
                 the options are invalid for its agent, the agent refuses the message's
                 images, or a limit is not a positive number.
@@ -385,6 +394,7 @@ class Orchestrator:
                 idle_timeout=how.get("idle_timeout"),
                 agent_grace=how.get("agent_grace"),
                 model=model,
+                fork_id=fork_id,
             )
             return await self._launch_new(
                 record, dataclasses.replace(plan, keep_node=how.get("keep_node", False))

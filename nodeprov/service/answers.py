@@ -214,6 +214,8 @@ class RunOut(BaseModel):
                     "prompt_blocks": [],
                     "agent_keeper": None,
                     "settings": {"image": "ghcr.io/acme/dev:latest"},
+                    "forked_from": None,
+                    "forked_at": None,
                 }
             ]
         }
@@ -246,6 +248,10 @@ class RunOut(BaseModel):
         description="Where the agent's process is kept on the node while driven."
     )
     settings: dict[str, Any] = Field(description="The provider's settings, less their secrets.")
+    forked_from: str | None = Field(
+        description="The run it was forked from (POST /v1/runs/{run_id}/fork); null: not a fork."
+    )
+    forked_at: str | None = Field(description="The checkpoint of that run it began at; null: not a fork.")
 
 
 class RunDetailOut(RunOut):
@@ -355,7 +361,10 @@ class CheckpointOut(BaseModel):
     run_id: str = Field(description="The run it is of.")
     seq: int = Field(description="Its place among the run's checkpoints, from 1.")
     turn: int = Field(description="The turns the run had begun when it was taken.")
-    reason: Literal["pause", "turn", "request"] = Field(description="Why it was taken.")
+    reason: Literal["pause", "turn", "request", "fork", "rewind"] = Field(
+        description="Why it was taken: at a pause, after a turn, on request; or where a fork or a rewind "
+        "began (another checkpoint's workspace, its parent)."
+    )
     created_at: str = Field(description="When it was recorded (ISO 8601, UTC).")
     files: int = Field(description="Files in the workspace.")
     size: int = Field(description="Their bytes, together.")
@@ -364,7 +373,9 @@ class CheckpointOut(BaseModel):
         description="Paths added, modified and removed since the run's checkpoint before: their counts, "
         "and the first 50 of each under paths."
     )
-    parent: str | None = Field(description="The run's checkpoint before; null: none.")
+    parent: str | None = Field(
+        description="The checkpoint before (a fork's first: the original run's it began at); null: none."
+    )
     agent_session_id: str | None = Field(description="The agent's session it holds.")
 
 

@@ -1,23 +1,30 @@
 """``/v1/runs/{run_id}/checkpoints`` and ``/v1/runs/{run_id}/diff``: a run's checkpoints (its
-workspace with its agent's session at one moment), listed, taken now, compared."""
+workspace with its agent's session at one moment), listed, taken now, compared; and
+``/v1/runs/{run_id}/fork`` and ``/v1/runs/{run_id}/rewind``: a new run from one of them, or
+the run itself resumed from an earlier one.
+
+A fork is owned by the tenant of the run it is forked from (the caller's, unless an admin's:
+the fork is in that tenant's workspace), recorded before it exists, as a started run's is."""
 
 from __future__ import annotations
 
 import json
 from typing import Annotated, Any
 
+import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from ..errors import RunStateError
-from ..store import CheckpointRecord
-from .answers import CheckpointOut, DiffOut
+from ..store import DEFAULT_TENANT, CheckpointRecord, new_id
+from .answers import CheckpointOut, DiffOut, RunOut
 from .audit import note
 from .auth import forbid
+from .idempotency import claim_key, fingerprint
 from .problems import ServiceError
-from .runs import load_run
-from .schemas import ErrorBody
-from .state import Caller, service_of
+from .runs import IdempotencyKey, load_run, resumed_detail, resumed_how, run_body
+from .schemas import ErrorBody, ForkIn, RewindIn
+from .state import Caller, Service, service_of
 
 __all__ = ["router"]
 
@@ -116,3 +123,102 @@ async def diff_checkpoints(
         "binary": list(found.binary),
         "patches": list(found.patches),
     }
+
+
+async def _checkpoint_of(service: Service, run_id: str, checkpoint: str | None) -> None:
+    """Raises ServiceError (422) when run ``run_id`` has no checkpoint ``checkpoint`` (the
+    body is wrong, the run is there); None names none."""
+    if checkpoint is not None:
+        try:
+            await service.orchestrator.checkpoints.get(run_id, checkpoint)
+        except RunStateError as error:
+            raise ServiceError(422, "checkpoint_not_found", str(error)) from None
+
+
+@router.post(
+    "/runs/{run_id}/fork",
+    status_code=201,
+    response_model=None,
+    responses={
+        201: {"model": RunOut, "description": "The new run, starting."},
+        200: {
+            "model": RunOut,
+            "description": "The run an earlier request with this Idempotency-Key forked.",
+        },
+        404: {"model": ErrorBody},
+        409: {"model": ErrorBody},
+        422: {"model": ErrorBody},
+    },
+)
+async def fork_run(
+    request: Request, run_id: str, body: ForkIn, who: Caller, key: IdempotencyKey = None
+) -> JSONResponse:
+    """Start a new run from one of a run's checkpoints (its latest by default), the run in any
+    state: on a fresh node given that checkpoint's workspace, its agent's session a copy of
+    the run's as it stood then, so the two go on apart. The new run is the run's provider,
+    settings, agent and options, with the body's laid over as for a resume; it names its
+    origin (``forked_from``, ``forked_at``). Returns at once (follow its events). 409 when
+    the run has no checkpoint yet; 422 ``checkpoint_not_found`` when it has not the one named."""
+    forbid(who, "runs")
+    service = service_of(request)
+    record = await load_run(service, who, run_id)
+    service.check_provider(record.node_provider)  # a fresh node: of a provider offered here
+    how = resumed_how(service, record, body)
+    await _checkpoint_of(service, run_id, body.checkpoint)
+    fork_id = new_id("run")
+    if key is not None:
+        claim = await claim_key(
+            service.store,
+            who,
+            key,
+            kind="run",
+            print_=fingerprint(f"fork {run_id}", body),
+            new_id=fork_id,
+            holder=service.orchestrator.owner,
+        )
+        if (existing := await service.store.run(claim.resource_id)) is not None:
+            return JSONResponse(run_body(who, existing), 200, headers={"Idempotent-Replayed": "true"})
+        fork_id = claim.resource_id
+    tenant = await service.store.owners.tenant_of("run", run_id)
+    if tenant != DEFAULT_TENANT:  # owned before it exists: no moment sees it as another's
+        await service.store.owners.add("run", fork_id, tenant)
+    detail = resumed_detail(body)
+    await note(request, who, "run.fork", run_id, fork=fork_id, checkpoint=body.checkpoint, **detail)
+    try:
+        run = await service.orchestrator.fork(run_id, body.checkpoint, fork_id=fork_id, **how)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            if await service.store.run(fork_id) is None:  # nothing was made: a retry forks afresh
+                await service.store.owners.remove("run", fork_id)
+                if key is not None:
+                    await service.store.idempotency.forget(who.id, key)
+        raise
+    if key is not None:
+        await service.store.idempotency.complete(who.id, key, json.dumps({"run_id": run.id}))
+    return JSONResponse(run_body(who, await load_run(service, who, run.id)), 201)
+
+
+@router.post(
+    "/runs/{run_id}/rewind",
+    response_model=None,
+    responses={
+        200: {"model": RunOut, "description": "The run, resumed from the checkpoint."},
+        404: {"model": ErrorBody},
+        409: {"model": ErrorBody},
+        422: {"model": ErrorBody},
+    },
+)
+async def rewind_run(request: Request, run_id: str, body: RewindIn, who: Caller) -> dict[str, Any]:
+    """Resume a paused (or failed) run from an earlier checkpoint of its own rather than where
+    it stopped: on a fresh node given that checkpoint's workspace, its agent's session as it
+    stood then (a copy under a new session id). The body is a resume's, with ``checkpoint``.
+    409 when the run is not paused or failed (pause it first); 422 ``checkpoint_not_found``
+    when it has no such checkpoint."""
+    forbid(who, "runs")
+    service = service_of(request)
+    record = await load_run(service, who, run_id)
+    how = resumed_how(service, record, body)
+    await _checkpoint_of(service, run_id, body.checkpoint)
+    await note(request, who, "run.rewind", run_id, checkpoint=body.checkpoint, **resumed_detail(body))
+    run = await service.orchestrator.rewind(run_id, body.checkpoint, **how)
+    return run_body(who, await load_run(service, who, run.id))

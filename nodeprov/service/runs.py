@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from ..errors import ConfigError, RunStateError
 from ..runs import RunSpec, RunState
+from ..runs.spec import ResumeFields
 from ..store import DEFAULT_TENANT, RunRecord, SessionRecord, SnapshotRecord, new_id
 from .answers import PausedRunOut, RunDetailOut, RunOut, SessionOut, WorkspaceDetailOut, WorkspaceOut
 from .audit import note
@@ -25,7 +26,7 @@ from .schemas import ErrorBody, PauseIn, ResumeIn, RunIn, prompt_of
 from .state import Caller, Service, service_of
 from .tenancy import pool_name, run_visible, workspace_name, workspace_shown, workspace_visible
 
-__all__ = ["load_run", "router"]
+__all__ = ["IdempotencyKey", "load_run", "resumed_detail", "resumed_how", "router", "run_body"]
 
 router = APIRouter(prefix="/v1", responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}})
 
@@ -280,23 +281,25 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
     forbid(who, "runs")
     service = service_of(request)
     record = await load_run(service, who, run_id)
+    how = resumed_how(service, record, body)
+    await note(request, who, "run.resume", run_id, **resumed_detail(body))
+    run = await service.orchestrator.resume_run(run_id, **how)
+    return run_body(who, await load_run(service, who, run.id))
+
+
+def resumed_how(service: Service, record: RunRecord, body: ResumeIn) -> ResumeFields:
+    """What a resume, a rewind or a fork of ``record`` asks of the library, once the
+    operator's policy allows it.
+
+    Raises:
+        ServiceError: 422, a setting, an option or an environment variable is the operator's.
+        ConfigError: ``agent_grace`` is over the service's, or an image of the message is not one.
+    """
     check_settings(record.node_provider, body.settings, service.config.allow_settings)
     check_options(record.agent, body.options, service.config.allow_options)
     check_env(body.env, service.config.allow_env)
     _check_grace(body.agent_grace, service.config.agent_grace)
-    await note(
-        request,
-        who,
-        "run.resume",
-        run_id,
-        model=body.model,
-        keep_node=body.keep_node,
-        settings=sorted(body.settings),
-        options=sorted(body.options),
-        env=sorted(body.env),
-    )
-    run = await service.orchestrator.resume_run(
-        run_id,
+    return ResumeFields(
         message=prompt_of(body.message),
         model=body.model,
         options={**_options(body), **({"permission": body.permission} if body.permission else {})},
@@ -306,7 +309,18 @@ async def resume_run(request: Request, run_id: str, body: ResumeIn, who: Caller)
         keep_node=body.keep_node,
         agent_grace=body.agent_grace,
     )
-    return run_body(who, await load_run(service, who, run.id))
+
+
+def resumed_detail(body: ResumeIn) -> dict[str, Any]:
+    """What the audit keeps of a resume's, a rewind's or a fork's body: never a value of its
+    settings, options or environment."""
+    return {
+        "model": body.model,
+        "keep_node": body.keep_node,
+        "settings": sorted(body.settings),
+        "options": sorted(body.options),
+        "env": sorted(body.env),
+    }
 
 
 @router.get(

@@ -18,12 +18,14 @@ from ..prompts import Block, ImageBlock, Prompt, TextBlock
 __all__ = [
     "ErrorBody",
     "ExecBody",
+    "ForkIn",
     "ImageIn",
     "NodeBody",
     "NodeIn",
     "PauseIn",
     "PoolIn",
     "ResumeIn",
+    "RewindIn",
     "RunIn",
     "TextIn",
 ]
@@ -323,3 +325,19 @@ class ResumeIn(_Body):
     )
     timeout: float | None = Field(default=None, gt=0, le=_LONGEST, allow_inf_nan=False)
     idle_timeout: float | None = Field(default=None, gt=0, le=_LONGEST, allow_inf_nan=False)
+
+
+class ForkIn(ResumeIn):
+    """A new run from a checkpoint of a run: what a resume takes, laid over the run's own."""
+
+    checkpoint: str | None = Field(
+        default=None,
+        description="The checkpoint to fork from (GET /v1/runs/{run_id}/checkpoints); default: the latest.",
+    )
+    keep_node: bool = Field(default=False, description="Keep the new run's node when it pauses.")
+
+
+class RewindIn(ResumeIn):
+    """A resume from an earlier checkpoint of the run's own."""
+
+    checkpoint: str = Field(description="The checkpoint to resume from (GET /v1/runs/{run_id}/checkpoints).")

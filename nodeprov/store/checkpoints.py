@@ -96,8 +96,7 @@ class CheckpointStore:
         manifests and packs; whatever parameters their URLs give after it, ``?...``): what
         retention must not delete there."""
         rows = await self._db.fetchall(
-            "SELECT manifest, packs FROM checkpoints"
-            " WHERE objects = ? OR substr(objects, 1, length(?)) = ?",
+            "SELECT manifest, packs FROM checkpoints WHERE objects = ? OR substr(objects, 1, length(?)) = ?",
             (location, f"{location}?", f"{location}?"),
         )
         named: set[str] = set()

@@ -267,27 +267,24 @@ class DockerNode(NodeHandle):
         info = await ask(api.exec_inspect, exec_id)
         return None if info["Running"] else int(info["ExitCode"])
 
+    async def _script(self, api: Any, argv: list[str]) -> str:
+        """Start ``argv`` in the container, its output unread; its exec's id. Detached: an
+        attached start's stream can outlive the processes a signal kills, and hang its thread."""
+        exec_id: str = (await self._in_container(api.exec_create, self.container_id, argv, user=self._user))[
+            "Id"
+        ]
+        await self._in_container(api.exec_start, exec_id, detach=True)
+        return exec_id
+
     async def _holds_pipe(self, api: Any, pipe: str, pid: int) -> bool:
-        argv = ["/bin/sh", "-c", HOLDS_PIPE_SCRIPT, "nodeprov", pipe, str(pid)]
-        exec_id = (
-            await self._in_container(
-                api.exec_create, self.container_id, argv, stdout=True, stderr=True, user=self._user
-            )
-        )["Id"]
-        await self._in_container(api.exec_start, exec_id)
+        exec_id = await self._script(api, ["/bin/sh", "-c", HOLDS_PIPE_SCRIPT, "nodeprov", pipe, str(pid)])
         while (code := await self._exit_code(api, exec_id)) is None:  # noqa: ASYNC110 - the engine has no exit event
             await anyio.sleep(0.01)
         return code != 1  # anything but a clear "no": held
 
     async def _signal_group(self, api: Any, pid: int, signal: str) -> None:
-        argv = ["/bin/sh", "-c", _SIGNAL_GROUP, "nodeprov", signal, str(pid)]
         with suppress(NodeGoneError):  # the container is gone, and every process with it
-            exec_id = (
-                await self._in_container(
-                    api.exec_create, self.container_id, argv, stdout=True, stderr=True, user=self._user
-                )
-            )["Id"]
-            await self._in_container(api.exec_start, exec_id)
+            await self._script(api, ["/bin/sh", "-c", _SIGNAL_GROUP, "nodeprov", signal, str(pid)])
 
     async def _destroy(self) -> None:
         await self._provider.remove_container(self.container_id)
