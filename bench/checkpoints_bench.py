@@ -35,6 +35,7 @@ import anyio
 import anyio.to_thread
 
 from nodeprov import NodeHandle, get_agent, get_provider
+from nodeprov._heap import freeze_start_up
 from nodeprov.agents import Agent, AgentText
 from nodeprov.checkpoints import DirectoryObjects, Manifest, capture, restore
 from nodeprov.testing.conformance import run as run_on
@@ -156,6 +157,7 @@ async def _relay_beside(
     steps = [{"stream": [_RELAYED, 200, 0.005]}]
     options = {"cli_path": fake_agent_command(scratch), "env": {"NODEPROV_FAKE_AGENT": json.dumps(steps)}}
     agent = get_agent("claude", {**options, "permission": "edit"})
+    freeze_start_up()  # as the CLI and the service do once started
     async with await get_provider("local", root=scratch / "nodes").provision() as node:
         figures = []
         for name, beside in (

@@ -159,17 +159,9 @@ class _Packer:
 
     async def _store(self, number: int, read: bytearray, cuts: list[tuple[int, int]]) -> None:
         try:
-            # Small pieces here (a thread would trade the interpreter's lock with this one
-            # for each), large ones in a worker thread.
-            big = [cut for cut in cuts if cut[1] > _HASH_IN_THREAD]
-            by_cut = (
-                dict(zip(big, await anyio.to_thread.run_sync(_digests, read, big), strict=True))
-                if big
-                else {}
-            )
-            small = [cut for cut in cuts if cut[1] <= _HASH_IN_THREAD]
-            by_cut.update(zip(small, _digests(read, small), strict=True))
-            digests = [by_cut[cut] for cut in cuts]
+            # All of a pack's pieces in one worker thread: a pack of small files is as many
+            # bytes to hash as any, which the event loop (the agent's relay) must not wait for.
+            digests = await anyio.to_thread.run_sync(_digests, read, cuts)
             new: dict[str, tuple[int, int]] = {}
             for digest, cut in zip(digests, cuts, strict=True):
                 if digest not in self._kept and digest not in new:
@@ -264,6 +256,16 @@ async def capture(
             await packer.flush()
     except BaseExceptionGroup as raised:  # the reading's error, or a pack's store's
         raise leaf(raised) from None
+    # A workspace of many files makes a large manifest: built off the event loop.
+    manifest, document, name = await anyio.to_thread.run_sync(_manifest, found, skipped, packer)
+    await objects.put(name, document)
+    return Capture(manifest, name, packer.stored + len(document))
+
+
+def _manifest(
+    found: list[tuple[Member, list[_Ref] | None]], skipped: list[str], packer: _Packer
+) -> tuple[Manifest, bytes, str]:
+    """The manifest of what a capture ``found`` and left out, as stored, and its name."""
     entries = []
     for member, refs in found:
         if refs is None:
@@ -275,9 +277,7 @@ async def capture(
             entries.append(Entry(member.path, "file", member.mode, member.mtime, size, "", pieces))
     manifest = Manifest(tuple(entries), tuple(skipped))
     document = manifest.to_bytes()
-    name = digest_of(document)
-    await objects.put(name, document)
-    return Capture(manifest, name, packer.stored + len(document))
+    return manifest, document, digest_of(document)
 
 
 async def _read(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import anyio
 import typer
 
+from .._heap import freeze_start_up
 from ..errors import RunStateError
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ async def _attach(run_id: str, pause: bool, store: str | None, json_output: bool
         )
         run: Run | None = None
         async with plane:
+            freeze_start_up()
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
                 async with anyio.create_task_group() as tg:
 

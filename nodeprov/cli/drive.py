@@ -16,6 +16,7 @@ import anyio
 import anyio.abc
 from rich.markup import escape
 
+from .._heap import freeze_start_up
 from ..errors import NodeprovError, RunStateError
 from ..fleet import provider_settings_from_env
 from ..runs import KEPT_AGENT_GRACE, Orchestrator, PauseKind, Run
@@ -57,6 +58,7 @@ async def drive_run(request: RunRequest, start: Start) -> str:
         ) as orchestrator,
     ):
         await _reconcile(orchestrator)
+        freeze_start_up()
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async with anyio.create_task_group() as tg:
                 started: list[Run] = []

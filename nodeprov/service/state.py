@@ -15,6 +15,7 @@ import anyio
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from .._heap import freeze_start_up
 from ..agents.registry import agent_class, agent_names, import_soon
 from ..errors import NodeprovError, log_failure
 from ..fleet import Fleet, provider_settings_from_env
@@ -98,6 +99,7 @@ class Service:
             fleet = Fleet()
             stack.push_async_callback(fleet.aclose)
             await stack.enter_async_context(orchestrator)
+            freeze_start_up()
             service = cls(config, store, orchestrator, fleet)
             stack.callback(service.stopping.set)  # first on the way out
             async with anyio.create_task_group() as tg:
