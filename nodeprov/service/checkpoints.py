@@ -9,22 +9,24 @@ the fork is in that tenant's workspace), recorded before it exists, as a started
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from ..errors import RunStateError
-from ..store import DEFAULT_TENANT, CheckpointRecord, new_id
+from ..store import CheckpointRecord
 from .answers import CheckpointOut, DiffOut, RunOut
 from .audit import note
 from .auth import forbid
-from .idempotency import claim_key, fingerprint
+from .idempotency import fingerprint
 from .problems import ServiceError
-from .runs import IdempotencyKey, load_run, resumed_detail, resumed_how, run_body
+from .runs import IdempotencyKey, load_run, new_run, resumed_detail, resumed_how, run_body
 from .schemas import ErrorBody, ForkIn, RewindIn
 from .state import Caller, Service, service_of
+
+if TYPE_CHECKING:
+    from ..runs import Run
 
 __all__ = ["router"]
 
@@ -165,37 +167,17 @@ async def fork_run(
     service.check_provider(record.node_provider)  # a fresh node: of a provider offered here
     how = resumed_how(service, record, body)
     await _checkpoint_of(service, run_id, body.checkpoint)
-    fork_id = new_id("run")
-    if key is not None:
-        claim = await claim_key(
-            service.store,
-            who,
-            key,
-            kind="run",
-            print_=fingerprint(f"fork {run_id}", body),
-            new_id=fork_id,
-            holder=service.orchestrator.owner,
-        )
-        if (existing := await service.store.run(claim.resource_id)) is not None:
-            return JSONResponse(run_body(who, existing), 200, headers={"Idempotent-Replayed": "true"})
-        fork_id = claim.resource_id
     tenant = await service.store.owners.tenant_of("run", run_id)
-    if tenant != DEFAULT_TENANT:  # owned before it exists: no moment sees it as another's
-        await service.store.owners.add("run", fork_id, tenant)
-    detail = resumed_detail(body)
-    await note(request, who, "run.fork", run_id, fork=fork_id, checkpoint=body.checkpoint, **detail)
-    try:
-        run = await service.orchestrator.fork(run_id, body.checkpoint, fork_id=fork_id, **how)
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            if await service.store.run(fork_id) is None:  # nothing was made: a retry forks afresh
-                await service.store.owners.remove("run", fork_id)
-                if key is not None:
-                    await service.store.idempotency.forget(who.id, key)
-        raise
-    if key is not None:
-        await service.store.idempotency.complete(who.id, key, json.dumps({"run_id": run.id}))
-    return JSONResponse(run_body(who, await load_run(service, who, run.id)), 201)
+
+    async def audit(fork_id: str) -> None:
+        detail = resumed_detail(body)
+        await note(request, who, "run.fork", run_id, fork=fork_id, checkpoint=body.checkpoint, **detail)
+
+    async def start(fork_id: str) -> Run:
+        return await service.orchestrator.fork(run_id, body.checkpoint, fork_id=fork_id, **how)
+
+    made = fingerprint(f"fork {run_id}", body)
+    return await new_run(service, who, key, made, tenant=tenant, audit=audit, start=start)
 
 
 @router.post(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -26,7 +27,10 @@ from .schemas import ErrorBody, PauseIn, ResumeIn, RunIn, prompt_of
 from .state import Caller, Service, service_of
 from .tenancy import pool_name, run_visible, workspace_name, workspace_shown, workspace_visible
 
-__all__ = ["IdempotencyKey", "load_run", "resumed_detail", "resumed_how", "router", "run_body"]
+if TYPE_CHECKING:
+    from ..runs import Run
+
+__all__ = ["IdempotencyKey", "load_run", "new_run", "resumed_detail", "resumed_how", "router", "run_body"]
 
 router = APIRouter(prefix="/v1", responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}})
 
@@ -129,6 +133,48 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
     check_options(agent, body.options, config.allow_options)
     check_env(body.env, config.allow_env)
     _check_grace(body.agent_grace, config.agent_grace)
+
+    async def audit(run_id: str) -> None:
+        await note(
+            request,
+            who,
+            "run.start",
+            run_id,
+            provider=name,
+            pool=body.pool,
+            agent=agent,
+            model=body.model,
+            workspace=body.workspace,
+            settings=sorted(body.settings),
+            options=sorted(body.options),
+            env=sorted(body.env),
+        )
+
+    async def start(run_id: str) -> Run:
+        pool = None if body.pool is None else pool_name(who, body.pool)
+        return await service.orchestrator.start(
+            dataclasses.replace(spec, pool=pool, agent=agent, run_id=run_id)
+        )
+
+    made = fingerprint("run", body)
+    return await new_run(service, who, key, made, tenant=who.tenant, audit=audit, start=start)
+
+
+async def new_run(
+    service: Service,
+    who: Principal,
+    key: str | None,
+    print_: str,
+    *,
+    tenant: str,
+    audit: Callable[[str], Awaitable[None]],
+    start: Callable[[str], Awaitable[Run]],
+) -> JSONResponse:
+    """A new run made by ``start(run_id)`` (a start, a fork), owned by ``tenant`` before it
+    exists (no moment sees it as another's), ``audit(run_id)`` noted first; with ``key`` (an
+    ``Idempotency-Key`` of the request whose fingerprint is ``print_``), the run an earlier
+    request made is answered again (200), never a second. 201 with the new run; nothing of
+    it is left when ``start`` fails before it exists."""
     run_id = new_id("run")
     if key is not None:
         claim = await claim_key(
@@ -136,38 +182,18 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
             who,
             key,
             kind="run",
-            print_=fingerprint("run", body),
+            print_=print_,
             new_id=run_id,
             holder=service.orchestrator.owner,
         )
         if (existing := await service.store.run(claim.resource_id)) is not None:
             return JSONResponse(run_body(who, existing), 200, headers={"Idempotent-Replayed": "true"})
         run_id = claim.resource_id
-    if who.tenant != DEFAULT_TENANT:  # owned before it exists: no moment sees it as another's
-        await service.store.owners.add("run", run_id, who.tenant)
-    await note(
-        request,
-        who,
-        "run.start",
-        run_id,
-        provider=name,
-        pool=body.pool,
-        agent=agent,
-        model=body.model,
-        workspace=body.workspace,
-        settings=sorted(body.settings),
-        options=sorted(body.options),
-        env=sorted(body.env),
-    )
+    if tenant != DEFAULT_TENANT:
+        await service.store.owners.add("run", run_id, tenant)
+    await audit(run_id)
     try:
-        run = await service.orchestrator.start(
-            dataclasses.replace(
-                spec,
-                pool=None if body.pool is None else pool_name(who, body.pool),
-                agent=agent,
-                run_id=run_id,
-            )
-        )
+        run = await start(run_id)
     except BaseException:
         with anyio.CancelScope(shield=True):
             if await service.store.run(run_id) is None:  # nothing was made: a retry starts afresh
