@@ -5,6 +5,7 @@ providers. The cross-process claim races and a holder's SIGKILL: tests/test_pool
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -231,7 +232,10 @@ async def test_a_pool_of_nodes_older_than_max_age_gives_none_to_a_claim(
     assert stale == await pool_nodes(store, "warm")
 
 
-async def test_a_failing_provider_is_backed_off_and_says_why(store: Store, tmp_path: Path) -> None:
+async def test_a_failing_provider_is_backed_off_and_says_why(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "nodeprov.pools")
     async with Orchestrator(store, keep_pools=True, poll_interval=0.02) as orchestrator:
         await orchestrator.pools.create(
             fake_pool(tmp_path, size=2, refill_concurrency=1, settings={"provision_error": "quota exceeded"})
@@ -239,14 +243,17 @@ async def test_a_failing_provider_is_backed_off_and_says_why(store: Store, tmp_p
         status: PoolStatus = await until(lambda: _with_error(orchestrator), "the pool's error shown")
         assert "quota exceeded" in (status.error or "")
         assert status.retry_in is not None
-        assert 0 < status.retry_in <= 1
+        assert 0 <= status.retry_in <= 1  # counting down: how far depends on the machine's load
         failed = await until(
             lambda: pool_nodes(store, "warm", PoolNodeState.FAILED), "the failed attempt recorded"
         )
         assert len(failed) == 1
         second: PoolStatus = await until(lambda: _failures(store, 2), "a second attempt, a second later")
         assert second.retry_in is not None
-        assert 1 < second.retry_in <= 2  # doubled
+        assert 0 <= second.retry_in <= 2
+        said = [r.getMessage() for r in caplog.records if "trying again in " in r.getMessage()]
+        waits = [message.split("trying again in ")[1].split(" s:")[0] for message in said]
+        assert waits[:2] == ["1", "2"]  # doubled
         # Each attempt is a failed node, moved before its failure is counted: read between two
         # counts (more attempts may come meanwhile, on a slow machine), the nodes keep up.
         before = await _failure_count(store)
