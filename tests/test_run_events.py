@@ -300,3 +300,33 @@ async def test_a_flush_asked_for_during_another_waits_for_one_that_began_after_i
             release.set()
     assert writes == [[1], [2], [2]]  # one write each time, not one per caller
     assert sorted(outcomes) == ["failed", *["stored"] * 5]
+
+
+async def test_a_replaced_session_copy_of_unknown_fate_is_written_again(tmp_path: Path) -> None:
+    """A pause's export replaces the archived copy of a session when the node's file differs
+    from it; a replace whose commit is reported failed (it may have committed) is written
+    again, whole: the copy is the file's, once."""
+    from nodeprov.errors import StoreError
+    from nodeprov.runs.archive import Archive
+    from nodeprov.runs.journal import Journal
+
+    async with await Store.open(f"sqlite:///{tmp_path}/runs.db") as store:
+        commit, faults = store.db._commit, 0
+
+        async def lost_as_it_committed(batch: list[Any]) -> list[BaseException | None]:
+            nonlocal faults
+            errors = await commit(batch)
+            if not faults and not any(errors):
+                faults += 1
+                return [StoreError("the connection was lost as the batch committed (it may have)")] * len(
+                    batch
+                )
+            return errors
+
+        key: Any = {"project_key": "elsewhere", "session_id": "s"}
+        await store.transcripts.append({"project_key": "run-key", "session_id": "s"}, [{"n": 1}, {"n": 3}])
+        store.db._commit = lost_as_it_committed  # type: ignore[method-assign]
+        archive = Archive(Journal(store, lambda: "lease:x"), store.transcripts, "run-key", lambda _: None)
+        await archive.replace(key, [{"n": 1}, {"n": 2}, {"n": 3}])
+        assert faults == 1
+        assert await archive.load(key) == [{"n": 1}, {"n": 2}, {"n": 3}]

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 
 from ..agents import StateKey
-from ..errors import RunStateError
+from ..errors import RunStateError, StoreError
 from ..store import EntryStore
 from ..store.entries import Fold
 from .journal import Journal
@@ -76,7 +76,11 @@ class Archive:
         self, key: StateKey, entries: list[dict[str, Any]], *, summarize: Fold | None = None
     ) -> None:
         await self._journal.flush()  # what was queued before goes first
-        await self._transcripts.replace(self._filed(key), entries, fold=summarize)
+        try:
+            await self._transcripts.replace(self._filed(key), entries, fold=summarize)
+        except StoreError as error:  # perhaps committed (a connection lost as it did): it is idempotent
+            logger.warning("agent session state replaced again after: %s", error)
+            await self._transcripts.replace(self._filed(key), entries, fold=summarize)
 
 
 class ArchiveCut:
