@@ -193,20 +193,8 @@ class Launcher:
                 raise RunStateError(
                     f"run {current.id} is {current.state}: only a paused or failed run can be resumed"
                 )
-            missing = (
-                not_given(
-                    current.node_secret_fields,
-                    {**await self._nodes.secrets(current.node_provider), **given_settings},
-                )
-                if current
-                else []
-            )
-            if missing:
-                raise ConfigError(
-                    f"run {peeked.run_id} was started with secret provider settings that are never "
-                    f"stored; give them again: {', '.join(missing)}"
-                )
             if current is not None:
+                await self._check_secrets(current, given_settings)
                 (await _agent_of(lambda: _resumed_agent(current, options))).prepare_prompt(message)
                 await self._check_session(current)
         return await self._store.claim_snapshot(token)
@@ -267,8 +255,7 @@ class Launcher:
         if start_from is not None:
             snapshot = _forked(snapshot, start_from, agent)
         if snapshot.agent_session_id is None:  # the agent never started: start it afresh
-            original = await self._stored_prompt(record)
-            blocks = original if message == "continue" else (*original, *blocks)
+            blocks = await self._afresh(record, message)
         return Plan(
             agent.prepare_prompt(blocks),
             record.node_provider,
@@ -315,12 +302,7 @@ class Launcher:
         check_limits(deadline, idle_timeout, agent_grace)
         if fork_id is not None and await self._store.run(fork_id) is not None:
             raise RunStateError(f"run {fork_id} exists already")
-        secrets = {**await self._nodes.secrets(source.node_provider), **given_settings}
-        if missing := not_given(source.node_secret_fields, secrets):
-            raise ConfigError(
-                f"run {source.id} was started with secret provider settings that are never "
-                f"stored; give them again to fork it: {', '.join(missing)}"
-            )
+        await self._check_secrets(source, given_settings)
         agent = await _agent_of(lambda: _resumed_agent(source, options))
         run_id = fork_id or new_id("run")
         snapshot = SnapshotRecord(  # never stored: the drive resumes from it as from a pause's
@@ -340,9 +322,8 @@ class Launcher:
         )
         snapshot = _forked(snapshot, checkpoint, agent)
         blocks = prompt_blocks(message)
-        if snapshot.agent_session_id is None:
-            original = await self._stored_prompt(source)
-            blocks = original if message == "continue" else (*original, *blocks)
+        if snapshot.agent_session_id is None:  # the agent had not started: it starts afresh
+            blocks = await self._afresh(source, message)
         prepared = agent.prepare_prompt(blocks)
         grace = self._grace_of(source) if agent_grace is None else agent_grace or None
         session = await self._store.active_session(source.workspace_id, agent.name)
@@ -412,6 +393,22 @@ class Launcher:
         """The run's own agent grace (None: not kept); a run stored before runs kept theirs
         (NULL), this control plane's."""
         return self._agent_grace if record.agent_grace is None else record.agent_grace or None
+
+    async def _check_secrets(self, record: RunRecord, given_settings: dict[str, Any]) -> None:
+        """Raises ConfigError: a secret provider setting ``record`` was started with (never
+        stored) is neither in ``given_settings`` nor this control plane's."""
+        secrets = {**await self._nodes.secrets(record.node_provider), **given_settings}
+        if missing := not_given(record.node_secret_fields, secrets):
+            raise ConfigError(
+                f"run {record.id} was started with secret provider settings that are never "
+                f"stored; give them again: {', '.join(missing)}"
+            )
+
+    async def _afresh(self, record: RunRecord, message: Prompt) -> tuple[Block, ...]:
+        """What an agent that never started is told: ``record``'s own prompt (its images read
+        back), followed by ``message`` unless that is ``"continue"``."""
+        original = await self._stored_prompt(record)
+        return original if message == "continue" else (*original, *prompt_blocks(message))
 
     async def _stored_prompt(self, record: RunRecord) -> tuple[Block, ...]:
         """The run's first prompt, its images read back from the store.
