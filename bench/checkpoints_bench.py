@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -51,15 +50,24 @@ mkdir src; i=0; while [ $i -lt $small ]; do head -c 5000 /dev/urandom > src/s-$i
 """
 
 
-def _docker(*argv: str, stdin: Path | None = None, stdout: Path | None = None) -> None:
-    with (
-        open(stdin, "rb") if stdin else open(os.devnull, "rb") as source,
-        open(stdout, "wb") if stdout else open(os.devnull, "wb") as sink,
-    ):
-        subprocess.run(["docker", *argv], stdin=source, stdout=sink, check=True)
+async def _docker(*argv: str, stdin: Path | None = None, stdout: Path | None = None) -> None:
+    """``docker ARGV`` from and into files (the latter synced), killed if cancelled: this
+    engine's CLI sometimes never returns from an exec whose process has ended (its attached
+    stream is not closed), and a thread running it could not be cancelled."""
+    source = await anyio.to_thread.run_sync(os.open, str(stdin or os.devnull), os.O_RDONLY)
+    writes = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    sink = await anyio.to_thread.run_sync(os.open, str(stdout or os.devnull), writes, 0o644)
+    try:
+        with anyio.fail_after(_CLI_HUNG):
+            await anyio.run_process(["docker", *argv], stdin=source, stdout=sink, stderr=None)
         if stdout:
-            sink.flush()
-            os.fsync(sink.fileno())
+            await anyio.to_thread.run_sync(os.fsync, sink)
+    finally:
+        os.close(source)
+        os.close(sink)
+
+
+_CLI_HUNG = 120  # seconds: far beyond what a raw capture or restore of the workspace takes
 
 
 async def _timed(call: Callable[[], Awaitable[object]]) -> float:
@@ -87,27 +95,21 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 manifest[:] = [captured.manifest]
 
             raw_capture = functools.partial(
-                anyio.to_thread.run_sync,
-                functools.partial(
-                    _docker, "exec", container, "tar", "-c", "-f", "-", "-C", workdir, ".", stdout=archive
-                ),
+                _docker, "exec", container, "tar", "-c", "-f", "-", "-C", workdir, ".", stdout=archive
             )
             restore_ours = functools.partial(_restore, target, manifest, scratch / "objects")
             empty_then_extract = 'rm -rf "$1" && mkdir "$1" && exec tar -x -f - -C "$1"'
             raw_restore = functools.partial(
-                anyio.to_thread.run_sync,
-                functools.partial(
-                    _docker,
-                    "exec",
-                    "-i",
-                    other,
-                    "sh",
-                    "-c",
-                    empty_then_extract,
-                    "x",
-                    f"{other_dir}.raw",
-                    stdin=archive,
-                ),
+                _docker,
+                "exec",
+                "-i",
+                other,
+                "sh",
+                "-c",
+                empty_then_extract,
+                "x",
+                f"{other_dir}.raw",
+                stdin=archive,
             )
             mb = args.workspace_mb * 1.048576
             rows = []

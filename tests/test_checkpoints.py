@@ -194,6 +194,55 @@ async def test_a_restore_that_fails_leaves_the_workspace_as_it_was(tmp_path: Pat
         assert sorted(os.listdir(second.workdir)) == ["old.txt"]  # no stage left beside it
 
 
+async def test_a_pack_that_does_not_hold_what_the_manifest_says_leaves_the_workspace_as_it_was(
+    tmp_path: Path,
+) -> None:
+    objects = DirectoryObjects(tmp_path / "objects")
+    provider = get_provider("local", root=tmp_path / "nodes")
+    async with await provider.provision() as first, await provider.provision() as second:
+        for number in range(12):  # several packs: the bad one is not the first fetched
+            await first.write_file(f"f-{number:02}.bin", os.urandom(1 << 20))
+        captured = await capture(first, objects)
+        await second.write_file("old.txt", b"old")
+        piece = captured.manifest.by_path["f-10.bin"].pieces[0]
+        pack = tmp_path / "objects" / piece.pack[:2] / piece.pack
+        spoiled = bytearray(pack.read_bytes())
+        spoiled[piece.offset] ^= 1
+        pack.write_bytes(spoiled)
+        with pytest.raises(CheckpointError, match=f"pack {piece.pack} does not hold 'f-10.bin'"):
+            await restore(second, captured.manifest, objects)
+        assert sorted(os.listdir(second.workdir)) == ["old.txt"]
+
+
+async def test_an_archive_that_ends_before_its_marker_is_never_swapped_in(tmp_path: Path) -> None:
+    """A connection lost between two members ends the archive as its real end does, to
+    ``tar``: the restore's script swaps the new files in only once the marker, the archive's
+    last member, was written."""
+    from nodeprov.checkpoints.restoring import _MARKER, _RESTORE  # the script on the node
+
+    provider = get_provider("local", root=tmp_path / "nodes")
+    async with await provider.provision() as node:
+        await node.write_file("old.txt", b"old")
+        for archive, said in (
+            (_archive(("new.txt", b"new", "file")), "the archive was cut short"),
+            (_archive(("new.txt", b"new", "file"), (_MARKER, b"", "file")), ""),
+        ):
+            code, _, err = await run(
+                node,
+                "sh",
+                "-c",
+                _RESTORE,
+                "restore",
+                node.workdir,
+                ".nodeprov-restore-t",
+                "",
+                _MARKER,
+                stdin=archive,
+            )
+            assert (code != 0, err.decode().strip()) == (bool(said), said)
+            assert os.listdir(node.workdir) == (["new.txt"] if not said else ["old.txt"])
+
+
 async def test_a_restore_cut_short_leaves_the_workspace_as_it_was(tmp_path: Path) -> None:
     objects = DirectoryObjects(tmp_path / "objects")
     provider = get_provider("local", root=tmp_path / "nodes")

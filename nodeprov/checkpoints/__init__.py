@@ -9,13 +9,15 @@ before), and restored onto any node of any provider.
         later = await capture(node, objects, previous=first.manifest)  # stores what changed
         await restore(other_node, later.manifest, objects)
 
-See :mod:`nodeprov.checkpoints.workspace` for what a capture keeps and leaves out, and
+See :mod:`nodeprov.checkpoints.capturing` for what a capture keeps and leaves out,
+:mod:`nodeprov.checkpoints.restoring` for how a restore replaces a workspace, and
 :mod:`nodeprov.checkpoints.tar` for what an archive may hold.
 """
 
+from .capturing import SECRET_PATTERNS, Capture, capture
 from .manifest import Changes, Entry, Manifest, Piece, changes
 from .objects import DirectoryObjects, ObjectStore, open_objects
-from .workspace import SECRET_PATTERNS, Capture, capture, restore
+from .restoring import restore
 
 __all__ = [
     "SECRET_PATTERNS",

@@ -124,6 +124,10 @@ class _Source:
         return True
 
     async def take(self, count: int) -> bytes:
+        if self._held and len(self._held[0]) - self._at > count:  # within one chunk: no generator
+            at = self._at
+            self._at += count
+            return self._held[0][at : at + count]
         return b"".join([piece async for piece in self.pieces(count)])
 
     async def pieces(self, count: int) -> AsyncIterator[bytes]:

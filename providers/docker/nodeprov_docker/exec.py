@@ -32,8 +32,8 @@ _READ_SIZE = 256 * 1024
 class ExecOutput(Demux):
     """The stdout and stderr of one exec, split out of its multiplexed socket on demand.
 
-    Frames are parsed in place from large socket reads (a payload is copied once, to be
-    handed out). :meth:`aclose` closes the socket.
+    Frames are parsed in place from large socket reads, a read's payloads for one stream
+    handed out as one piece. :meth:`aclose` closes the socket.
     """
 
     def __init__(self, socket: SocketStream) -> None:
@@ -51,29 +51,39 @@ class ExecOutput(Demux):
         async with self._lock:
             if self._queues[kind] or self.closed:
                 return  # another reader brought it meanwhile
-            piece = self._parse()
-            if piece is None:
+            if not self._split():
                 await self._fill()
-            else:
-                self._deliver(STDOUT if self._kind == STDOUT else STDERR, piece)
 
-    def _parse(self) -> bytes | None:
-        """The next piece of frame payload already read, or None if more must be read."""
+    def _split(self) -> bool:
+        """Queue what the last read holds of frame payloads, each stream's joined into one
+        piece (copied once; its reader takes one piece, not one per frame of often 32 KiB),
+        and whether anything was."""
         data, position = self._data, self._position
-        while self._left == 0:
-            if len(data) - position < 8:
-                return None
-            self._kind, self._left = data[position], int.from_bytes(data[position + 4 : position + 8], "big")
-            position += 8
-            self._position = position
-        size = min(self._left, len(data) - position)
-        if size == 0:
-            return None
-        # One copy of the payload (none when a read holds exactly one frame's rest).
-        piece = data[position : position + size]
-        self._position = position + size
-        self._left -= size
-        return piece
+        cuts: dict[int, list[tuple[int, int]]] = {STDOUT: [], STDERR: []}
+        while True:
+            while self._left == 0:
+                if len(data) - position < 8:
+                    break
+                self._kind, self._left = (
+                    data[position],
+                    int.from_bytes(data[position + 4 : position + 8], "big"),
+                )
+                position += 8
+            size = min(self._left, len(data) - position)
+            if size == 0:
+                break
+            cuts[STDOUT if self._kind == STDOUT else STDERR].append((position, position + size))
+            position += size
+            self._left -= size
+        self._position = position
+        for kind, spans in cuts.items():
+            if len(spans) == 1:
+                ((begin, end),) = spans
+                self._deliver(kind, data if (begin, end) == (0, len(data)) else data[begin:end])
+            elif spans:
+                view = memoryview(data)
+                self._deliver(kind, b"".join([view[begin:end] for begin, end in spans]))
+        return bool(cuts[STDOUT] or cuts[STDERR])
 
     async def _fill(self) -> None:
         try:

@@ -1,7 +1,7 @@
-"""A workspace captured from a node and restored onto one, over the node's exec channel
-(``tar`` on the node, nothing listening), for every provider.
+"""A workspace captured from a node over its exec channel (``tar -c`` on the node, nothing
+listening), for every provider; :mod:`nodeprov.checkpoints.restoring` writes it back.
 
-**Capture** streams ``tar -c`` of the workspace's root from the node, checks each member
+A capture streams ``tar -c`` of the workspace's root from the node, checks each member
 (:class:`~nodeprov.checkpoints.tar.Confinement`), cuts each file into pieces of at most
 4 MiB named by their SHA-256, and stores only the pieces no earlier manifest it is given
 holds, gathered into pack objects of about 8 MiB. What is left out, and why, is in the
@@ -15,11 +15,6 @@ manifest's ``skipped``:
 
 A hard link becomes a copy of the file it links to (the pieces are shared, the link is not).
 Owners are not kept: what is restored belongs to the user the node's spawns run as.
-
-**Restore** writes the manifest as a tar archive to ``tar -x`` on the node, into a directory
-of its own inside the root, and only once that has all been written does it replace the
-root's contents with it: a restore cut short leaves the root as it was. Nothing is written
-through a symbolic link (the manifest holds none under one), and none outside the root.
 """
 
 from __future__ import annotations
@@ -28,9 +23,7 @@ import fnmatch
 import hashlib
 import itertools
 import re
-import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,15 +31,16 @@ import anyio
 import anyio.to_thread
 from anyio.abc import TaskGroup
 
-from ..errors import CheckpointError, ConfigError, leaf
+from ..errors import CheckpointError, leaf
 from ..node import NodeHandle
 from ..node.files import kill_now
-from ..spawn import SpawnedProcess, SpawnOptions
+from ..spawn import SpawnOptions
+from ._node import STAGE, root_of, stderr_of
 from .manifest import Entry, Manifest, Piece
 from .objects import ObjectStore, digest_of
-from .tar import Member, end_of_archive, header, members, padding
+from .tar import Member, members
 
-__all__ = ["SECRET_PATTERNS", "Capture", "capture", "restore"]
+__all__ = ["SECRET_PATTERNS", "Capture", "capture"]
 
 SECRET_PATTERNS = (
     ".env",
@@ -66,30 +60,10 @@ SECRET_PATTERNS = (
 
 PIECE = 4 << 20
 PACK = 8 << 20
-_HASH_IN_THREAD = 1 << 16  # a digest of more than this leaves the event loop free meanwhile
-_STAGE = ".nodeprov-restore-"
-_BLOCK = 1 << 20  # what a restore sends to the node at a time
 _NOTES = 1000  # what a manifest lists of what it left out
 _TAR_CHANGED = ("file changed as we read it", "File removed before we read it", "socket ignored")
 
 _CAPTURE = 'cd "$1" || exit 1\nexec tar -c -f - .\n'
-_EXTRACT = 'mkdir "$1/$2" || exit 1\ntar -x -p -o -f - -C "$1/$2" || { rm -rf "$1/$2"; exit 1; }\n'
-_SWAP = """root=$1 stage=$2 mode=$3
-cd "$root" || exit 1
-set --
-for f in * .[!.]* ..?*; do
-  { [ -e "$f" ] || [ -h "$f" ]; } && [ "$f" != "$stage" ] && set -- "$@" "$f"
-done
-[ $# -eq 0 ] || rm -rf -- "$@" || exit 1
-cd "$stage" || exit 1
-set --
-for f in * .[!.]* ..?*; do
-  { [ -e "$f" ] || [ -h "$f" ]; } && set -- "$@" "$f"
-done
-[ $# -eq 0 ] || mv -- "$@" "$root/" || exit 1
-cd "$root" && rmdir -- "$stage" && { [ -z "$mode" ] || chmod "$mode" "$root"; }
-"""
-_DISCARD = 'rm -rf -- "$1/$2"\n'
 
 
 @dataclass(frozen=True)
@@ -113,7 +87,10 @@ class _Packer:
 
     def __init__(self, objects: ObjectStore, known: dict[str, Piece], group: TaskGroup) -> None:
         self._objects, self._group = objects, group
-        self._buffer = bytearray()
+        # The open pack: the chunks read, joined (and hashed) in a worker thread once full,
+        # so the event loop copies nothing of a file's bytes on their way to the store.
+        self._chunks: list[bytes | memoryview] = []
+        self._length = 0
         self._cuts: list[tuple[int, int]] = []  # the open pack's pieces: offset, size
         self._packs = 0
         self._pieces: dict[_Ref, Piece] = {}
@@ -130,14 +107,14 @@ class _Packer:
             at = 0
             while at < len(chunk):
                 if start is None:
-                    if len(self._buffer) > PACK - PIECE:
+                    if self._length > PACK - PIECE:
                         await self.flush()
-                    start = len(self._buffer)
-                size = min(len(chunk) - at, PIECE - (len(self._buffer) - start))
-                with memoryview(chunk) as view:
-                    self._buffer += view[at : at + size]
+                    start = self._length
+                size = min(len(chunk) - at, PIECE - (self._length - start))
+                self._chunks.append(chunk if size == len(chunk) else memoryview(chunk)[at : at + size])
+                self._length += size
                 at += size
-                if len(self._buffer) - start == PIECE:
+                if self._length - start == PIECE:
                     refs.append(self._cut(start))
                     start = None
         if start is not None:
@@ -145,23 +122,25 @@ class _Packer:
         return refs
 
     def _cut(self, start: int) -> _Ref:
-        self._cuts.append((start, len(self._buffer) - start))
+        self._cuts.append((start, self._length - start))
         return self._packs, start
 
     async def flush(self) -> None:
         """Hand the open pack to the group (it is stored once the group ended)."""
-        if not self._buffer:
+        if not self._length:
             return
-        read, cuts, number = self._buffer, self._cuts, self._packs  # handed over, not copied
-        self._buffer, self._cuts, self._packs = bytearray(), [], self._packs + 1
+        chunks, cuts, number = self._chunks, self._cuts, self._packs  # handed over, not copied
+        self._chunks, self._length, self._cuts, self._packs = [], 0, [], self._packs + 1
         await self._under_way.acquire()
-        self._group.start_soon(self._store, number, read, cuts)
+        self._group.start_soon(self._store, number, chunks, cuts)
 
-    async def _store(self, number: int, read: bytearray, cuts: list[tuple[int, int]]) -> None:
+    async def _store(
+        self, number: int, chunks: list[bytes | memoryview], cuts: list[tuple[int, int]]
+    ) -> None:
         try:
             # All of a pack's pieces in one worker thread: a pack of small files is as many
             # bytes to hash as any, which the event loop (the agent's relay) must not wait for.
-            digests = await anyio.to_thread.run_sync(_digests, read, cuts)
+            read, digests = await anyio.to_thread.run_sync(_digests, chunks, cuts)
             new: dict[str, tuple[int, int]] = {}
             for digest, cut in zip(digests, cuts, strict=True):
                 if digest not in self._kept and digest not in new:
@@ -188,20 +167,16 @@ class _Packer:
         return self._pieces[ref]
 
 
-def _digests(data: bytearray, cuts: list[tuple[int, int]]) -> list[str]:
+def _digests(chunks: list[bytes | memoryview], cuts: list[tuple[int, int]]) -> tuple[bytes, list[str]]:
+    """The pack read (``chunks`` joined) and the digest of each of its pieces (``cuts``)."""
+    data = b"".join(chunks)
     with memoryview(data) as view:
-        return [hashlib.sha256(view[offset : offset + size]).hexdigest() for offset, size in cuts]
+        return data, [hashlib.sha256(view[offset : offset + size]).hexdigest() for offset, size in cuts]
 
 
-def _packed(data: bytearray, cuts: list[tuple[int, int]]) -> bytes:
+def _packed(data: bytes, cuts: list[tuple[int, int]]) -> bytes:
     with memoryview(data) as view:
         return b"".join(view[offset : offset + size] for offset, size in cuts)
-
-
-async def _digest(data: bytes) -> str:
-    if len(data) > _HASH_IN_THREAD:
-        return await anyio.to_thread.run_sync(digest_of, data)
-    return digest_of(data)
 
 
 def _note(skipped: list[str], line: str) -> None:
@@ -215,15 +190,6 @@ def _secrets(patterns: Sequence[str]) -> Callable[[str], bool]:
     """Whether a path has a name that matches one of ``patterns``."""
     match = re.compile("|".join(f"(?:{fnmatch.translate(pattern)})" for pattern in patterns)).match
     return lambda path: any(match(name) for name in path.split("/"))
-
-
-def _root(node: NodeHandle, root: str | None) -> str:
-    full = node.node_path(root or node.workdir)
-    if full == "/":
-        raise ConfigError(
-            f"refusing to checkpoint or restore all of node {node.node_id} ('/'): name a workspace"
-        )
-    return full
 
 
 async def capture(
@@ -248,7 +214,7 @@ async def capture(
             store did.
         NodeGoneError, SpawnError, ProviderError: as :meth:`NodeHandle.spawn`.
     """
-    where = _root(node, root)
+    where = root_of(node, root)
     try:
         async with anyio.create_task_group() as group:
             packer = _Packer(objects, previous.pieces() if previous is not None else {}, group)
@@ -290,10 +256,10 @@ async def _read(
     skipped: list[str] = []
     async with await node.spawn(SpawnOptions("sh", ["-c", _CAPTURE, "nodeprov-capture", where])) as process:
         await process.stdin.aclose()
-        async with _stderr_of(process) as stderr:
+        async with stderr_of(process) as stderr:
             try:
                 async for member, data in members(process.stdout):
-                    if member.path and (secret(member.path) or member.path.startswith(_STAGE)):
+                    if member.path and (secret(member.path) or member.path.startswith(STAGE)):
                         if not secret(member.path.rpartition("/")[0]):  # not its directory's
                             _note(skipped, f"{member.path}: left out (a secret's name, or excluded)")
                     elif member.kind == "other":
@@ -317,125 +283,3 @@ async def _read(
     if code == 1:
         _note(skipped, f": the workspace changed while it was read ({stderr.text(code)})")
     return found, skipped
-
-
-async def restore(
-    node: NodeHandle, manifest: Manifest, objects: ObjectStore, *, root: str | None = None
-) -> None:
-    """Make the workspace at ``root`` on ``node`` (its workdir by default) hold exactly what
-    ``manifest`` holds, from the packs in ``objects``; what the root held before is
-    replaced only once everything was written beside it.
-
-    Raises:
-        ConfigError: ``root`` is ``/``.
-        NodePathError: ``root`` is outside the node.
-        CheckpointError: a pack is missing from ``objects``, or ``tar`` failed on the node;
-            the root is as it was.
-        NodeGoneError, SpawnError, ProviderError: as :meth:`NodeHandle.spawn`.
-    """
-    where = _root(node, root)
-    stage = f"{_STAGE}{secrets.token_hex(8)}"
-    root_entry = manifest.by_path.get("")
-    try:
-        await _extract(node, where, stage, _archive(manifest, objects))
-        await _step(node, _SWAP, where, stage, f"{root_entry.mode:o}" if root_entry is not None else "")
-    except BaseException:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(10), suppress(Exception):
-            await _step(node, _DISCARD, where, stage)
-        raise
-
-
-async def _extract(node: NodeHandle, where: str, stage: str, archive: AsyncIterator[bytes]) -> None:
-    """Extract ``archive`` into the new directory ``stage`` inside ``where``."""
-    options = SpawnOptions("sh", ["-c", _EXTRACT, "nodeprov-restore", where, stage])
-    async with await node.spawn(options) as process, _stderr_of(process) as stderr:
-        try:
-            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                async for block in archive:
-                    await process.stdin.send(block)
-                await process.stdin.aclose()
-        except BaseException:
-            await kill_now(process)
-            raise
-        code = await process.wait()
-    _check(code, stderr, f"restore into {where} on node {node.node_id}")
-
-
-async def _archive(manifest: Manifest, objects: ObjectStore) -> AsyncIterator[bytes]:
-    """``manifest`` as a tar archive, its files read from their packs (the last two kept),
-    in blocks of about :data:`_BLOCK` bytes (small files' headers and data together)."""
-    packs: dict[str, bytes] = {}
-    out = bytearray()
-    for entry in manifest.entries:
-        if not entry.path:
-            continue  # the root: its mode is set once it is swapped in
-        out += header(Member(entry.path, entry.kind, entry.mode, entry.mtime, entry.size, entry.target))
-        for piece in entry.pieces:
-            if piece.pack not in packs:
-                if len(packs) == 2:
-                    del packs[next(iter(packs))]
-                packs[piece.pack] = await objects.get(piece.pack)
-            data = packs[piece.pack][piece.offset : piece.offset + piece.length]
-            if len(data) != piece.length or await _digest(data) != piece.digest:
-                raise CheckpointError(
-                    f"pack {piece.pack} does not hold {entry.path!r}'s piece {piece.digest}"
-                )
-            out += data
-            if len(out) >= _BLOCK:
-                yield bytes(out)
-                out.clear()
-        out += padding(entry.size)
-    yield bytes(out + end_of_archive())
-
-
-async def _step(node: NodeHandle, script: str, *args: str) -> None:
-    async with await node.spawn(SpawnOptions("sh", ["-c", script, "nodeprov-restore", *args])) as process:
-        await process.stdin.aclose()
-        async with _stderr_of(process) as stderr:
-            code = await process.wait()
-    _check(code, stderr, f"restore into {args[0]} on node {node.node_id}")
-
-
-def _check(code: int, said: _Said, what: str) -> None:
-    if code != 0:
-        raise CheckpointError(f"{what} failed: {said.text(code)}")
-
-
-class _Said:
-    """The first 4 KiB a process wrote to stderr, for an error's message."""
-
-    def __init__(self) -> None:
-        self._said = bytearray()
-        self.ended = anyio.Event()
-
-    async def read(self, process: SpawnedProcess) -> None:
-        with suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            async for chunk in process.stderr:
-                if len(self._said) < 4096:
-                    self._said += chunk[: 4096 - len(self._said)]
-        self.ended.set()
-
-    def only(self, expected: Sequence[str]) -> bool:
-        """Whether every line said holds one of ``expected`` (and something was said)."""
-        lines = [line for line in self.text(0).splitlines() if line.strip()]
-        return bool(lines) and all(any(text in line for text in expected) for line in lines)
-
-    def text(self, code: int) -> str:
-        return bytes(self._said).decode(errors="replace").strip() or f"exit status {code}"
-
-
-@asynccontextmanager
-async def _stderr_of(process: SpawnedProcess) -> AsyncIterator[_Said]:
-    """Read ``process``'s stderr while it runs (a full pipe would stall it)."""
-    said = _Said()
-    try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(said.read, process)
-            try:
-                yield said
-                with anyio.move_on_after(5):
-                    await said.ended.wait()
-            finally:
-                group.cancel_scope.cancel()
-    except BaseExceptionGroup as raised:  # the caller's own error, not a group's
-        raise leaf(raised) from None
