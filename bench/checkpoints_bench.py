@@ -27,6 +27,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from pathlib import Path
 from subprocess import PIPE
 from typing import Any
@@ -55,17 +56,16 @@ async def _docker(*argv: str, stdin: Path | None = None, stdout: Path | None = N
     """``docker ARGV`` from and into files (the latter synced), killed if cancelled: this
     engine's CLI sometimes never returns from an exec whose process has ended (its attached
     stream is not closed), and a thread running it could not be cancelled."""
-    source = await anyio.to_thread.run_sync(os.open, str(stdin or os.devnull), os.O_RDONLY)
     writes = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    sink = await anyio.to_thread.run_sync(os.open, str(stdout or os.devnull), writes, 0o644)
-    try:
+    with ExitStack() as opened:
+        source = await anyio.to_thread.run_sync(os.open, str(stdin or os.devnull), os.O_RDONLY)
+        opened.callback(os.close, source)
+        sink = await anyio.to_thread.run_sync(os.open, str(stdout or os.devnull), writes, 0o644)
+        opened.callback(os.close, sink)
         with anyio.fail_after(_CLI_HUNG):
             await anyio.run_process(["docker", *argv], stdin=source, stdout=sink, stderr=None)
         if stdout:
             await anyio.to_thread.run_sync(os.fsync, sink)
-    finally:
-        os.close(source)
-        os.close(sink)
 
 
 _CLI_HUNG = 120  # seconds: far beyond what a raw capture or restore of the workspace takes

@@ -797,3 +797,58 @@ async def test_a_store_closed_under_running_statements_waits_for_the_one_running
         [sys.executable, "-c", CLOSE_UNDER_STATEMENTS, str(tmp_path)], check=False
     )
     assert child.returncode == 0, (child.returncode, child.stderr.decode()[-2000:])
+
+
+async def test_a_leader_cancelled_between_attempts_leaves_its_followers_to_commit(tmp_path: Path) -> None:
+    """Group commit: the task that leads a batch commits its followers' work too. Cancelled
+    while it waits to try a lost batch again, it leaves that work unwritten, and the followers,
+    which were not cancelled, commit it themselves (they failed with the leader before)."""
+    from nodeprov.store._db import UnavailableError
+
+    async with await Store.open(f"sqlite:///{tmp_path}/store.db") as store:
+        commit, calls, leader = store.db._commit, 0, -1
+        first_batch_held = anyio.Event()
+
+        async def lossy(batch: list[Any]) -> list[BaseException | None]:
+            nonlocal calls, leader
+            calls += 1
+            if calls == 1:
+                await first_batch_held.wait()  # meanwhile the two others queue behind it
+            elif calls == 2:
+                leader = anyio.get_current_task().id
+                return [UnavailableError("the connection was lost before the commit")] * len(batch)
+            return await commit(batch)
+
+        store.db._commit = lossy  # type: ignore[method-assign]
+        scopes: dict[int, anyio.CancelScope] = {}
+        outcomes: dict[str, str] = {}
+
+        async def write(name: str) -> None:
+            with anyio.CancelScope() as scope:
+                scopes[anyio.get_current_task().id] = scope
+                try:
+                    await store.transcripts.replace({"project_key": "p", "session_id": name}, [{"n": name}])
+                    outcomes[name] = "written"
+                except StoreError as error:
+                    outcomes[name] = str(error)
+                    return
+            if scope.cancelled_caught:
+                outcomes[name] = "cancelled"
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(write, "first")
+                await anyio.wait_all_tasks_blocked()
+                group.start_soon(write, "a")
+                group.start_soon(write, "b")
+                await anyio.wait_all_tasks_blocked()
+                first_batch_held.set()
+                while leader == -1:  # the second batch, led by one of the two, is lost
+                    await anyio.lowlevel.checkpoint()
+                await anyio.wait_all_tasks_blocked()  # its leader waits to try again
+                scopes[leader].cancel()
+        cancelled = next(name for name, outcome in outcomes.items() if outcome == "cancelled")
+        other = ({"a", "b"} - {cancelled}).pop()
+        assert outcomes == {"first": "written", cancelled: "cancelled", other: "written"}
+        assert await store.transcripts.load({"project_key": "p", "session_id": other}) == [{"n": other}]
+        assert await store.transcripts.load({"project_key": "p", "session_id": cancelled}) is None

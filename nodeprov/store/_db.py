@@ -380,10 +380,13 @@ class _GroupCommit:
             try:
                 await self._commit(batch)
             finally:
-                for each in batch:  # a leader cancelled between attempts: nothing was written
-                    if not each.done.is_set():
-                        each.error = StoreError("the store's batch was interrupted before it committed")
-                        each.done.set()
+                # A leader cancelled between attempts: nothing of what is not settled was
+                # written. Its own work ends with it; the others' go back to be led again
+                # (one task's cancellation is not another's failure).
+                if not submitted.done.is_set():
+                    submitted.error = StoreError("the store's batch was interrupted before it committed")
+                    submitted.done.set()
+                self._pending[:0] = [each for each in batch if not each.done.is_set()]
                 self._committing = None
                 committing.set()
         if submitted.error is not None:
