@@ -1,13 +1,14 @@
 """ACP's JSON-RPC over an agent process's stdio (nodeprov.agents.acp.rpc), against a scripted
 agent process on a local node: answers matched by id whatever their order, notifications in
-the agent's order, the agent's own requests served, errors both ways, an agent that exits or
-writes what is not JSON-RPC."""
+the agent's order before the answer after them, the agent's own requests served, errors both
+ways, an agent that exits or writes what is not JSON-RPC, a close that ends every task."""
 
 from __future__ import annotations
 
 import random
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import anyio
 import pytest
 
 from nodeprov import NodeHandle, get_provider
-from nodeprov.agents.acp.rpc import METHOD_NOT_FOUND, Connection, RpcError, connect
+from nodeprov.agents.acp.rpc import INTERNAL_ERROR, METHOD_NOT_FOUND, Answer, Connection, Notification, RpcError
 from nodeprov.errors import AgentExitError, AgentOutputError
 from nodeprov.spawn import SpawnedProcess, SpawnOptions
 
@@ -54,6 +55,8 @@ for line in sys.stdin:
               "error": {"code": -32002, "message": "no such session", "data": {"sessionId": "s"}}})
     elif method == "exit":
         sys.exit(3)
+    elif method == "hang":
+        pass
     elif method == "garbage":
         sys.stdout.write("this is not json\n")
         sys.stdout.flush()
@@ -66,16 +69,18 @@ async def node(tmp_path: Path) -> AsyncIterator[NodeHandle]:
         yield handle
 
 
-async def _agent(node: NodeHandle) -> SpawnedProcess:
-    return await node.spawn(SpawnOptions(sys.executable, ["-c", _AGENT]))
-
-
-def _deaf(method: str, params: Any) -> None:
-    pass
-
-
 async def _unserved(method: str, params: Any) -> Any:
     raise AssertionError(f"the agent asked {method}")
+
+
+@asynccontextmanager
+async def _connected(node: NodeHandle, serve: Any = _unserved) -> AsyncIterator[Connection]:
+    async with await node.spawn(SpawnOptions(sys.executable, ["-c", _AGENT])) as process:
+        rpc = Connection(process, serve)
+        try:
+            yield rpc
+        finally:
+            await rpc.aclose()
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -83,80 +88,91 @@ async def test_answers_reach_their_requests_whatever_their_order(node: NodeHandl
     order, answered = list(range(30)), list(range(30))
     random.Random(seed).shuffle(order)
     random.Random(seed + 1000).shuffle(answered)  # the agent answers in another order than asked
-    got: dict[int, Any] = {}
-    async with await _agent(node) as process, connect(process, serve=_unserved, listen=_deaf) as rpc:
-
-        async def hold(value: int) -> None:
-            got[value] = await rpc.request("hold", value)
-
+    async with _connected(node) as rpc:
         with anyio.fail_after(30):
-            async with anyio.create_task_group() as group:
-                for value in order:
-                    group.start_soon(hold, value)
-                await anyio.wait_all_tasks_blocked()
-                assert await rpc.request("release", answered) is None
+            asked = {await rpc.send("hold", value): value for value in order}
+            release = await rpc.send("release", answered)
+            got: dict[int, Any] = {}
+            while True:
+                answer = await rpc.receive()
+                assert isinstance(answer, Answer)
+                if answer.id == release:
+                    break
+                got[asked[answer.id]] = answer.value()
     assert got == {value: value for value in order}
+    assert list(got) == answered  # taken in the agent's order
 
 
-async def test_notifications_reach_the_listener_in_order_before_the_answer(node: NodeHandle) -> None:
-    heard: list[int] = []
-    async with await _agent(node) as process:
-        listen = lambda method, params: heard.append(params["n"]) if method == "session/update" else None  # noqa: E731
-        async with connect(process, serve=_unserved, listen=listen) as rpc:
-            with anyio.fail_after(30):
-                assert await rpc.request("stream", 2000) == "streamed"
-                assert heard == list(range(2000))
+async def test_notifications_come_in_order_before_the_answer_after_them(node: NodeHandle) -> None:
+    async with _connected(node) as rpc:
+        with anyio.fail_after(30):
+            result, heard = await rpc.request("stream", 2000)
+    assert result == "streamed"
+    assert heard == [Notification("session/update", {"n": n}) for n in range(2000)]
 
 
 async def test_the_agents_requests_are_served_and_a_refusal_goes_back_as_an_error(node: NodeHandle) -> None:
     async def serve(method: str, params: Any) -> Any:
         if method == "fs/read_text_file":
             return {"content": f"read {params['path']}"}
+        if method == "broken":
+            raise KeyError("a defect")
         raise RpcError(METHOD_NOT_FOUND, f"no {method} here")
 
-    async with await _agent(node) as process, connect(process, serve=serve, listen=_deaf) as rpc:
+    async with _connected(node, serve) as rpc:
         with anyio.fail_after(30):
-            read = await rpc.request("ask", {"method": "fs/read_text_file", "params": {"path": "/w/a.py"}})
-            refused = await rpc.request("ask", {"method": "terminal/create", "params": {}})
+            read, _ = await rpc.request("ask", {"method": "fs/read_text_file", "params": {"path": "/w/a.py"}})
+            refused, _ = await rpc.request("ask", {"method": "terminal/create", "params": {}})
+            broken, _ = await rpc.request("ask", {"method": "broken", "params": {}})
     assert read["result"] == {"content": "read /w/a.py"}
     assert refused["error"] == {"code": METHOD_NOT_FOUND, "message": "no terminal/create here", "data": None}
+    assert broken["error"]["code"] == INTERNAL_ERROR  # answered all the same: the agent waits for it
 
 
 async def test_an_error_answer_raises_with_its_code_message_and_data(node: NodeHandle) -> None:
-    async with await _agent(node) as process, connect(process, serve=_unserved, listen=_deaf) as rpc:
+    async with _connected(node) as rpc:
         with anyio.fail_after(30), pytest.raises(RpcError, match="no such session") as raised:
             await rpc.request("fail")
         assert (raised.value.code, raised.value.data) == (-32002, {"sessionId": "s"})
-        assert await rpc.request("stream", 0) == "streamed"  # the channel goes on
+        assert (await rpc.request("stream", 0))[0] == "streamed"  # the channel goes on
 
 
-async def test_an_agent_that_exits_fails_the_requests_it_left_and_those_after(node: NodeHandle) -> None:
-    left: list[BaseException] = []
-
-    async def held(rpc: Connection) -> None:
-        try:
-            await rpc.request("hold", 1)
-        except AgentExitError as error:
-            left.append(error)
-
-    async with await _agent(node) as process, connect(process, serve=_unserved, listen=_deaf) as rpc:
+async def test_an_agent_that_exits_ends_the_inbox_and_the_requests_after(node: NodeHandle) -> None:
+    async with _connected(node) as rpc:
         with anyio.fail_after(30):
-            async with anyio.create_task_group() as group:
-                group.start_soon(held, rpc)
-                await anyio.wait_all_tasks_blocked()
-                with pytest.raises(AgentExitError, match="closed its output"):
-                    await rpc.request("exit")
-            assert [str(error) for error in left] == ["the agent closed its output"]
+            await rpc.send("hold", 1)
+            with pytest.raises(AgentExitError, match="closed its output"):
+                await rpc.request("exit")
+            with pytest.raises(AgentExitError, match="closed its output"):
+                await rpc.receive()
             with pytest.raises(AgentExitError):
-                await rpc.request("stream", 1)
+                await rpc.send("stream", 1)
+    assert isinstance(rpc.ended, AgentExitError)
 
 
 async def test_what_is_not_json_rpc_ends_the_channel_with_what_it_was(node: NodeHandle) -> None:
-    async def garbage(process: SpawnedProcess) -> None:
-        async with connect(process, serve=_unserved, listen=_deaf) as rpc:
-            await rpc.notify("garbage")
-            await anyio.sleep_forever()  # until the reader fails the block
-
-    async with await _agent(node) as process:
+    async with _connected(node) as rpc:
         with anyio.fail_after(30), pytest.raises(AgentOutputError, match="this is not json"):
-            await garbage(process)
+            await rpc.notify("garbage")
+            await rpc.receive()
+
+
+async def test_a_close_ends_the_reader_and_the_requests_being_served(node: NodeHandle) -> None:
+    started, cancelled = anyio.Event(), anyio.Event()
+
+    async def serve(method: str, params: Any) -> Any:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    async with _connected(node, serve) as rpc:
+        with anyio.fail_after(30):
+            await rpc.send("ask", {"method": "terminal/wait_for_exit", "params": {}})
+            await started.wait()
+            await rpc.aclose()
+            await cancelled.wait()
+            with pytest.raises(anyio.ClosedResourceError):
+                await rpc.receive()
+            await rpc.aclose()  # idempotent

@@ -31,6 +31,11 @@ class Detached:
         finally:
             self._done.set()
 
+    @property
+    def done(self) -> bool:
+        """Whether the task has ended."""
+        return self._done.is_set()
+
     def cancel(self) -> None:
         """Cancel the task (it sees cancellation at its next checkpoint); idempotent."""
         self._scope.cancel()

@@ -56,6 +56,13 @@ class Turn:
         self._last_text = ""
         self._usage: dict[str, Any] | None = None
         self._finished: set[str] = set()  # tool calls whose result was given
+        self._running: set[str] = set()
+
+    @property
+    def tools_running(self) -> bool:
+        """Whether a tool call has started and not finished: the agent waits on its tool, not
+        its model."""
+        return bool(self._running)
 
     def take(self, update: Mapping[str, Any]) -> list[Message]:
         """The messages ``update`` (a ``session/update``'s ``update``) completes."""
@@ -68,6 +75,7 @@ class Turn:
         done = self.flush()
         if kind == "tool_call":
             call = str(update.get("toolCallId", ""))
+            self._running.add(call)
             name = str(update.get("title") or update.get("kind") or "tool")
             raw_input = update.get("rawInput")
             done.append(ToolUse(call, name, raw_input if isinstance(raw_input, Mapping) else {}, raw=update))
@@ -87,6 +95,7 @@ class Turn:
         if failed is None or call in self._finished:
             return []
         self._finished.add(call)
+        self._running.discard(call)
         output = _text(update.get("content"))
         if not output and (raw_output := update.get("rawOutput")) is not None:
             output = raw_output if isinstance(raw_output, str) else str(raw_output)
