@@ -44,6 +44,7 @@ def test_a_tool_call_is_a_use_then_one_result_when_it_completes_or_fails() -> No
             "status": "pending",
             "rawInput": {"path": "/w/a.py"},
         },
+        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "title": "Read /w/a.py"},
         {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"},
         {
             "sessionUpdate": "tool_call_update",
@@ -69,7 +70,7 @@ def test_a_tool_call_is_a_use_then_one_result_when_it_completes_or_fails() -> No
         },
     )
     assert said == [
-        ToolUse("c1", "Read a.py", {"path": "/w/a.py"}),
+        ToolUse("c1", "Read /w/a.py", {"path": "/w/a.py"}),  # said once it runs, as updated
         ToolResult("c1", "print(1)"),
         ToolUse("c2", "Run ls", {}),
         ToolResult("c2", "ls: cannot access", is_error=True),

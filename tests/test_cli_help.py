@@ -67,6 +67,12 @@ def test_values_are_named_by_what_they_are() -> None:
 
 def test_the_top_level_help_names_every_agent_and_whole_summaries() -> None:
     text = _help(())
-    agents = {"claude": "Claude Code", "codex": "Codex", "opencode": "OpenCode"}
+    agents = {
+        "claude": "Claude Code",
+        "codex": "Codex",
+        "opencode": "OpenCode",
+        "gemini": "Gemini CLI",
+        "acp": "ACP agent",
+    }
     assert all(agents[name] in text for name in agent_names()), text
     assert "..." not in text.split("Commands:", 1)[1]  # no summary cut short

@@ -125,7 +125,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cp": ("nodes", "Copy a file between this host and a node."),
     "destroy": ("nodes", "Destroy a node and everything on it."),
     "gc": ("nodes", "Remove expired nodes and those whose owner is gone."),
-    "run": ("runs", "Run an agent (Claude Code, Codex, OpenCode) on a new node."),
+    "run": ("runs", "Run an agent (Claude Code, Codex, OpenCode, Gemini CLI, any ACP agent) on a new node."),
     "pause": ("runs", "Pause a run driven by another nodeprov process."),
     "logs": ("runs", "Show a run's events, from any process."),
     "runs": ("runs", "List runs, oldest first."),
@@ -183,7 +183,7 @@ app = commands(
     _TopLevel,
     name="nodeprov",
     no_args_is_help=True,
-    help="Provision nodes for AI coding agents (Claude Code, Codex, OpenCode) and run them there: "
+    help="Provision nodes for AI coding agents (Claude Code, Codex, OpenCode, Gemini CLI, any ACP agent) and run them there: "
     "over the platform's own exec channel, paused and resumed, kept across dropped connections.",
 )
 

@@ -205,7 +205,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Run a coding agent (Claude Code, Codex, OpenCode) on PROMPT on a new node; events live. Ctrl-C
+    """Run a coding agent (Claude Code, Codex, OpenCode, Gemini CLI, any ACP agent) on PROMPT on a new node; events live. Ctrl-C
     pauses (kind human); SIGTERM and SIGHUP pause too (kind system); a second signal aborts
     at once.
 

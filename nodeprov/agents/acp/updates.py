@@ -2,11 +2,13 @@
 
 An agent streams its text and its thoughts in chunks; a run of chunks of one kind is one
 :class:`AgentText` or :class:`Thinking`, given once another kind of update comes or the turn
-ends (:meth:`Turn.flush`). A ``tool_call`` is a :class:`ToolUse`; the ``tool_call_update``
-that completes or fails it (or the ``tool_call`` itself, when it comes finished) is its
-:class:`ToolResult`. A ``plan`` is a :class:`Notice` (``plan``) listing its entries; a
-``usage_update`` is kept for the :class:`Result`. What a client need not show (the commands
-the agent offers, its config options, an echo of the user's prompt) gives nothing.
+ends (:meth:`Turn.flush`). A tool call is a :class:`ToolUse` once it leaves ``pending``
+(agents fill in its input by ``tool_call_update`` before it runs: OpenCode's command comes
+so), with the title and input the updates gave it; the update that completes or fails it
+(or the ``tool_call`` itself, when it comes finished) is its :class:`ToolResult`. A ``plan``
+is a :class:`Notice` (``plan``) listing its entries; a ``usage_update`` is kept for the
+:class:`Result`. What a client need not show (the commands the agent offers, its config
+options, an echo of the user's prompt) gives nothing.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Turn:
         self._chunks: list[str] = []
         self._last_text = ""
         self._usage: dict[str, Any] | None = None
+        self._calls: dict[str, dict[str, Any]] = {}  # tool calls pending: what was said of them
         self._finished: set[str] = set()  # tool calls whose result was given
         self._running: set[str] = set()
 
@@ -73,15 +76,8 @@ class Turn:
             self._chunks.append(_text(update.get("content")))
             return done
         done = self.flush()
-        if kind == "tool_call":
-            call = str(update.get("toolCallId", ""))
-            self._running.add(call)
-            name = str(update.get("title") or update.get("kind") or "tool")
-            raw_input = update.get("rawInput")
-            done.append(ToolUse(call, name, raw_input if isinstance(raw_input, Mapping) else {}, raw=update))
-            done.extend(self._result(call, update))
-        elif kind == "tool_call_update":
-            done.extend(self._result(str(update.get("toolCallId", "")), update))
+        if kind in ("tool_call", "tool_call_update"):
+            done.extend(self._tool(str(update.get("toolCallId", "")), update))
         elif kind == "plan":
             entries = update.get("entries") or []
             lines = [f"[{entry.get('status', '?')}] {entry.get('content', '')}" for entry in entries]
@@ -89,6 +85,21 @@ class Turn:
         elif kind == "usage_update":
             self._usage = {key: value for key, value in update.items() if key != "sessionUpdate"}
         return done
+
+    def _tool(self, call: str, update: Mapping[str, Any]) -> list[Message]:
+        """A tool call's use, once it is no longer pending, and its result once it is over."""
+        if call in self._finished or call in self._running:
+            return self._result(call, update)
+        said = self._calls.setdefault(call, {})
+        said.update({key: value for key, value in update.items() if value is not None})
+        if update.get("status", "pending") == "pending":
+            return []
+        del self._calls[call]
+        self._running.add(call)
+        name = str(said.get("title") or said.get("kind") or "tool")
+        raw_input = said.get("rawInput")
+        use = ToolUse(call, name, raw_input if isinstance(raw_input, Mapping) else {}, raw=said)
+        return [use, *self._result(call, update)]
 
     def _result(self, call: str, update: Mapping[str, Any]) -> list[Message]:
         failed = _FINISHED.get(str(update.get("status")))
