@@ -16,9 +16,16 @@ import anyio
 import pytest
 
 from nodeprov import NodeHandle, get_provider
-from nodeprov.agents.acp.rpc import INTERNAL_ERROR, METHOD_NOT_FOUND, Answer, Connection, Notification, RpcError
+from nodeprov.agents.acp.rpc import (
+    INTERNAL_ERROR,
+    METHOD_NOT_FOUND,
+    Answer,
+    Connection,
+    Notification,
+    RpcError,
+)
 from nodeprov.errors import AgentExitError, AgentOutputError
-from nodeprov.spawn import SpawnedProcess, SpawnOptions
+from nodeprov.spawn import SpawnOptions
 
 pytestmark = pytest.mark.anyio
 
@@ -55,8 +62,6 @@ for line in sys.stdin:
               "error": {"code": -32002, "message": "no such session", "data": {"sessionId": "s"}}})
     elif method == "exit":
         sys.exit(3)
-    elif method == "hang":
-        pass
     elif method == "garbage":
         sys.stdout.write("this is not json\n")
         sys.stdout.flush()
@@ -152,9 +157,10 @@ async def test_an_agent_that_exits_ends_the_inbox_and_the_requests_after(node: N
 
 async def test_what_is_not_json_rpc_ends_the_channel_with_what_it_was(node: NodeHandle) -> None:
     async with _connected(node) as rpc:
-        with anyio.fail_after(30), pytest.raises(AgentOutputError, match="this is not json"):
+        with anyio.fail_after(30):
             await rpc.notify("garbage")
-            await rpc.receive()
+            with pytest.raises(AgentOutputError, match="this is not json"):
+                await rpc.receive()
 
 
 async def test_a_close_ends_the_reader_and_the_requests_being_served(node: NodeHandle) -> None:

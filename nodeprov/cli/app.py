@@ -183,8 +183,9 @@ app = commands(
     _TopLevel,
     name="nodeprov",
     no_args_is_help=True,
-    help="Provision nodes for AI coding agents (Claude Code, Codex, OpenCode, Gemini CLI, any ACP agent) and run them there: "
-    "over the platform's own exec channel, paused and resumed, kept across dropped connections.",
+    help="Provision nodes for AI coding agents (Claude Code, Codex, OpenCode, Gemini CLI, any ACP agent) "
+    "and run them there: over the platform's own exec channel, paused and resumed, kept across dropped "
+    "connections.",
 )
 
 

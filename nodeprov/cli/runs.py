@@ -205,9 +205,9 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     store: StoreOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Run a coding agent (Claude Code, Codex, OpenCode, Gemini CLI, any ACP agent) on PROMPT on a new node; events live. Ctrl-C
-    pauses (kind human); SIGTERM and SIGHUP pause too (kind system); a second signal aborts
-    at once.
+    """Run a coding agent (Claude Code, Codex, OpenCode, Gemini CLI, any ACP agent) on PROMPT on
+    a new node; events live. Ctrl-C pauses (kind human); SIGTERM and SIGHUP pause too (kind
+    system); a second signal aborts at once.
 
     Exits 0 when the agent succeeds, 1 on an error, 3 when the run was paused.
     """

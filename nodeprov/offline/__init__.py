@@ -10,6 +10,9 @@ tests use them (:mod:`nodeprov.testing` re-exports them).
 - :class:`ScriptedChat`: the OpenAI Chat Completions API (OpenCode, through an
   OpenAI-compatible provider); turns are :class:`ChatText`, :class:`BashCommand`,
   :class:`ChatToolCall`, :class:`ChatStall`, :class:`ChatHttpError`.
+- :class:`ScriptedGemini`: the Gemini API (the Gemini CLI); turns are :class:`GeminiText`,
+  :class:`ShellCommand`, :class:`GeminiFunctionCall`, :class:`GeminiStall`,
+  :class:`GeminiHttpError`.
 - :mod:`~nodeprov.offline.demo`: the built-in demo script on each.
 """
 
@@ -24,6 +27,16 @@ from .chat import (
     ScriptedChat,
 )
 from .demo import demo_chat, demo_messages, demo_responses
+from .gemini import (
+    GeminiFunctionCall,
+    GeminiHttpError,
+    GeminiRequest,
+    GeminiStall,
+    GeminiText,
+    GeminiTurn,
+    ScriptedGemini,
+    ShellCommand,
+)
 from .messages import RecordedRequest, ScriptedModel, Stall, Text, ToolUse, Turn
 from .responses import (
     ExecCommand,
@@ -44,6 +57,12 @@ __all__ = [
     "ChatToolCall",
     "ChatTurn",
     "ExecCommand",
+    "GeminiFunctionCall",
+    "GeminiHttpError",
+    "GeminiRequest",
+    "GeminiStall",
+    "GeminiText",
+    "GeminiTurn",
     "RecordedRequest",
     "ResponsesHttpError",
     "ResponsesRequest",
@@ -51,8 +70,10 @@ __all__ = [
     "ResponsesText",
     "ResponsesTurn",
     "ScriptedChat",
+    "ScriptedGemini",
     "ScriptedModel",
     "ScriptedResponses",
+    "ShellCommand",
     "Stall",
     "Text",
     "ToolUse",

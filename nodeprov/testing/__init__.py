@@ -7,8 +7,11 @@
   :class:`ResponsesStall`, :class:`ResponsesHttpError`.
 - :class:`ScriptedChat`: a scripted OpenAI Chat Completions API server on 127.0.0.1 that
   the real OpenCode CLI talks to; turns are :class:`ChatText`, :class:`BashCommand`,
-  :class:`ChatToolCall`, :class:`ChatStall`, :class:`ChatHttpError`. All three are product
-  code in :mod:`nodeprov.offline` (the CLI's default model), re-exported here.
+  :class:`ChatToolCall`, :class:`ChatStall`, :class:`ChatHttpError`.
+- :class:`ScriptedGemini`: a scripted Gemini API server on 127.0.0.1 that the real Gemini
+  CLI talks to; turns are :class:`GeminiText`, :class:`ShellCommand`,
+  :class:`GeminiFunctionCall`, :class:`GeminiStall`, :class:`GeminiHttpError`. All four are
+  product code in :mod:`nodeprov.offline`, re-exported here.
 - The pytest plugin (:mod:`nodeprov.testing.pytest_plugin`, loaded automatically) provides
   the ``scripted_model``, ``scripted_responses``, ``scripted_chat`` and ``local_node``
   fixtures.
@@ -30,6 +33,12 @@ from ..offline import (
     ChatToolCall,
     ChatTurn,
     ExecCommand,
+    GeminiFunctionCall,
+    GeminiHttpError,
+    GeminiRequest,
+    GeminiStall,
+    GeminiText,
+    GeminiTurn,
     RecordedRequest,
     ResponsesHttpError,
     ResponsesRequest,
@@ -37,8 +46,10 @@ from ..offline import (
     ResponsesText,
     ResponsesTurn,
     ScriptedChat,
+    ScriptedGemini,
     ScriptedModel,
     ScriptedResponses,
+    ShellCommand,
     Stall,
     Text,
     ToolUse,
@@ -55,6 +66,12 @@ __all__ = [
     "ChatToolCall",
     "ChatTurn",
     "ExecCommand",
+    "GeminiFunctionCall",
+    "GeminiHttpError",
+    "GeminiRequest",
+    "GeminiStall",
+    "GeminiText",
+    "GeminiTurn",
     "RecordedRequest",
     "ResponsesHttpError",
     "ResponsesRequest",
@@ -62,8 +79,10 @@ __all__ = [
     "ResponsesText",
     "ResponsesTurn",
     "ScriptedChat",
+    "ScriptedGemini",
     "ScriptedModel",
     "ScriptedResponses",
+    "ShellCommand",
     "Stall",
     "Text",
     "ToolUse",
