@@ -1,6 +1,7 @@
-"""Where the project's install scripts (``scripts/codex.sh``, ``scripts/opencode.sh``) link
-the agent CLIs they install, so that an agent finds its CLI with nothing exported:
-``$XDG_DATA_HOME/nodeprov/bin`` (``~/.local/share/nodeprov/bin`` without the variable)."""
+"""Where the project's install scripts (``scripts/codex.sh``, ``scripts/opencode.sh``,
+``scripts/gemini.sh``) link the agent CLIs they install, so that an agent finds its CLI with
+nothing exported: ``$XDG_DATA_HOME/nodeprov/bin`` (``~/.local/share/nodeprov/bin`` without
+the variable)."""
 
 from __future__ import annotations
 

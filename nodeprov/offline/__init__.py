@@ -26,7 +26,7 @@ from .chat import (
     ChatTurn,
     ScriptedChat,
 )
-from .demo import demo_chat, demo_messages, demo_responses
+from .demo import demo_chat, demo_gemini, demo_messages, demo_responses
 from .gemini import (
     GeminiFunctionCall,
     GeminiHttpError,
@@ -79,6 +79,7 @@ __all__ = [
     "ToolUse",
     "Turn",
     "demo_chat",
+    "demo_gemini",
     "demo_messages",
     "demo_responses",
 ]

@@ -7,10 +7,11 @@ from __future__ import annotations
 import shlex
 
 from .chat import BashCommand, ChatText, ScriptedChat
+from .gemini import GeminiText, ScriptedGemini, ShellCommand
 from .messages import ScriptedModel, Text, ToolUse
 from .responses import ExecCommand, ResponsesText, ScriptedResponses
 
-__all__ = ["demo_chat", "demo_messages", "demo_responses"]
+__all__ = ["demo_chat", "demo_gemini", "demo_messages", "demo_responses"]
 
 _LOOK = "Let me look at the node first."
 
@@ -39,3 +40,9 @@ def demo_chat(prompt: str) -> ScriptedChat:
     """The demo for ``prompt`` on the scripted Chat Completions API: the same command (with
     OpenCode's ``bash`` tool), the same answer."""
     return ScriptedChat([BashCommand(_command(prompt), text=_LOOK), ChatText(_answer(prompt))])
+
+
+def demo_gemini(prompt: str) -> ScriptedGemini:
+    """The demo for ``prompt`` on the scripted Gemini API: the same command (with the Gemini
+    CLI's ``run_shell_command`` tool), the same answer."""
+    return ScriptedGemini([ShellCommand(_command(prompt), text=_LOOK), GeminiText(_answer(prompt))])

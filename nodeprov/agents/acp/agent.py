@@ -83,17 +83,18 @@ class AcpAgent(Agent[OptionsT]):
         return node.node_path(self.options.cwd or ".")
 
     @abstractmethod
-    def command(self, node: NodeHandle, home: str) -> list[str]:
-        """The agent's argument vector on ``node`` (it speaks ACP on its stdio)."""
+    def command(self, node: NodeHandle, home: str, *, resume: str | None) -> list[str]:
+        """The agent's argument vector on ``node`` (it speaks ACP on its stdio), for a session
+        that resumes ``resume`` (None: a new one)."""
 
     def environment(self, home: str) -> dict[str, str]:
         """The agent's environment: the options' ``env`` with ``HOME`` the workspace's."""
         return {**self.options.env, "HOME": home}
 
-    def acp_command(self, node: NodeHandle, home: str) -> SpawnOptions:
+    def acp_command(self, node: NodeHandle, home: str, *, resume: str | None = None) -> SpawnOptions:
         """How the agent starts: :meth:`command` in the session's directory, with
         :meth:`environment`, its home made first."""
-        argv = self.command(node, home)
+        argv = self.command(node, home, resume=resume)
         return SpawnOptions(
             "/bin/sh",
             ["-c", _WRAPPER, "nodeprov-acp", home, *argv],
@@ -133,8 +134,8 @@ class ConfiguredAcpOptions(AcpOptions):
     state_paths: list[str] = Field(
         default_factory=list,
         description="Where, relative to the agent's home (its HOME on the node), it keeps its sessions: "
-        "archived after each turn and written on a fresh node before a resume there. None given: a "
-        "session resumes only on the node it ran on.",
+        "archived after each turn and written on a fresh node before a resume there (paths, or shell glob "
+        "patterns without spaces). None given: a session resumes only on the node it ran on.",
     )
 
     @model_validator(mode="after")
@@ -158,9 +159,9 @@ class ConfiguredAcpAgent(AcpAgent[ConfiguredAcpOptions]):
     def authentication(self) -> str | None:
         return self.options.auth_method
 
-    def command(self, node: NodeHandle, home: str) -> list[str]:
+    def command(self, node: NodeHandle, home: str, *, resume: str | None) -> list[str]:
         cli, *rest = self.options.command
-        argv = [node.tool_paths.get(cli, cli), *rest]
+        argv = [self.options.cli_path or node.tool_paths.get(cli, cli), *rest]
         if self.options.model is not None and self.options.model_flag is not None:
             argv += [self.options.model_flag, self.options.model]
         return argv

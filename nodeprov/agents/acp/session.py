@@ -200,7 +200,7 @@ class AcpSession(AgentSession):
         await self._agent.prepare_home(self._node, home)
         process, _ = await start_agent(
             self._node.spawn,
-            self._agent.acp_command(self._node, home),
+            self._agent.acp_command(self._node, home, resume=self._resume),
             StopPolicy(),
             keep_with=self._keep,
             node=self._node,

@@ -15,7 +15,7 @@ import io
 import logging
 import posixpath
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
@@ -26,7 +26,7 @@ from ...node import NodeHandle
 from ...spawn import SpawnOptions
 from .. import SessionArchive, StateKey
 
-__all__ = ["load_tree", "save_tree", "state_entries", "tree_archive"]
+__all__ = ["load_tree", "save_tree", "state_entries", "tree_archive", "write_tree"]
 
 logger = logging.getLogger("nodeprov.agents.acp")
 
@@ -36,14 +36,17 @@ cd "$1" 2>/dev/null || exit 0
 shift
 count=$#
 while [ "$count" -gt 0 ]; do
-  [ -e "$1" ] && set -- "$@" "$1"
+  for found in $1; do
+    [ -e "$found" ] && set -- "$@" "$found"
+  done
   shift
   count=$((count - 1))
 done
 [ "$#" -gt 0 ] || exit 0
 exec tar -c -f - -- "$@"
 """
-"""Run as ``sh -c _PACK nodeprov-acp-state HOME PATH...``: a tar of those of the paths that are there."""
+"""Run as ``sh -c _PACK nodeprov-acp-state HOME PATTERN...``: a tar of the paths the patterns
+(paths, or shell glob patterns, without spaces) name that are there."""
 _UNPACK = 'mkdir -p "$1" && chmod 700 "$1" && exec tar -x -f - -C "$1" --no-same-owner'
 
 
@@ -86,10 +89,17 @@ def tree_archive(entries: Iterable[dict[str, Any]]) -> bytes:
 
 
 async def save_tree(
-    node: NodeHandle, home: str, paths: list[str], key: StateKey, archive: SessionArchive
+    node: NodeHandle,
+    home: str,
+    paths: list[str],
+    key: StateKey,
+    archive: SessionArchive,
+    *,
+    keep: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
 ) -> None:
-    """Archive the files under ``paths`` of ``home`` on ``node`` as the session state under
-    ``key``, when they differ from the archived copy. A node that cannot be read leaves the
+    """Archive the files under ``paths`` of ``home`` on ``node`` (relative paths, or shell
+    glob patterns without spaces) as the session state under ``key``, when they differ from
+    the archived copy; ``keep`` chooses among the files found. A node that cannot be read leaves the
     copy as it is.
 
     Raises:
@@ -103,6 +113,7 @@ async def save_tree(
         if status != 0:
             raise NodeFileError(f"tar exited with status {status}")
         entries = await anyio.to_thread.run_sync(state_entries, data)
+        entries = keep(entries) if keep is not None else entries
     except (NodeprovError, TimeoutError, tarfile.TarError) as error:
         logger.warning(
             "the state of session %s not read from node %s: %s", key["session_id"], node.node_id, error
@@ -122,22 +133,29 @@ async def load_tree(node: NodeHandle, home: str, key: StateKey, archive: Session
         StoreError: the archive could not be read.
     """
     entries = await archive.load(key)
-    session_id = key["session_id"]
     if not entries:
         return False
+    await write_tree(node, home, entries)
+    return True
+
+
+async def write_tree(node: NodeHandle, home: str, entries: list[dict[str, Any]]) -> None:
+    """Write state ``entries`` (as :func:`state_entries` makes them) into ``home`` on ``node``.
+
+    Raises:
+        NodeFileError: the files could not be written (or an entry is malformed).
+        NodeGoneError: the node is gone.
+    """
     try:
         data = await anyio.to_thread.run_sync(tree_archive, entries)
     except (ValueError, TypeError, tarfile.TarError) as error:
-        raise NodeFileError(f"the archived state of session {session_id} is malformed: {error}") from None
+        raise NodeFileError(f"an archived session state is malformed: {error}") from None
     with anyio.fail_after(_TIMEOUT):
         _, status = await _run(
             node, SpawnOptions("/bin/sh", ["-c", _UNPACK, "nodeprov-acp-state", home]), data
         )
     if status != 0:
-        raise NodeFileError(
-            f"the state of session {session_id} not written on node {node.node_id} (tar: {status})"
-        )
-    return True
+        raise NodeFileError(f"a session state not written on node {node.node_id} (tar: exit status {status})")
 
 
 async def _run(node: NodeHandle, options: SpawnOptions, given: bytes = b"") -> tuple[bytes, int]:
