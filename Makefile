@@ -18,12 +18,13 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/nodeprov run "Say hello from the node"
 
-# Install and start the engines the tests need (Docker, the test base image), the Codex and
-# OpenCode CLIs, and the examples' npm packages.
+# Install and start the engines the tests need (Docker, the test base image), the Codex,
+# OpenCode and Gemini CLIs, and the examples' npm packages.
 engines:
 	scripts/engines.sh
 	scripts/codex.sh >/dev/null
 	scripts/opencode.sh >/dev/null
+	scripts/gemini.sh >/dev/null
 	scripts/examples.sh >/dev/null
 	scripts/kubernetes.sh --background
 

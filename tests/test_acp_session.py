@@ -363,6 +363,6 @@ async def test_an_acp_agent_takes_no_output_schema_and_a_model_only_with_its_fla
         get_agent("acp", _options(model="m"))
     agent = get_agent("acp", _options(model="m", model_flag="--model"))
     assert isinstance(agent, ConfiguredAcpAgent)
-    assert agent.command(node, "/h") == [sys.executable, "-c", _FAKE, "--model", "m"]
+    assert agent.command(node, "/h", resume=None) == [sys.executable, "-c", _FAKE, "--model", "m"]
     with pytest.raises(ConfigError, match="inside it"):
         get_agent("acp", _options(state_paths=["../x"]))
