@@ -19,11 +19,15 @@ from nodeprov.testing import (
     ChatStall,
     ChatText,
     ExecCommand,
+    GeminiStall,
+    GeminiText,
     ResponsesStall,
     ResponsesText,
     ScriptedChat,
+    ScriptedGemini,
     ScriptedModel,
     ScriptedResponses,
+    ShellCommand,
     Stall,
     Text,
     ToolUse,
@@ -39,9 +43,13 @@ from nodeprov.testing.agent_conformance import (
 
 from .agents import (
     codex_run_options,
+    gemini_mounts,
+    gemini_run_options,
+    opencode_acp_options,
     opencode_run_options,
     require_claude_cli,
     require_codex_cli,
+    require_gemini_cli,
     require_opencode_cli,
     run_options,
 )
@@ -117,7 +125,53 @@ def opencode_harness(chat: ScriptedChat) -> AgentHarness:
     )
 
 
-@pytest.fixture(params=["claude", "codex", "opencode"])
+def gemini_harness(gemini: ScriptedGemini) -> AgentHarness:
+    def down(port: int) -> dict[str, Any]:
+        return gemini_run_options(
+            gemini, env={**gemini.agent_env(), "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:{port}"}
+        )
+
+    return AgentHarness(
+        agent="gemini",
+        options=gemini_run_options(gemini),
+        script=gemini.extend,
+        text=GeminiText,
+        shell=ShellCommand,
+        stall=GeminiStall,
+        structured=lambda value: GeminiText(json.dumps(value)),
+        requests=lambda: [request.text() for request in gemini.agent_requests],
+        images=lambda: [request.images() for request in gemini.agent_requests],
+        down=down,
+        tools={},  # the CLI where it lies here (cli_path): a launcher needs its package beside it
+    )
+
+
+def opencode_acp_harness(chat: ScriptedChat) -> AgentHarness:
+    """OpenCode in its ACP mode, run as the ``acp`` agent (any ACP agent, by its command)."""
+
+    def down(port: int) -> dict[str, Any]:
+        return opencode_acp_options(
+            chat, provider={**chat.opencode_provider(), "base_url": f"http://127.0.0.1:{port}/v1"}
+        )
+
+    cli = agent_class("opencode").local_cli()
+    assert cli is not None
+    return AgentHarness(
+        agent="acp",
+        options=opencode_acp_options(chat),
+        script=chat.extend,
+        text=ChatText,
+        shell=BashCommand,
+        stall=ChatStall,
+        structured=lambda value: ChatText(json.dumps(value)),
+        requests=lambda: [request.text() for request in chat.agent_requests],
+        images=lambda: [request.images() for request in chat.agent_requests],
+        down=down,
+        tools={"opencode": cli},
+    )
+
+
+@pytest.fixture(params=["claude", "codex", "opencode", "gemini", "acp"])
 def harness(request: pytest.FixtureRequest) -> Iterator[AgentHarness]:
     if request.param == "claude":
         require_claude_cli()
@@ -127,6 +181,14 @@ def harness(request: pytest.FixtureRequest) -> Iterator[AgentHarness]:
         require_codex_cli()
         with ScriptedResponses() as responses:
             yield codex_harness(responses)
+    elif request.param == "gemini":
+        require_gemini_cli()
+        with ScriptedGemini() as gemini:
+            yield gemini_harness(gemini)
+    elif request.param == "acp":
+        require_opencode_cli()
+        with ScriptedChat() as chat:
+            yield opencode_acp_harness(chat)
     else:
         require_opencode_cli()
         with ScriptedChat() as chat:
@@ -163,13 +225,19 @@ async def provider_of(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIt
         chosen = get_provider("kubernetes", **pod_settings(cluster, image, tools_host_path=True, **graces))
     else:
         image = request.getfixturevalue("base_image")
-        chosen = get_provider("docker", image=image, network_mode="host", pull="never", **graces)
+        # The Gemini CLI where it lies here, and node.js: the launcher needs its package beside it.
+        mounts = gemini_mounts() if request.getfixturevalue("harness").agent == "gemini" else []
+        chosen = get_provider(
+            "docker", image=image, network_mode="host", pull="never", mounts=mounts, **graces
+        )
     async with chosen:
         yield chosen
 
 
 async def _with_cli(provider: NodeProvider[Any], harness: AgentHarness) -> NodeHandle:
-    """A new node with this machine's CLI of the agent."""
+    """A new node with this machine's CLI of the agent (the harness's tools, if it names them)."""
+    if harness.tools is not None:
+        return await provider.provision(NodeConfig(tools=harness.tools))
     cli = agent_class(harness.agent).local_cli()
     assert cli is not None
     return await provider.provision(NodeConfig(tools={harness.agent: cli}))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, Message, Resu
 from nodeprov import NodeHandle
 from nodeprov.agents.claude import NodeTransport, bundled_cli_path
 from nodeprov.runs import Run
-from nodeprov.testing import ScriptedChat, ScriptedModel, ScriptedResponses
+from nodeprov.testing import ScriptedChat, ScriptedGemini, ScriptedModel, ScriptedResponses
 from nodeprov.testing.conformance import host_processes_matching, wait_until
 from nodeprov.testing.pytest_plugin import require_engine
 
@@ -77,6 +79,78 @@ def require_opencode_cli() -> None:
     from nodeprov.agents.opencode import OpenCodeAgent
 
     require_engine("the OpenCode CLI", OpenCodeAgent.local_cli() is not None, "run scripts/opencode.sh")
+
+
+def require_gemini_cli() -> str:
+    """The Gemini CLI's launcher: ``NODEPROV_GEMINI_CLI``, else the one ``scripts/gemini.sh``
+    installed (made known to :meth:`GeminiAgent.local_cli` through that variable)."""
+    if not os.environ.get("NODEPROV_GEMINI_CLI"):
+        installed = sorted(_REPO.glob(".tools/gemini-*/node_modules/@google/gemini-cli/bundle/gemini.js"))
+        if installed:
+            os.environ["NODEPROV_GEMINI_CLI"] = str(installed[-1])
+    from nodeprov.agents.gemini import GeminiAgent
+
+    cli = GeminiAgent.local_cli()
+    require_engine(
+        "the Gemini CLI", cli is not None and shutil.which("node") is not None, "run scripts/gemini.sh"
+    )
+    assert cli is not None
+    return cli
+
+
+def gemini_mounts() -> list[dict[str, Any]]:
+    """Docker mounts that give a container this machine's Gemini CLI where it lies here (its
+    launcher beside the rest of its package) and node.js on its PATH."""
+    cli, node = Path(require_gemini_cli()), shutil.which("node")
+    assert node is not None
+    package = cli.parents[1]  # .../@google/gemini-cli: bundle/ and its node_modules
+    return [
+        {
+            "source": str(package.parent.parent.parent),
+            "target": str(package.parent.parent.parent),
+            "read_only": True,
+        },
+        {"source": str(Path(node).resolve()), "target": "/usr/local/bin/node", "read_only": True},
+    ]
+
+
+def gemini_run_options(gemini: ScriptedGemini, **fields: Any) -> dict[str, Any]:
+    """Options for a gemini agent that talks to ``gemini`` and may run commands without
+    asking, with this machine's CLI where it lies here (on a local node, an SSH node of this
+    machine, or a container with :func:`gemini_mounts`). The no-output limit is a loaded
+    machine's: it counts the CLI's own start."""
+    return {
+        "env": gemini.agent_env(),
+        "model": gemini.model,
+        "permission": "full",
+        "cli_path": require_gemini_cli(),
+        "ship_cli": False,
+        "no_output_timeout": 120,
+        **fields,
+    }
+
+
+def opencode_acp_options(
+    chat: ScriptedChat, provider: dict[str, Any] | None = None, **fields: Any
+) -> dict[str, Any]:
+    """Options of the ``acp`` agent (any ACP agent, by its command) for OpenCode in its ACP mode
+    (``opencode acp``), talking to ``chat`` (or ``provider``, an OpenCode provider) as the
+    opencode agent does, allowed to run commands."""
+    from nodeprov.agents.opencode import OpenCodeAgent
+    from nodeprov.agents.opencode.state import QUIET_ENV
+
+    agent = OpenCodeAgent.from_options(
+        opencode_run_options(chat, **({"provider": provider} if provider else {}))
+    )
+    config = {**agent.config(), "model": chat.opencode_model}
+    return {
+        "command": ["opencode", "acp"],
+        "env": {**chat.agent_env(), "OPENCODE_CONFIG_CONTENT": json.dumps(config), **QUIET_ENV},
+        "permission": "full",
+        "state_paths": [".local/share/opencode"],
+        "no_output_timeout": 120,
+        **fields,
+    }
 
 
 def run_options(model: ScriptedModel, **fields: Any) -> dict[str, Any]:

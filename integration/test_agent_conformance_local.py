@@ -1,6 +1,7 @@
 """The agent conformance suite (nodeprov.testing.agent_conformance) on a local node, and the
 checks that are the agent's own affair, the same on any node, for the real Claude Code,
-Codex and OpenCode CLIs, each against its scripted model; beside the Docker and local tests
+Codex, OpenCode and Gemini CLIs, and OpenCode's ACP mode as any ACP agent, each against its
+scripted model; beside the Docker and local tests
 (the other nodes: ``test_agent_conformance.py``)."""
 
 from __future__ import annotations
@@ -37,9 +38,12 @@ provider = provider_fixture(["local"])
 async def test_agent_only_conformance(
     check: Callable[[AgentHarness, NodeHandle, Path], Awaitable[None]], harness: AgentHarness, tmp_path: Path
 ) -> None:
-    cli = agent_class(harness.agent).local_cli()
-    assert cli is not None
+    tools = harness.tools
+    if tools is None:
+        cli = agent_class(harness.agent).local_cli()
+        assert cli is not None
+        tools = {harness.agent: cli}
     # Short stop graces: how a node stops the agent is not what these check (the others do).
     provider = get_provider("local", root=tmp_path / "nodes", eof_grace=1, term_grace=1)
-    async with provider, await provider.provision(NodeConfig(tools={harness.agent: cli})) as node:
+    async with provider, await provider.provision(NodeConfig(tools=tools)) as node:
         await check(harness, node, tmp_path)

@@ -52,7 +52,8 @@ class AgentHarness:
     (as the agent gives an answer under an output schema); ``requests()`` gives the text of
     each agent request the model received, oldest first, and ``images()`` the images of
     each (media type and decoded bytes); ``down(port)`` gives options whose endpoint is that
-    closed port.
+    closed port. ``tools``: the CLIs its nodes get (:attr:`NodeConfig.tools`); None: the
+    agent's own CLI on this machine (:meth:`Agent.local_cli`).
     """
 
     agent: str
@@ -65,6 +66,7 @@ class AgentHarness:
     requests: Callable[[], list[str]]
     images: Callable[[], list[list[tuple[str, bytes]]]]
     down: Callable[[int], dict[str, Any]]
+    tools: dict[str, str] | None = None
 
 
 class MemoryArchive:

@@ -120,7 +120,8 @@ class Turn:
             return []
         if kind == "agent_message_chunk":
             self._last_text = text
-        return [_CHUNKS[kind](text)]
+        # The run of chunks as one update of its kind: what the agent said, whole.
+        return [_CHUNKS[kind](text, raw={"sessionUpdate": kind, "content": {"type": "text", "text": text}})]
 
     def result(self, answer: Mapping[str, Any]) -> Result:
         """The turn's :class:`Result` from the prompt's answer (call :meth:`flush` first):

@@ -24,7 +24,7 @@ from .._files import archive_entries, read_lines
 if TYPE_CHECKING:
     from .agent import OpenCodeAgent
 
-__all__ = ["home_of", "load_state", "new_session_id", "save_state", "state_key", "workspace_env"]
+__all__ = ["QUIET_ENV", "home_of", "load_state", "new_session_id", "save_state", "state_key", "workspace_env"]
 
 logger = logging.getLogger("nodeprov.agents.opencode")
 
@@ -34,7 +34,7 @@ _SESSION = "session"  # the subpath of a session's own record beside its message
 
 # Nothing from other hosts: a node may have no way out but the model's. Nothing from the
 # node's $HOME either (its ~/.claude, its skills).
-_QUIET = {
+QUIET_ENV = {
     "OPENCODE_DISABLE_AUTOUPDATE": "1",
     "OPENCODE_DISABLE_MODELS_FETCH": "1",  # the catalog built into OpenCode serves
     "OPENCODE_DISABLE_SHARE": "1",
@@ -78,7 +78,7 @@ def workspace_env(home: str) -> dict[str, str]:
         # The home whose .opencode is a config directory of OpenCode's (read, and given npm
         # packages): the workspace's, not the node's $HOME.
         "OPENCODE_TEST_HOME": home,
-        **_QUIET,
+        **QUIET_ENV,
     }
 
 
