@@ -92,6 +92,8 @@ class GeminiAgent(AcpAgent[GeminiOptions]):
     )
     model_patterns: ClassVar[tuple[str, ...]] = (r"gemini-.+",)
     image_limits: ClassVar[ImageLimits | None] = GEMINI_IMAGE_LIMITS
+    # 0.61 answers session/load, then replays the history (a task it does not wait for).
+    history_settle: ClassVar[float] = 1.0
 
     @classmethod
     @asynccontextmanager

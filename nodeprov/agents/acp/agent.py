@@ -52,6 +52,10 @@ class AcpAgent(Agent[OptionsT]):
     each other's sessions and nothing comes from the node's own home."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(streaming=True, structured_output=False)
+    history_settle: ClassVar[float] = 0.0
+    """Seconds of quiet after ``session/load``'s answer before the first prompt, for an agent
+    that replays the history after it answers (where ACP has it before): what comes before
+    the quiet is the replay, not the turn's."""
     # Anthropic's, the stricter of the model APIs known: whether the agent takes images at
     # all, its initialize says (AcpSession).
     image_limits: ClassVar[ImageLimits | None] = ANTHROPIC_IMAGE_LIMITS
@@ -131,6 +135,12 @@ class ConfiguredAcpOptions(AcpOptions):
     auth_method: str | None = Field(
         default=None, description="The ACP authenticate method id to use after initialize, if it needs one."
     )
+    history_settle: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds of quiet awaited after session/load's answer before the first prompt, for an "
+        "agent that replays a loaded session's history after it answers (ACP has it before).",
+    )
     state_paths: list[str] = Field(
         default_factory=list,
         description="Where, relative to the agent's home (its HOME on the node), it keeps its sessions: "
@@ -155,6 +165,10 @@ class ConfiguredAcpAgent(AcpAgent[ConfiguredAcpOptions]):
     name: ClassVar[str] = "acp"
     options_model: ClassVar[type[AgentOptions]] = ConfiguredAcpOptions
     cli_name: ClassVar[str] = "acp"
+
+    def __init__(self, options: ConfiguredAcpOptions) -> None:
+        super().__init__(options)
+        self.history_settle = options.history_settle  # type: ignore[misc]  # this entry's own
 
     def authentication(self) -> str | None:
         return self.options.auth_method

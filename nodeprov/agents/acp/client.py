@@ -53,6 +53,14 @@ class NodeClient:
         self.cancelled = False
         """Set while a turn is being cancelled: permission requests are answered ``cancelled``
         (what ACP asks of a client that sent ``session/cancel``)."""
+        self._refused: list[dict[str, Any]] = []
+
+    def refusals(self) -> list[dict[str, Any]]:
+        """The tool calls refused since the last call, as ``tool_call`` updates that fail
+        them: an agent may say nothing more of a call it was refused (the Gemini CLI does
+        not), and the run should show it."""
+        refused, self._refused = self._refused, []
+        return refused
 
     def capabilities(self) -> dict[str, Any]:
         """The ``clientCapabilities`` of ``initialize``."""
@@ -89,6 +97,12 @@ class NodeClient:
         allowed = self._permission == "full" or kind in _ALLOWED_KINDS[self._permission]
         wanted = ("allow_once", "allow_always") if allowed else ("reject_once", "reject_always")
         options = [option for option in params.get("options") or [] if isinstance(option, Mapping)]
+        if not allowed and isinstance(call, Mapping):
+            why = f"refused: the run's permission ({self._permission}) allows no tool call of kind {kind}"
+            content = [{"type": "content", "content": {"type": "text", "text": why}}]
+            self._refused.append(
+                {**call, "sessionUpdate": "tool_call", "status": "failed", "content": content}
+            )
         for option_kind in wanted:
             for option in options:
                 if option.get("kind") == option_kind:
@@ -119,7 +133,8 @@ class NodeClient:
                     if len(data) > _READ_LIMIT:
                         raise RpcError(INVALID_PARAMS, f"{path} is over {_READ_LIMIT} bytes")
         except NodeFileNotFoundError:
-            raise RpcError(RESOURCE_NOT_FOUND, f"no file {path}", {"path": path}) from None
+            # ACP's words for it, which agents match (the Gemini CLI creates a file it reads first).
+            raise RpcError(RESOURCE_NOT_FOUND, f"Resource not found: {path}", {"path": path}) from None
         text = data.decode("utf-8", "replace")
         line, limit = params.get("line"), params.get("limit")
         if line is None and limit is None:

@@ -167,6 +167,9 @@ class AcpSession(AgentSession):
             yield Notice("session", session_id=self.session_id, raw={"sessionId": self.session_id})
         while True:
             item = await self._next(connection, turn)
+            for refused in self._client.refusals():
+                for message in turn.take(refused) if turn is not None else []:
+                    yield message
             if isinstance(item, Answer):
                 if setup:
                     setup -= 1
@@ -231,7 +234,18 @@ class AcpSession(AgentSession):
             await self._request(
                 connection, self._resume_method(), {"sessionId": self._resume, "cwd": cwd, "mcpServers": []}
             )
+            await self._settled(connection)
         return connection
+
+    async def _settled(self, connection: Connection) -> None:
+        """Drop what the agent says until it has been quiet for its ``history_settle`` (the
+        replay of a loaded session's history, when it comes after the answer)."""
+        settle = self._agent.history_settle
+        while settle > 0:
+            with anyio.move_on_after(settle) as quiet:
+                await self._next(connection, None)
+            if quiet.cancel_called:
+                return
 
     def _resume_method(self) -> str:
         """``session/load`` where the agent offers it, else ``session/resume``."""
