@@ -1,5 +1,5 @@
 """An agent CLI the project's own scripts installed (``scripts/codex.sh``,
-``scripts/opencode.sh``) is found with nothing exported (issue 46): the scripts link it under
+``scripts/opencode.sh``, ``scripts/gemini.sh``) is found with nothing exported (issue 46): the scripts link it under
 ``$XDG_DATA_HOME/nodeprov/bin``, where an agent looks after ``NODEPROV_<AGENT>_CLI`` and PATH.
 Before, ``nodeprov agents`` said "not found" until the variable was exported."""
 
@@ -16,13 +16,13 @@ import pytest
 _REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("agent", ["codex", "opencode"])
+@pytest.mark.parametrize("agent", ["codex", "opencode", "gemini"])
 def test_the_cli_a_script_installed_is_found_with_nothing_exported(agent: str, tmp_path: Path) -> None:
     data = tmp_path / "data"
     environ = {
         key: value
         for key, value in os.environ.items()
-        if key not in ("NODEPROV_CODEX_CLI", "NODEPROV_OPENCODE_CLI")
+        if key not in ("NODEPROV_CODEX_CLI", "NODEPROV_OPENCODE_CLI", "NODEPROV_GEMINI_CLI")
     } | {"XDG_DATA_HOME": str(data), "PATH": "/usr/local/bin:/usr/bin:/bin"}
     installed = subprocess.run(
         [_REPO / "scripts" / f"{agent}.sh"],
