@@ -1,6 +1,7 @@
 """An agent CLI the project's own scripts installed (``scripts/codex.sh``,
-``scripts/opencode.sh``, ``scripts/gemini.sh``) is found with nothing exported (issue 46): the scripts link it under
-``$XDG_DATA_HOME/nodeprov/bin``, where an agent looks after ``NODEPROV_<AGENT>_CLI`` and PATH.
+``scripts/opencode.sh``, ``scripts/gemini.sh``) is found with nothing exported (issue 46): the
+scripts link it under ``$XDG_DATA_HOME/nodeprov/bin``, where an agent looks after
+``NODEPROV_<AGENT>_CLI`` and PATH.
 Before, ``nodeprov agents`` said "not found" until the variable was exported."""
 
 from __future__ import annotations
