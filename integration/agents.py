@@ -235,3 +235,16 @@ async def until_model_asked(model: ScriptedModel, count: int = 1) -> None:
         return len(model.agent_requests) >= count
 
     assert await wait_until(asked, TURN_TIMEOUT), "the agent never asked its model"
+
+
+def argument_vectors() -> list[str]:
+    """The argument vector of every process on this machine, each joined with spaces (what
+    ``ps`` and audit logs show): a secret must be in none."""
+    return [_cmdline(int(entry)) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # the process ended meanwhile
+        return ""

@@ -7,7 +7,6 @@ arguments; nothing is sent but to the model API on 127.0.0.1."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from nodeprov.testing.conformance import host_processes_matching, unique_marker
 from nodeprov.testing.images import sample_png
 
 from .agents import (
+    argument_vectors,
     collect,
     gemini_mounts,
     gemini_run_options,
@@ -187,20 +187,9 @@ async def test_no_prompt_or_key_in_any_process_arguments(
         turn = session.turn(prompt)
         messages = [await anext(turn)]
         await until_tool_runs(marker)
-        argvs = [_cmdline(pid) for pid in _pids()]
+        argvs = argument_vectors()
         await session.interrupt()
         messages += [message async for message in turn]
     assert any("--acp" in argv for argv in argvs)  # the CLI was running
     assert [argv for argv in argvs if prompt in argv or gemini.agent_env()["GEMINI_API_KEY"] in argv] == []
     assert {r.headers.get("x-goog-api-key") for r in gemini.agent_requests} == {"nodeprov-scripted-key"}
-
-
-def _pids() -> list[int]:
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:  # the process ended meanwhile
-        return ""

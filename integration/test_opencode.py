@@ -5,7 +5,6 @@ permissions are OpenCode's rules; no prompt or key is in a process's arguments."
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 from collections.abc import AsyncIterator
@@ -24,7 +23,15 @@ from nodeprov.testing import BashCommand, ChatText, ScriptedChat
 from nodeprov.testing.agent_conformance import run_turn
 from nodeprov.testing.conformance import host_processes_matching, unique_marker
 
-from .agents import collect, local, on_docker, opencode_run_options, require_opencode_cli, until_tool_runs
+from .agents import (
+    argument_vectors,
+    collect,
+    local,
+    on_docker,
+    opencode_run_options,
+    require_opencode_cli,
+    until_tool_runs,
+)
 from .containers import node_containers
 
 pytestmark = pytest.mark.anyio
@@ -262,7 +269,7 @@ async def test_no_prompt_or_key_in_any_process_arguments(
         turn = session.turn(prompt)
         messages = [await anext(turn)]  # the first message: OpenCode runs
         await until_tool_runs(marker)
-        argvs = [_cmdline(pid) for pid in _pids()]
+        argvs = argument_vectors()
         await session.interrupt()
         messages += [message async for message in turn]
     assert messages[-1] == Result(True, "interrupted", session_id=session.session_id)
@@ -270,14 +277,3 @@ async def test_no_prompt_or_key_in_any_process_arguments(
     assert any("opencode" in argv and " run " in argv for argv in argvs)  # OpenCode was running
     assert [argv for argv in argvs if canary in argv or prompt in argv] == []
     assert {r.headers.get("authorization") for r in scripted_chat.agent_requests} == {f"Bearer {canary}"}
-
-
-def _pids() -> list[int]:
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:  # the process ended meanwhile
-        return ""

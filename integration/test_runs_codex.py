@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from nodeprov.testing.agent_conformance import run_turn
 from nodeprov.testing.conformance import host_processes_matching, unique_marker
 
 from .agents import (
+    argument_vectors,
     codex_run_options,
     collect,
     local,
@@ -202,7 +202,7 @@ async def test_no_secret_in_rows_events_logs_or_argv(
         run = await start_long_command(
             orchestrator, scripted_responses, "task", local(tmp_path), options=options
         )
-        argvs = [_cmdline(pid) for pid in _pids()]
+        argvs = argument_vectors()
         snapshot = await run.pause("human", "check")
         events = [e.to_json() for e in await collect(run)]
         scripted_responses.extend([ResponsesText("done")])
@@ -218,17 +218,6 @@ async def test_no_secret_in_rows_events_logs_or_argv(
         assert rows or table == "transcript_summaries", table  # rollouts are kept without one
         assert canary not in repr(rows), table
     assert canary not in caplog.text
-
-
-def _pids() -> list[int]:
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:  # the process ended meanwhile
-        return ""
 
 
 async def test_a_workspace_that_switches_agent_archives_the_old_session(

@@ -211,6 +211,16 @@ class AcpSession(AgentSession):
         self._connected(process)
         connection = self._connection
         assert connection is not None  # noqa: S101 - narrows a type: set by _connected
+        try:
+            await self._set_up(connection)
+        except BaseException:
+            await self.aclose()  # a half-set-up agent serves no turn: the next one starts afresh
+            raise
+        return connection
+
+    async def _set_up(self, connection: Connection) -> None:
+        """``initialize``, ``authenticate`` where the agent needs it, and the session made or
+        loaded."""
         initialized, _ = await self._request(
             connection,
             "initialize",
@@ -235,7 +245,6 @@ class AcpSession(AgentSession):
                 connection, self._resume_method(), {"sessionId": self._resume, "cwd": cwd, "mcpServers": []}
             )
             await self._settled(connection)
-        return connection
 
     async def _settled(self, connection: Connection) -> None:
         """Drop what the agent says until it has been quiet for its ``history_settle`` (the
