@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import logging
 import math
-from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
 from importlib.metadata import version
@@ -33,8 +32,8 @@ from ...node.keeper import KeepOptions, KeptProcess, reattach, stopped_by_keeper
 from ...prompts import Block, ImageBlock, Prompt
 from ...spawn import SpawnedProcess, StopPolicy
 from .. import AgentSession, SessionArchive
-from .._detached import Detached
 from .._guard import start_agent
+from .._stderr import StderrTail
 from ..messages import Message, Notice, Result
 from .client import NodeClient
 from .rpc import Answer, Connection, Notification
@@ -48,7 +47,6 @@ __all__ = ["PROTOCOL_VERSION", "AcpSession", "prompt_blocks"]
 logger = logging.getLogger("nodeprov.agents.acp")
 
 PROTOCOL_VERSION = 1
-_STDERR_LINES = 20
 _EXIT_WAIT = 5.0  # for an agent whose output ended to exit, so that its status is said
 
 
@@ -83,8 +81,7 @@ class AcpSession(AgentSession):
         )
         self._process: SpawnedProcess | None = None
         self._connection: Connection | None = None
-        self._stderr: deque[str] = deque(maxlen=_STDERR_LINES)
-        self._stderr_task: Detached | None = None
+        self._stderr: StderrTail | None = None
         self._capabilities: dict[str, Any] = {}
         self._turning = False
 
@@ -303,32 +300,21 @@ class AcpSession(AgentSession):
             return error
         with anyio.move_on_after(_EXIT_WAIT):
             await process.wait()
-        if self._stderr_task is not None:
-            with anyio.move_on_after(1):
-                await self._stderr_task.wait()
-        tail = "\n".join(self._stderr)
+        if self._stderr is not None:
+            await self._stderr.settled()
+        tail = self._stderr.text if self._stderr is not None else ""
         code = process.returncode
         said = stopped_by_keeper(process) or (
             f"the {self._agent.name} agent exited with status {code}" if code is not None else str(error)
         )
-        last = f": {self._stderr[-1]}" if self._stderr else ""
+        last = f": {self._stderr.last}" if self._stderr is not None and self._stderr.last else ""
         return AgentExitError(f"{said}{last}", exit_code=code, stderr_tail=tail)
 
     def _connected(self, process: SpawnedProcess) -> None:
         self._process = process
         self.keeper = process.keeper if isinstance(process, KeptProcess) else None
         self._connection = Connection(process, self._client, name=f"the {self._agent.name} agent")
-        self._stderr_task = Detached(self._drain_stderr(process))
-
-    async def _drain_stderr(self, process: SpawnedProcess) -> None:
-        pending = b""
-        with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, NodeprovError):
-            async for chunk in process.stderr:
-                *lines, pending = (pending + chunk).split(b"\n")
-                self._stderr.extend(line.decode("utf-8", "replace")[:2000] for line in lines if line.strip())
-                pending = pending[-4096:]
-        if pending.strip():
-            self._stderr.append(pending.decode("utf-8", "replace")[:2000])
+        self._stderr = StderrTail(process)
 
     async def interrupt(self) -> None:
         """``session/cancel``: the agent ends the turn (stop reason ``cancelled``), and the
@@ -359,11 +345,8 @@ class AcpSession(AgentSession):
                     await process.aclose()
                 except NodeprovError as error:
                     logger.warning("stopping the %s agent: %s", self._agent.name, error)
-            task, self._stderr_task = self._stderr_task, None
-            if task is not None:
-                with anyio.move_on_after(1):
-                    await task.wait()
-                task.cancel()
+            if self._stderr is not None:
+                await self._stderr.aclose()
 
 
 def _is_prompt_answer(result: Any) -> bool:

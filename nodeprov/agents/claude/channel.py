@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import suppress
 from typing import Any, Protocol
@@ -27,8 +26,8 @@ from ...errors import AgentError, AgentExitError, AgentOutputError, NodeprovErro
 from ...node import NodeHandle
 from ...node.keeper import KeepOptions, KeptProcess, reattach, stopped_by_keeper
 from ...spawn import SpawnedProcess, SpawnFn, SpawnOptions, StopPolicy
-from .._detached import Detached
 from .._guard import EndInput, start_agent
+from .._stderr import StderrTail
 from .option_files import OptionFiles
 
 __all__ = ["DEFAULT_MAX_LINE", "NOISE_GRACE", "CliChannel", "TranscriptSink"]
@@ -38,7 +37,6 @@ logger = logging.getLogger("nodeprov.agents.claude")
 DEFAULT_MAX_LINE = 1024 * 1024  # the SDK's default max_buffer_size
 NOISE_GRACE = 60.0
 """Seconds an agent that printed what is not its protocol has to say something of it."""
-_STDERR_TAIL_LINES = 20
 
 
 class TranscriptSink(Protocol):
@@ -92,8 +90,7 @@ class CliChannel:
         self._end_input: EndInput | None = None
         self._input_ended = False
         self._write_lock = anyio.Lock()
-        self._stderr_task: Detached | None = None
-        self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self._stderr_tail: StderrTail | None = None
         self._unanswered: dict[str, str] = {}  # control requests the CLI owes: id -> subtype
         self._noise: str | None = None  # output that is not the protocol, since the last message
         self._failure: AgentError | None = None
@@ -147,7 +144,7 @@ class CliChannel:
     def _connected(self, process: SpawnedProcess) -> None:
         process.stop_policy = self._stop_policy
         self._process = process
-        self._stderr_task = Detached(self._drain_stderr(process))
+        self._stderr_tail = StderrTail(process, max_line=self._max_line, on_line=self._stderr)
 
     def expect_answer(self, request_id: str, subtype: str) -> None:
         """A control request sent: the CLI owes its answer (see :meth:`messages`)."""
@@ -331,9 +328,8 @@ class CliChannel:
         """The process exited with ``code``: its status, the control requests it left
         unanswered, and the end of its stderr (read to its end first, briefly). The same
         words whether a write or the reader finds it gone first."""
-        if self._stderr_task is not None:
-            with anyio.move_on_after(1):
-                await self._stderr_task.wait()
+        if self._stderr_tail is not None:
+            await self._stderr_tail.settled()
         pending = sorted(set(self._unanswered.values()))
         before = f" before answering {', '.join(pending)}" if pending else ""
         said = stopped_by_keeper(self._process) or f"the agent process exited with status {code}"
@@ -344,38 +340,7 @@ class CliChannel:
     @property
     def stderr_tail(self) -> str:
         """The last lines the process wrote to stderr."""
-        return "\n".join(self._stderr_tail)
-
-    async def _drain_stderr(self, process: SpawnedProcess) -> None:
-        pending = bytearray()
-
-        def emit(raw: bytes) -> None:
-            line = raw.decode("utf-8", "replace").rstrip()
-            if not line:
-                return
-            self._stderr_tail.append(line[:2000])
-            if self._stderr is not None:
-                try:
-                    self._stderr(line)
-                except Exception:  # a broken callback must not stop the draining
-                    logger.debug("the stderr callback raised", exc_info=True)
-
-        try:
-            async for chunk in process.stderr:
-                *lines, tail = chunk.split(b"\n")
-                for piece in lines:
-                    line = piece
-                    if pending:
-                        line, pending = bytes(pending + piece), bytearray()
-                    emit(line)
-                pending += tail
-                if len(pending) > self._max_line:
-                    emit(bytes(pending))
-                    pending = bytearray()
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, NodeprovError):
-            pass
-        finally:
-            emit(bytes(pending))
+        return self._stderr_tail.text if self._stderr_tail is not None else ""
 
     async def detach(self) -> None:
         """Leave a kept CLI running: close its channel, not the CLI (see
@@ -406,11 +371,8 @@ class CliChannel:
                 logger.warning("stopping the agent process: %s", error)
             finally:
                 await self._option_files.remove()
-                task, self._stderr_task = self._stderr_task, None
-                if task is not None:
-                    with anyio.move_on_after(1):
-                        await task.wait()
-                    task.cancel()
+                if self._stderr_tail is not None:
+                    await self._stderr_tail.aclose()
 
 
 def _decode(block: bytes) -> str:
