@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 from collections.abc import Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
@@ -18,11 +20,31 @@ from . import SessionArchive, StateKey
 if TYPE_CHECKING:
     from ..store.entries import Fold
 
-__all__ = ["archive_entries", "archive_file", "read_jsonl", "read_lines", "write_jsonl"]
+__all__ = [
+    "archive_entries",
+    "archive_file",
+    "read_jsonl",
+    "read_lines",
+    "workspace_home",
+    "workspace_key",
+    "write_jsonl",
+]
 
 logger = logging.getLogger("nodeprov.agents")
 
 READ_TIMEOUT = 30.0  # reading a state file off a node, perhaps one being released
+
+
+def workspace_key(agent: str, workspace: str) -> str:
+    """``AGENT-``, the workspace's name (letters, digits, ``.``, ``_``, ``-``) and a hash of it:
+    the key of a workspace's sessions of an agent that keeps a home per workspace."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", workspace)[:40]
+    return f"{agent}-{safe}-{hashlib.sha256(workspace.encode()).hexdigest()[:12]}"
+
+
+def workspace_home(node: NodeHandle, agent: str, key: str) -> str:
+    """The home on ``node`` of the workspace whose key is ``key``: ``$HOME/.nodeprov/AGENT/KEY``."""
+    return f"{node.base_env.get('HOME', '/root')}/.nodeprov/{agent}/{key}"
 
 
 def entries_to_jsonl(entries: list[Any]) -> bytes:

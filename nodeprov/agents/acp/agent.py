@@ -5,8 +5,6 @@ and :class:`ConfiguredAcpAgent`, registered as ``acp``: any ACP agent, named by 
 
 from __future__ import annotations
 
-import hashlib
-import re
 from abc import abstractmethod
 from typing import ClassVar, Self, TypeVar
 
@@ -17,6 +15,7 @@ from ...node.keeper import KeepOptions
 from ...prompts import ANTHROPIC_IMAGE_LIMITS, ImageLimits
 from ...spawn import SpawnOptions
 from .. import Agent, AgentOptions, Capabilities, SessionArchive, StateKey
+from .._files import workspace_home, workspace_key
 from .session import AcpSession
 from .state import load_tree, save_tree
 
@@ -74,12 +73,11 @@ class AcpAgent(Agent[OptionsT]):
     def state_key(self, node: NodeHandle, workspace: str = "default") -> str:
         """The agent's name, the workspace's (letters, digits, ``.``, ``_``, ``-``) and a hash
         of it: the name of the workspace's home on every node."""
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", workspace)[:40]
-        return f"{self.name}-{safe}-{hashlib.sha256(workspace.encode()).hexdigest()[:12]}"
+        return workspace_key(self.name, workspace)
 
     def home_of(self, node: NodeHandle, project_key: str) -> str:
         """The home of the workspace whose key is ``project_key`` on ``node``."""
-        return f"{node.base_env.get('HOME', '/root')}/.nodeprov/{self.name}/{project_key}"
+        return workspace_home(node, self.name, project_key)
 
     def workdir_on(self, node: NodeHandle) -> str:
         """The session's directory on ``node``, absolute: the options' ``cwd`` in the node's

@@ -3,10 +3,8 @@ node and an archive."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import re
 import secrets
 import string
 import time
@@ -19,7 +17,7 @@ from ...errors import AgentExitError, NodeFileError, NodeprovError
 from ...node import NodeHandle
 from ...spawn import SpawnOptions
 from .. import SessionArchive, StateKey
-from .._files import archive_entries, read_lines
+from .._files import archive_entries, read_lines, workspace_home, workspace_key
 
 if TYPE_CHECKING:
     from .agent import OpenCodeAgent
@@ -28,7 +26,6 @@ __all__ = ["QUIET_ENV", "home_of", "load_state", "new_session_id", "save_state",
 
 logger = logging.getLogger("nodeprov.agents.opencode")
 
-_PROJECT_PREFIX = "opencode-"
 _CLI_TIMEOUT = 60.0  # an `opencode export` or `import`: a start of OpenCode, on a loaded node too
 _SESSION = "session"  # the subpath of a session's own record beside its messages
 
@@ -46,8 +43,7 @@ QUIET_ENV = {
 
 def state_key(workspace: str) -> str:
     """``opencode-``, the workspace's name (letters, digits, ``.``, ``_``, ``-``) and a hash of it."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", workspace)[:40]
-    return f"{_PROJECT_PREFIX}{safe}-{hashlib.sha256(workspace.encode()).hexdigest()[:12]}"
+    return workspace_key("opencode", workspace)
 
 
 _BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
@@ -63,7 +59,7 @@ def new_session_id() -> str:
 
 def home_of(node: NodeHandle, project_key: str) -> str:
     """The home of the workspace whose key is ``project_key`` on ``node``."""
-    return f"{node.base_env.get('HOME', '/root')}/.nodeprov/opencode/{project_key}"
+    return workspace_home(node, "opencode", project_key)
 
 
 def workspace_env(home: str) -> dict[str, str]:
