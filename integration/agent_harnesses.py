@@ -6,6 +6,7 @@ nodes and the agent-only checks, run beside the Docker and local tests;
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -156,16 +157,11 @@ def opencode_acp_harness(chat: ScriptedChat) -> AgentHarness:
 
     cli = agent_class("opencode").local_cli()
     assert cli is not None
-    return AgentHarness(
+    # The same model and turns as the opencode agent's: only the agent and its options differ.
+    return dataclasses.replace(
+        opencode_harness(chat),
         agent="acp",
         options=opencode_acp_options(chat),
-        script=chat.extend,
-        text=ChatText,
-        shell=BashCommand,
-        stall=ChatStall,
-        structured=lambda value: ChatText(json.dumps(value)),
-        requests=lambda: [request.text() for request in chat.agent_requests],
-        images=lambda: [request.images() for request in chat.agent_requests],
         down=down,
         tools={"opencode": cli},
     )
