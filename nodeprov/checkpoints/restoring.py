@@ -113,17 +113,18 @@ async def _send(process: SpawnedProcess, manifest: Manifest, objects: ObjectStor
         raise leaf(raised) from None
 
 
-def _fetches(manifest: Manifest) -> list[str]:
-    """The packs :func:`_archive` reads, in order: a pack again once :data:`_KEPT` others
-    were read after it."""
-    fetches: list[str] = []
+def _fresh(manifest: Manifest) -> list[bool]:
+    """For each piece of ``manifest``, in order: whether its pack is fetched for it (it is
+    not among the last :data:`_KEPT` fetched). What :func:`_fetch` sends and :func:`_archive`
+    reads, decided here alone."""
+    fresh: list[bool] = []
     kept: list[str] = []
     for entry in manifest.entries:
         for piece in entry.pieces:
-            if piece.pack not in kept:
+            fresh.append(piece.pack not in kept)
+            if fresh[-1]:
                 kept = [*kept[1 - _KEPT :], piece.pack]
-                fetches.append(piece.pack)
-    return fetches
+    return fresh
 
 
 async def _fetch(
@@ -135,7 +136,8 @@ async def _fetch(
     for entry in manifest.entries:
         for piece in entry.pieces:
             wanted.setdefault(piece.pack, {}).setdefault(piece, entry.path)
-    for name in _fetches(manifest):
+    pieces = [piece for entry in manifest.entries for piece in entry.pieces]
+    for name in [piece.pack for piece, fresh in zip(pieces, _fresh(manifest), strict=True) if fresh]:
         data = await objects.get(name)
         await anyio.to_thread.run_sync(_check_pack, name, data, wanted[name])
         await send.send((name, data))
@@ -153,8 +155,9 @@ async def _archive(
     manifest: Manifest, packs: MemoryObjectReceiveStream[tuple[str, bytes]]
 ) -> AsyncGenerator[bytes, None]:
     """``manifest`` as a tar archive ending with the marker, its files' pieces from
-    ``packs`` (in :func:`_fetches`'s order), in blocks of about :data:`_BLOCK` bytes (small
+    ``packs`` (sent as :func:`_fresh` says), in blocks of about :data:`_BLOCK` bytes (small
     files' headers and data together)."""
+    fresh = iter(_fresh(manifest))
     kept: dict[str, memoryview] = {}
     out = bytearray()
     for entry in manifest.entries:
@@ -162,7 +165,7 @@ async def _archive(
             continue  # the root: its mode is set once it is swapped in
         out += header(Member(entry.path, entry.kind, entry.mode, entry.mtime, entry.size, entry.target))
         for piece in entry.pieces:
-            if piece.pack not in kept:  # the next pack sent: kept as _fetches keeps them
+            if next(fresh):  # the next pack sent: the oldest of those held makes way
                 if len(kept) == _KEPT:
                     del kept[next(iter(kept))]
                 name, data = await packs.receive()
