@@ -92,8 +92,6 @@ class GeminiAgent(AcpAgent[GeminiOptions]):
     )
     model_patterns: ClassVar[tuple[str, ...]] = (r"gemini-.+",)
     image_limits: ClassVar[ImageLimits | None] = GEMINI_IMAGE_LIMITS
-    # 0.61 answers session/load, then replays the history (a task it does not wait for).
-    history_settle: ClassVar[float] = 1.0
 
     @classmethod
     @asynccontextmanager
@@ -111,6 +109,11 @@ class GeminiAgent(AcpAgent[GeminiOptions]):
 
     def authentication(self) -> str | None:
         return "gemini-api-key"
+
+    def history_settle(self) -> float:
+        """A second: 0.61 answers ``session/load``, then replays the history (in a task it
+        does not wait for)."""
+        return 1.0
 
     def command(self, node: NodeHandle, home: str, *, resume: str | None) -> list[str]:
         argv = [self.cli_on(node), "--acp"]

@@ -51,10 +51,6 @@ class AcpAgent(Agent[OptionsT]):
     each other's sessions and nothing comes from the node's own home."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(streaming=True, structured_output=False)
-    history_settle: ClassVar[float] = 0.0
-    """Seconds of quiet after ``session/load``'s answer before the first prompt, for an agent
-    that replays the history after it answers (where ACP has it before): what comes before
-    the quiet is the replay, not the turn's."""
     # Anthropic's, the stricter of the model APIs known: whether the agent takes images at
     # all, its initialize says (AcpSession).
     image_limits: ClassVar[ImageLimits | None] = ANTHROPIC_IMAGE_LIMITS
@@ -107,6 +103,12 @@ class AcpAgent(Agent[OptionsT]):
     def authentication(self) -> str | None:
         """The ``authenticate`` method id the session uses after ``initialize`` (None: none)."""
         return None
+
+    def history_settle(self) -> float:
+        """Seconds of quiet after ``session/load``'s answer before the first prompt, for an
+        agent that replays the history after it answers (where ACP has it before): what comes
+        before the quiet is the replay, not the turn's. None by default."""
+        return 0.0
 
     async def prepare_home(self, node: NodeHandle, home: str) -> None:
         """Write what the agent needs in ``home`` before it starts (its settings); nothing by
@@ -164,12 +166,11 @@ class ConfiguredAcpAgent(AcpAgent[ConfiguredAcpOptions]):
     options_model: ClassVar[type[AgentOptions]] = ConfiguredAcpOptions
     cli_name: ClassVar[str] = "acp"
 
-    def __init__(self, options: ConfiguredAcpOptions) -> None:
-        super().__init__(options)
-        self.history_settle = options.history_settle  # type: ignore[misc]  # this entry's own
-
     def authentication(self) -> str | None:
         return self.options.auth_method
+
+    def history_settle(self) -> float:
+        return self.options.history_settle
 
     def command(self, node: NodeHandle, home: str, *, resume: str | None) -> list[str]:
         cli, *rest = self.options.command

@@ -246,7 +246,7 @@ class AcpSession(AgentSession):
     async def _settled(self, connection: Connection) -> None:
         """Drop what the agent says until it has been quiet for its ``history_settle`` (the
         replay of a loaded session's history, when it comes after the answer)."""
-        settle = self._agent.history_settle
+        settle = self._agent.history_settle()
         while settle > 0:
             with anyio.move_on_after(settle) as quiet:
                 await self._next(connection, None)
