@@ -1,9 +1,9 @@
-"""The agent conformance suite (nodeprov.testing.agent_conformance) on a Docker node, an
-SSH node (an unprivileged login to a real sshd) and a Kubernetes pod (the test cluster), for
+"""The agent conformance suite (nodeprov.testing.agent_conformance) on an SSH node (an
+unprivileged login to a real sshd) and a Kubernetes pod (the test cluster), for
 the real Claude Code CLI, the real Codex CLI and the real OpenCode CLI, each against its
 scripted model; and for Claude Code on a codespace, and in a pod it was copied into. On
 local nodes, and the checks that are the agent's own affair:
-``test_agent_conformance_local.py``."""
+``test_agent_conformance_local.py``; on Docker nodes: ``test_agent_conformance_docker.py``."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ __all__ = ["fresh_node", "harness", "node", "test_agent_conformance", "test_agen
 pytestmark = pytest.mark.anyio
 
 
-provider = provider_fixture(["docker", "ssh", "kubernetes"])
+provider = provider_fixture(["ssh", "kubernetes"])
 
 
 @pytest.fixture
