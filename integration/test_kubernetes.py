@@ -215,11 +215,17 @@ async def test_the_cluster_ends_a_pod_whose_control_plane_died(
             assert child.stderr is not None
             with anyio.fail_after(30):
                 failure = b"".join([chunk async for chunk in child.stderr])
+        else:  # a spawn returns once exec is asked for; the process shows on the host a little later
+
+            async def running() -> bool:
+                return bool(host_processes_matching(marker))
+
+            assert await wait_until(running, 60), "the spawned process never ran in the pod"
         child.send_signal(signal.SIGKILL)  # nobody is left to destroy the node
         await child.wait()
     node_id = said.decode().strip()
     assert node_id, f"the control plane never made its node: {failure.decode(errors='replace')}"
-    assert host_processes_matching(marker)
+    assert host_processes_matching(marker), "the process died with its control plane"
 
     def ended() -> bool:
         status = pod_json(kubernetes_cluster, node_id)["status"]
