@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from nodeprov.cli import app
 from nodeprov.errors import RunStateError
-from nodeprov.runs import Orchestrator, Run, RunState
+from nodeprov.runs import TURN_ENDED, Orchestrator, Run, RunState
 from nodeprov.store import RunRecord, Store
 
 runner = CliRunner()
@@ -163,3 +163,28 @@ def test_ids_are_whole_in_a_narrow_terminal(tmp_path: Path) -> None:
     assert run_id in listed.stdout
     assert "np-0123456789ab" in listed.stdout
     assert max(map(len, listed.stdout.splitlines())) <= 80
+
+
+def test_pause_after_turn_holds_a_conversation_through_run_and_resume(tmp_path: Path) -> None:
+    from nodeprov.testing import fake_agent_command
+
+    def turn(*args: str, says: str) -> list[dict[str, Any]]:
+        steps = json.dumps([{"text": says}])
+        done = nodeprov(
+            tmp_path, *args, "--option", f"cli_path={fake_agent_command(tmp_path)}", "--env",
+            f"NODEPROV_FAKE_AGENT={steps}", "--json",
+        )  # fmt: skip
+        events = [json.loads(line) for line in done.stdout.splitlines()]
+        assert done.returncode == (3 if "--pause-after-turn" in args else 0), done.stderr
+        return events
+
+    where = ["--provider", "fake", "--setting", f"root={tmp_path / 'nodes'}", "--agent", "claude"]
+    first = turn("run", "first", *where, "--keep-node", "--pause-after-turn", says="one")
+    run_id = first[0]["run_id"]
+    assert [e["reason"] for e in first if e["type"] == "run.paused"] == [
+        "the turn ended: the run waits for its next message"
+    ]
+    second = turn("resume", run_id, "--message", "second", "--keep-node", "--pause-after-turn", says="two")
+    assert [e["reused"] for e in second if e["type"] == "node.ready"] == [True]
+    last = turn("resume", run_id, "--message", "done", says="three")
+    assert [e["outcome"] for e in last if e["type"] == "run.finished"] == ["ok"]

@@ -209,6 +209,28 @@ async def test_pause_and_resume_through_the_api(tmp_path: Path) -> None:
         assert (twice.status_code, twice.json()["error"]) == (409, "run_state")
 
 
+async def test_a_conversation_through_the_api_each_turn_paused_and_resumed(tmp_path: Path) -> None:
+    body = fake_run(tmp_path, [{"text": "one"}], keep_node=True, pause_after_turn=True)
+    async with serving(tmp_path) as served, served.client() as client:
+        run = (await client.post("/v1/runs", json=body)).json()
+        events = await _follow(client, run["id"])
+        [paused] = [e for e in events if e["type"] == "run.paused"]
+        assert (paused["pause_kind"], paused["node_kept"]) == ("system", True)
+        steps = json.dumps([{"text": "two"}])
+        resumed = await client.post(
+            f"/v1/runs/{run['id']}/resume",
+            json={"message": "next", "env": {"NODEPROV_FAKE_AGENT": steps}, "pause_after_turn": True},
+        )
+        assert resumed.status_code == 200, resumed.text
+        events = await _follow(client, run["id"])
+        assert [e["outcome"] for e in events if e["type"] == "run.finished"] == ["paused", "paused"]
+        assert [e["reused"] for e in events if e["type"] == "node.ready"] == [False, True]
+        texts = [
+            e["message"]["text"] for e in events if e["type"] == "agent.message" and "text" in e["message"]
+        ]
+        assert texts[-1] == "two"
+
+
 async def test_idempotent_run_start(tmp_path: Path) -> None:
     body = fake_run(tmp_path, [{"text": "once"}])
     async with serving(tmp_path) as served, served.client() as client:

@@ -39,6 +39,7 @@ __all__ = [
     "ImageOption",
     "MessageEnvOption",
     "OutputSchemaOption",
+    "PauseAfterTurnOption",
     "PermissionOption",
     "TimeoutOption",
     "agent_options",
@@ -100,6 +101,14 @@ ImageOption = Annotated[
         help="A PNG, JPEG, GIF or WebP image for the agent, after the text; '-' reads one from stdin. "
         "Repeatable. Refused before anything is provisioned where the model cannot see images "
         "(or give --option images=text-only to send the text alone).",
+    ),
+]
+PauseAfterTurnOption = Annotated[
+    bool,
+    typer.Option(
+        help="When the agent returns its result, pause the run (exit 3) rather than finish it: "
+        "`nodeprov resume RUN --message ...` is then the conversation's next turn, on the same node "
+        "(with --keep-node) and agent session."
     ),
 ]
 OutputSchemaOption = Annotated[
@@ -192,6 +201,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
     keep_node: Annotated[
         bool, typer.Option(help="When paused (Ctrl-C), keep the node for the resume.")
     ] = False,
+    pause_after_turn: PauseAfterTurnOption = False,
     checkpoint: Annotated[
         str,
         typer.Option(
@@ -229,6 +239,7 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
             deadline=timeout,
             idle_timeout=idle_timeout,
             keep_node=keep_node,
+            pause_after_turn=pause_after_turn,
             agent_grace=agent_grace,
             checkpoint=checkpoint,  # type: ignore[arg-type]
         )

@@ -50,13 +50,14 @@ from .events import (
 from .orchestrator import Orchestrator
 from .pools import Pool, Pools, PoolStatus
 from .reconcile import ReconcileReport
-from .run import PauseKind, Run
+from .run import TURN_ENDED, PauseKind, Run
 from .spec import KEPT_AGENT_GRACE, RunSpec
 from .state import TRANSITIONS, RunState
 
 __all__ = [
     "KEPT_AGENT_GRACE",
     "TRANSITIONS",
+    "TURN_ENDED",
     "AgentDetached",
     "AgentMessage",
     "AgentReattached",

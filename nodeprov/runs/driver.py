@@ -14,17 +14,14 @@ import anyio
 
 from ..agents import Agent, AgentSession, Result
 from ..agents.registry import imported
-from ..errors import AttachTakenError, DeadlineError, NodeprovError, RunStateError, StoreError, log_failure
+from ..errors import AttachTakenError, DeadlineError, NodeprovError, RunStateError, log_failure
 from ..node import LABEL_EXPIRES_AT, NodeHandle
-from ..node.keeper import Detached, KeepOptions, Reattached
 from ..prompts import prompt_images, prompt_text
 from ..store import NodeRecordState, SnapshotRecord, Store
 from .acquire import NodeSource
 from .archive import Archive
 from .events import (
-    AgentDetached,
     AgentMessage,
-    AgentReattached,
     NodeReady,
     NodeReleased,
     RunFinished,
@@ -32,17 +29,17 @@ from .events import (
     RunStarted,
 )
 from .journal import RunEvents
+from .keeping import kept_agent
 from .launch import Plan
-from .lease import Lease
 from .pools import Pools
 from .progress import Progress, progress_bounded, result_error
-from .run import Pause, Run, snapshot_of
+from .run import TURN_ENDED, Pause, Run, snapshot_of
 from .state import TRANSITIONS, RunState
 
 if TYPE_CHECKING:
     from .plane import ControlPlane
 
-__all__ = ["Drive", "Driver", "Steps", "Teardown", "kept_agent"]
+__all__ = ["Drive", "Driver", "Steps", "Teardown"]
 
 _N = NodeRecordState
 
@@ -202,6 +199,8 @@ class Driver:
                 pass  # the run goes on, with no drive until one takes it over
             elif run.state is RunState.PAUSING:
                 await self._settle_pause(drive, plan)
+            elif result is not None and not result.is_error and plan.pause_after_turn:
+                await self._pause_after_turn(drive, plan)
             elif result is not None and not result.is_error:
                 if await self._move(drive, RunState.FINISHING):
                     if plan.checkpoint == "turn" and drive.node is not None:
@@ -247,6 +246,17 @@ class Driver:
         if pause.snapshot is None:
             raise RunStateError(f"run {run.id} failed while pausing: {run.error}")
         return pause.snapshot
+
+    async def _pause_after_turn(self, drive: Drive, plan: Plan) -> None:
+        """End the turn's drive as a pause (``pause_after_turn``), or as the pause that won
+        the race with the result."""
+
+        def paused() -> None:
+            drive.pause = Pause("system", TURN_ENDED, plan.keep_node, self._keep_for)
+
+        await self._move(drive, RunState.PAUSING, unless=lambda: drive.pause is not None, then=paused)
+        if drive.pause is not None:
+            await self._settle_pause(drive, plan)
 
     async def _move(
         self,
@@ -483,50 +493,6 @@ class Driver:
             )
             with suppress(Exception):
                 await self._journal.flush()
-
-
-TAKEOVER_WINDOW = 64 << 20
-"""Bytes of a kept agent's output its node keeps behind what the control plane has read:
-a control plane taking the run over reads the turn again from its start (and skips what the
-store has), so a turn that said more than this can no longer be taken over (the run then
-ends as failed, resumable from the store). The node frees the rest: its journals stay
-bounded however long the turn."""
-
-
-def kept_agent(store: Store, lease: Lease, drive: Drive, grace: float | None) -> KeepOptions | None:
-    """How ``drive``'s agent is kept (None: not kept, but guarded): its channel re-attached
-    while this control plane still owns the run, each drop and re-attach an event."""
-    if grace is None:
-        return None
-    run = drive.run
-
-    def watch(change: Detached | Reattached) -> None:
-        if isinstance(change, Detached):
-            drive.events.emit(AgentDetached, reason=change.reason)
-        else:
-            drive.events.emit(AgentReattached, gap=round(change.gap, 3), attempts=change.attempts)
-
-    async def still_ours() -> bool:
-        try:
-            record = await store.run(run.id)
-        except StoreError:
-            return True  # the lease decides: a lost one aborts the run
-        return record is not None and record.owner == lease.owner and RunState(record.state).live
-
-    async def recorded(keeper: str) -> None:  # before the agent starts: findable from then on
-        drive.keeper = keeper
-        await store.update_run(run.id, agent_keeper=keeper)
-
-    # Tried again for as long as the keeper keeps the agent unattached: a host that answers
-    # again within it loses nothing of the turn.
-    return KeepOptions(
-        grace=grace,
-        reattach_within=grace,
-        watch=watch,
-        may_reattach=still_ours,
-        on_start=recorded,
-        keep_read=TAKEOVER_WINDOW,
-    )
 
 
 async def _snapshot(store: Store, drive: Drive, kind: str, reason: str, *, keep_node: bool) -> SnapshotRecord:

@@ -2,7 +2,7 @@
 agents are kept on their nodes (:class:`Takeover`; the steps of such a drive in
 :func:`follower`).
 
-A run's agent, kept (:func:`~nodeprov.runs.driver.kept_agent`), outlives its channel and
+A run's agent, kept (:func:`kept_agent`), outlives its channel and
 its control plane for ``agent_grace`` seconds (:mod:`nodeprov.node.keeper`). The run stores
 where (``agent_keeper``); reconcile, finding the run's owner dead, takes the run over in one
 compare-and-set on its owner, attaches its node and re-attaches to the agent: the agent's
@@ -23,21 +23,22 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..agents import Result
-from ..errors import NodeGoneError, NodeprovError, RunStateError
+from ..errors import NodeGoneError, NodeprovError, RunStateError, StoreError
 from ..node import NodeProvider
-from ..node.keeper import kept_state, stop_kept
+from ..node.keeper import Detached, KeepOptions, Reattached, kept_state, stop_kept
 from ..store import RunRecord, Store
-from .driver import Drive, Driver, Steps
-from .events import AgentMessage, AgentReattached, RunStarted, event_from_json
+from .events import AgentDetached, AgentMessage, AgentReattached, RunStarted, event_from_json
 from .launch import Launcher, Plan
 from .lease import owner_lives
 from .nodes import Nodes
 from .state import RunState
 
 if TYPE_CHECKING:
+    from .driver import Drive, Driver, Steps
+    from .lease import Lease
     from .plane import ControlPlane
 
-__all__ = ["Takeover", "follower"]
+__all__ = ["TAKEOVER_WINDOW", "Takeover", "follower", "kept_agent"]
 
 logger = logging.getLogger("nodeprov.runs")
 
@@ -207,3 +208,47 @@ class Takeover:
             return True
         finally:
             self._launching.discard(record.id)
+
+
+TAKEOVER_WINDOW = 64 << 20
+"""Bytes of a kept agent's output its node keeps behind what the control plane has read:
+a control plane taking the run over reads the turn again from its start (and skips what the
+store has), so a turn that said more than this can no longer be taken over (the run then
+ends as failed, resumable from the store). The node frees the rest: its journals stay
+bounded however long the turn."""
+
+
+def kept_agent(store: Store, lease: Lease, drive: Drive, grace: float | None) -> KeepOptions | None:
+    """How ``drive``'s agent is kept (None: not kept, but guarded): its channel re-attached
+    while this control plane still owns the run, each drop and re-attach an event."""
+    if grace is None:
+        return None
+    run = drive.run
+
+    def watch(change: Detached | Reattached) -> None:
+        if isinstance(change, Detached):
+            drive.events.emit(AgentDetached, reason=change.reason)
+        else:
+            drive.events.emit(AgentReattached, gap=round(change.gap, 3), attempts=change.attempts)
+
+    async def still_ours() -> bool:
+        try:
+            record = await store.run(run.id)
+        except StoreError:
+            return True  # the lease decides: a lost one aborts the run
+        return record is not None and record.owner == lease.owner and RunState(record.state).live
+
+    async def recorded(keeper: str) -> None:  # before the agent starts: findable from then on
+        drive.keeper = keeper
+        await store.update_run(run.id, agent_keeper=keeper)
+
+    # Tried again for as long as the keeper keeps the agent unattached: a host that answers
+    # again within it loses nothing of the turn.
+    return KeepOptions(
+        grace=grace,
+        reattach_within=grace,
+        watch=watch,
+        may_reattach=still_ours,
+        on_start=recorded,
+        keep_read=TAKEOVER_WINDOW,
+    )

@@ -45,6 +45,8 @@ class Plan:
     deadline: float | None = None
     idle_timeout: float | None = None
     keep_node: bool = False
+    pause_after_turn: bool = False
+    """Pause at the agent's result rather than finish (:attr:`~nodeprov.runs.RunSpec.pause_after_turn`)."""
     pool: str | None = None
     """The warm pool to claim the first node from (:mod:`nodeprov.runs.pools`)."""
     pool_wait: bool = False
@@ -131,6 +133,7 @@ class Launcher:
             deadline=spec.deadline,
             idle_timeout=spec.idle_timeout,
             keep_node=spec.keep_node,
+            pause_after_turn=spec.pause_after_turn,
             pool=spec.pool,
             pool_wait=spec.pool_wait,
             agent_grace=grace,

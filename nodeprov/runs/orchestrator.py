@@ -268,16 +268,16 @@ class Orchestrator:
 
         ``how`` (:class:`~nodeprov.runs.spec.ResumeFields`, all optional): ``message`` (by
         default ``"continue"``), ``model``, ``options``, ``provider_settings``, ``deadline``,
-        ``idle_timeout``, ``keep_node`` and ``agent_grace``. The run's own agent resumes its
-        session: on a kept node there; otherwise a fresh node is provisioned and the agent's
-        session state restored onto it first. ``options`` are laid over the run's stored
+        ``idle_timeout``, ``keep_node``, ``pause_after_turn`` and ``agent_grace``. The run's own
+        agent resumes its session: on a kept node there; otherwise a fresh node is provisioned
+        and the agent's session state restored onto it first. ``options`` are laid over the run's stored
         ones, and carry what was never stored (``env``, with credentials); ``model`` over
         theirs, as for :meth:`start`. ``provider_settings`` are laid over the stored ones: the
         run's secret settings (never stored) must be given again, unless this control plane
         has them. A run paused before its agent ever started is started again with its own
         prompt (its images too), followed by ``message`` unless that is ``"continue"``.
-        ``message`` may hold images, as a prompt of :meth:`start`. ``keep_node`` as for
-        :meth:`start`; ``agent_grace`` too, the run's own when None.
+        ``message`` may hold images, as a prompt of :meth:`start`. ``keep_node`` and
+        ``pause_after_turn`` as for :meth:`start`; ``agent_grace`` too, the run's own when None.
 
         Raises:
             TokenError: the token is unknown or used already.
@@ -320,8 +320,7 @@ class Orchestrator:
                     model=model,
                     start_from=start_from,
                 )
-                keep_node = how.get("keep_node", False)
-                return await self._launch(snapshot.run_id, dataclasses.replace(plan, keep_node=keep_node))
+                return await self._launch(snapshot.run_id, _held(plan, how))
             finally:
                 self._plane.launching.discard(snapshot.run_id)
 
@@ -396,9 +395,7 @@ class Orchestrator:
                 model=model,
                 fork_id=fork_id,
             )
-            return await self._launch_new(
-                record, dataclasses.replace(plan, keep_node=how.get("keep_node", False))
-            )
+            return await self._launch_new(record, _held(plan, how))
 
         text = prompt_text(prompt_blocks(message))
         return await self._models.start(model, source.agent, text, laid, launch)
@@ -508,3 +505,10 @@ async def _pause_for_shutdown(run: Run) -> None:
     with suppress(NodeprovError):  # over, or pausing already: either way it ends
         await run.pause("system", "the control plane is shutting down")
     await run.wait()  # a pause under way (another caller's) ends too
+
+
+def _held(plan: Plan, how: ResumeFields) -> Plan:
+    """``plan`` with what a resume or a fork says again for its own drive (not stored)."""
+    return dataclasses.replace(
+        plan, keep_node=how.get("keep_node", False), pause_after_turn=how.get("pause_after_turn", False)
+    )

@@ -13,10 +13,12 @@ from .events import RunEvent
 from .journal import RunEvents
 from .state import RunState
 
-__all__ = ["Pause", "PauseKind", "Run", "check_pause_kind", "snapshot_of"]
+__all__ = ["TURN_ENDED", "Pause", "PauseKind", "Run", "check_pause_kind", "snapshot_of"]
 
 PauseKind = Literal["human", "external", "system"]
 _PAUSE_KINDS = ("human", "external", "system")
+TURN_ENDED = "the turn ended: the run waits for its next message"
+"""The reason of the pause a run makes at its agent's result with ``pause_after_turn``."""
 
 
 @dataclass

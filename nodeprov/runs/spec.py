@@ -100,6 +100,11 @@ class RunSpec:
     keep_node: bool = False
     """Keep the node for the resume when a pause does not say otherwise (a pause request from
     another process, or this control plane shutting down)."""
+    pause_after_turn: bool = False
+    """When the agent returns its result, pause the run (kind ``system``, reason
+    :data:`~nodeprov.runs.TURN_ENDED`; the node kept by ``keep_node``) rather than finish it:
+    each resume's message is then the conversation's next turn, on the same node and agent
+    session (``nodeprov acp`` holds an editor's session so). A resume says it again for its turn."""
     agent_grace: float | None = None
     """Seconds the agent runs on, kept, with no control plane attached (0: not kept; None:
     this control plane's)."""
@@ -181,6 +186,7 @@ class ResumeFields(TypedDict, total=False):
     deadline: float | None
     idle_timeout: float | None
     keep_node: bool
+    pause_after_turn: bool
     agent_grace: float | None
 
 
@@ -202,6 +208,7 @@ class RunFields(TypedDict, total=False):
     deadline: float | None
     idle_timeout: float | None
     keep_node: bool
+    pause_after_turn: bool
     agent_grace: float | None
     checkpoint: CheckpointMode
     run_id: str | None

@@ -122,6 +122,7 @@ async def start_run(request: Request, body: RunIn, who: Caller, key: Idempotency
         deadline=body.timeout,
         idle_timeout=body.idle_timeout,
         keep_node=body.keep_node,
+        pause_after_turn=body.pause_after_turn,
         agent_grace=body.agent_grace,
         checkpoint=body.checkpoint,
     )
@@ -333,6 +334,7 @@ def resumed_how(service: Service, record: RunRecord, body: ResumeIn) -> ResumeFi
         deadline=body.timeout,
         idle_timeout=body.idle_timeout,
         keep_node=body.keep_node,
+        pause_after_turn=body.pause_after_turn,
         agent_grace=body.agent_grace,
     )
 

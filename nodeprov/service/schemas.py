@@ -33,6 +33,12 @@ __all__ = [
 _LONGEST = 366 * 86400  # the longest duration a body may give (a lifetime, a timeout), in seconds
 
 
+_PAUSE_AFTER_TURN = (
+    "When the agent returns its result, pause the run rather than finish it: a resume's message is "
+    "then the conversation's next turn, on the same node (with keep_node) and agent session."
+)
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -236,6 +242,7 @@ class RunIn(_Body):
         default="default", description="The workspace whose agent session the run continues."
     )
     keep_node: bool = Field(default=False, description="Keep the node when the run pauses, for its resume.")
+    pause_after_turn: bool = Field(default=False, description=_PAUSE_AFTER_TURN)
     checkpoint: Literal["pause", "turn", "off"] = Field(
         default="pause",
         description="When the run checkpoints its workspace with its agent's session: at every pause (a "
@@ -315,6 +322,7 @@ class ResumeIn(_Body):
         description="Provider settings over the run's stored ones (its secret ones again).",
     )
     keep_node: bool = Field(default=False, description="Keep the node when the run pauses again.")
+    pause_after_turn: bool = Field(default=False, description=_PAUSE_AFTER_TURN)
     agent_grace: float | None = Field(
         default=None,
         ge=0,

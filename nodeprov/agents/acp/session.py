@@ -282,6 +282,9 @@ class AcpSession(AgentSession):
         """
         limit = self._agent.options.no_output_timeout
         try:
+            item = connection.receive_nowait()  # what came already: no deadline to set
+            if item is not None:
+                return item
             while True:
                 with anyio.move_on_after(limit if limit is not None else math.inf) as waiting:
                     return await connection.receive()
