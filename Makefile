@@ -25,6 +25,8 @@ engines:
 	scripts/codex.sh >/dev/null
 	scripts/opencode.sh >/dev/null
 	scripts/gemini.sh >/dev/null
+	scripts/copilot.sh >/dev/null
+	scripts/qwen.sh >/dev/null
 	scripts/examples.sh >/dev/null
 	scripts/kubernetes.sh --background
 
