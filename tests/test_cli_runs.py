@@ -181,9 +181,7 @@ def test_pause_after_turn_holds_a_conversation_through_run_and_resume(tmp_path: 
     where = ["--provider", "fake", "--setting", f"root={tmp_path / 'nodes'}", "--agent", "claude"]
     first = turn("run", "first", *where, "--keep-node", "--pause-after-turn", says="one")
     run_id = first[0]["run_id"]
-    assert [e["reason"] for e in first if e["type"] == "run.paused"] == [
-        "the turn ended: the run waits for its next message"
-    ]
+    assert [e["reason"] for e in first if e["type"] == "run.paused"] == [TURN_ENDED]
     second = turn("resume", run_id, "--message", "second", "--keep-node", "--pause-after-turn", says="two")
     assert [e["reused"] for e in second if e["type"] == "node.ready"] == [True]
     last = turn("resume", run_id, "--message", "done", says="three")

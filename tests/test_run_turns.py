@@ -12,10 +12,11 @@ import anyio
 import pytest
 
 from nodeprov.agents import Result
+from nodeprov.errors import RunStateError
 from nodeprov.runs import TURN_ENDED, AgentMessage, NodeReady, Orchestrator, RunPaused, RunState
 from nodeprov.store import NodeRecordState, Store
 
-from .test_run_races import ITERATIONS, fake, iterate, pause_or_refusal, settled
+from .test_run_races import fake, iterate, pause_or_refusal, settled
 
 pytestmark = pytest.mark.anyio
 
@@ -84,3 +85,26 @@ async def test_a_pause_racing_the_turns_end_is_the_one_pause(
 
         await iterate(race)
     assert list((tmp_path / "nodes").iterdir()) == []
+
+
+async def test_a_released_kept_node_is_destroyed_and_the_next_turn_gets_a_fresh_one(
+    store: Store, agent: Any, tmp_path: Path
+) -> None:
+    async with Orchestrator(store) as plane:
+        run = await plane.start(
+            "first", options=agent({"text": "one"}), keep_node=True, pause_after_turn=True, **fake(tmp_path)
+        )
+        assert await run.wait() == "paused"
+        [kept] = await store.nodes(states=(NodeRecordState.KEPT,), run_id=run.id)
+        await plane.release_kept_node(run.id)
+        await plane.release_kept_node(run.id)  # nothing kept: nothing to do
+        assert (await store.node(kept.id)).state == NodeRecordState.DESTROYED  # type: ignore[union-attr]
+        assert list((tmp_path / "nodes").iterdir()) == []
+        again = await plane.resume_run(run.id, message="next", options=agent({"stall": True}))
+        with pytest.raises(RunStateError):
+            await plane.release_kept_node(run.id)  # live
+        async for event in again.events():
+            if isinstance(event, NodeReady):
+                assert (event.reused, event.transcript_restored) == (False, True)
+                break
+        await again.pause("human", "enough")

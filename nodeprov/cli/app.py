@@ -138,6 +138,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "checkpoint": ("checkpoints", "Checkpoint a running run now."),
     "diff": ("checkpoints", "Show what changed between two checkpoints of a run."),
     "serve": ("serve", "Serve the HTTP API."),
+    "acp": ("acp", "Serve an editor over ACP: its sessions run an agent on nodes."),
     "prune": ("store", "Delete runs that are over and old."),
     "pool": ("pools", "Warm pools: nodes made before a run asks."),
     "tokens": ("tokens", "API tokens of nodeprov serve."),

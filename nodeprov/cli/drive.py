@@ -24,7 +24,7 @@ from .app import checkpoints, fail, open_store, retention
 from .events import show_event
 from .render import err, out
 
-__all__ = ["RunRequest", "Start", "drive_run"]
+__all__ = ["RunRequest", "Start", "drive_run", "reconcile_first"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +57,7 @@ async def drive_run(request: RunRequest, start: Start) -> str:
             checkpoints=checkpoints(),
         ) as orchestrator,
     ):
-        await _reconcile(orchestrator)
+        await reconcile_first(orchestrator)
         freeze_start_up()
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async with anyio.create_task_group() as tg:
@@ -80,7 +80,7 @@ async def drive_run(request: RunRequest, start: Start) -> str:
     return outcome
 
 
-async def _reconcile(orchestrator: Orchestrator) -> None:
+async def reconcile_first(orchestrator: Orchestrator) -> None:
     """Clean up after dead control planes; a provider that cannot be asked must not block."""
     try:
         report = await orchestrator.reconcile()

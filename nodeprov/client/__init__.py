@@ -84,7 +84,8 @@ class Client:
         """Start a run on a node of ``provider``, or one claimed from the warm ``pool`` (the
         fields of ``POST /v1/runs``: settings, agent, model, permission, options, env,
         output_schema, workspace, keep_node, pause_after_turn, agent_grace, timeout,
-        idle_timeout, node, pool_wait); returns the run. With ``idempotency_key``, a retry gets the same run."""
+        idle_timeout, node, pool_wait); returns the run. With ``idempotency_key``, a retry
+        gets the same run."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         body = {"prompt": prompt, **_provider(provider), **({"pool": pool} if pool else {}), **fields}
         result: dict[str, Any] = await self._call("POST", "/v1/runs", json=body, headers=headers)

@@ -29,14 +29,14 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..._json import loads
 from ...errors import AgentError, AgentExitError, AgentOutputError, NodeprovError
-from ...spawn import SpawnedProcess
 from .._detached import Detached
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "Answer",
     "Connection",
     "Notification",
+    "Pipes",
     "RpcError",
     "Server",
 ]
@@ -98,6 +99,18 @@ class Answer:
         return self.result
 
 
+class Pipes(Protocol):
+    """The other side's input (what this side sends) and output (what it reads): an agent
+    process's (:class:`~nodeprov.spawn.SpawnedProcess`), or an editor's, which are this
+    process's own standard output and input (``nodeprov acp``)."""
+
+    @property
+    def stdin(self) -> ByteSendStream: ...
+
+    @property
+    def stdout(self) -> ByteReceiveStream: ...
+
+
 Server = Callable[[str, Any], Awaitable[Any]]
 """What answers the agent's requests: ``(method, params) -> result``. Raises
 :class:`RpcError` to answer with that error (:data:`METHOD_NOT_FOUND` for a method it does
@@ -108,7 +121,7 @@ class Connection:
     """The client's side of one agent process's ACP channel; reads from construction to
     :meth:`aclose`. One task takes from the inbox at a time (a session's turn)."""
 
-    def __init__(self, process: SpawnedProcess, serve: Server, *, name: str = "the agent") -> None:
+    def __init__(self, process: Pipes, serve: Server, *, name: str = "the agent") -> None:
         self._process, self._serve, self._name = process, serve, name
         self._sending = anyio.Lock()
         self._next_id = 0
