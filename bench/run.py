@@ -11,6 +11,10 @@ nodeprov's speed ratio against it (see bench/common.py).
 - ec2: provisioning on moto's EC2 server against boto3's same calls and ``ssh host mkdir``.
 - codex: a turn of Codex JSONL events through the Codex agent (spawn, guard, conversion to
   the one message model) against a plain child process and ``json.loads``.
+- acp: a prompt's turn of ``session/update`` notifications through the ACP driver (spawn,
+  guard, JSON-RPC reader, conversion to the one message model) against a plain child process
+  sent the same requests and ``json.loads``, per 1,000 messages; beside it, in the same
+  sitting, the codex relay and the SDK bridge per 1,000 messages.
 - kubernetes: a pod's exec pipe against ``kubectl exec -i POD -- cat``; provision + first byte
   against ``kubectl run`` + ``kubectl wait`` + ``kubectl exec`` (the test cluster, 1.20).
 - cli: ``nodeprov run`` against the raw Claude Code CLI on the same scripted model, and kept against not;
@@ -30,6 +34,7 @@ import argparse
 import anyio
 
 from . import (
+    acp_bench,
     checkpoints_bench,
     cli_bench,
     codex_bench,
@@ -46,6 +51,7 @@ SUITES = {
     "foundation": foundation.run,
     "docker": docker_bench.run,
     "codex": codex_bench.run,
+    "acp": acp_bench.run,
     "ssh": ssh_bench.run,
     "ec2": ec2_bench.run,
     "kubernetes": kubernetes_bench.run,
