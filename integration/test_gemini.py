@@ -193,3 +193,29 @@ async def test_no_prompt_or_key_in_any_process_arguments(
     assert any("--acp" in argv for argv in argvs)  # the CLI was running
     assert [argv for argv in argvs if prompt in argv or gemini.agent_env()["GEMINI_API_KEY"] in argv] == []
     assert {r.headers.get("x-goog-api-key") for r in gemini.agent_requests} == {"nodeprov-scripted-key"}
+
+
+async def test_a_conversation_of_turns_on_a_kept_node_keeps_every_turn(
+    store: Store, gemini: ScriptedGemini, tmp_path: Path
+) -> None:
+    """Each turn ends in a pause whose resume loads the session on the same node again: the
+    CLI's fresh file of the last load must not be taken for the conversation (it was, once:
+    the third turn's load failed)."""
+    turns = ["the word is quince", "the colour is teal", "what were they?"]
+    async with Orchestrator(store) as orchestrator:
+        gemini.extend([GeminiText("noted")])
+        how: dict[str, Any] = {
+            "options": gemini_run_options(gemini),
+            "keep_node": True,
+            "pause_after_turn": True,
+        }
+        run = await orchestrator.start(turns[0], agent="gemini", **how, **local(tmp_path))
+        assert await run.wait() == "paused", run.error
+        for turn in turns[1:]:
+            gemini.extend([GeminiText("noted")])
+            again = await orchestrator.resume_run(run.id, message=turn, **how)
+            assert await again.wait() == "paused", again.error
+            assert [e.reused for e in await collect(again) if isinstance(e, NodeReady)] == [True]
+    assert len(gemini.agent_requests) == 3
+    text = gemini.agent_requests[-1].text()
+    assert text.index(turns[0]) < text.index(turns[1]) < text.index(turns[2])

@@ -59,10 +59,14 @@ works in), named by a slug, whose ``.project_root`` says which; ``chats/`` holds
 session, ``session-START-ID8.jsonl`` (its start, to the minute, and its id's first 8
 characters)."""
 _KEEP_SESSION = """\
+kept=
+for file in "$HOME"/.gemini/tmp/*/chats/session-kept-*-"$1".jsonl; do [ -e "$file" ] && kept=1; done
 for file in "$HOME"/.gemini/tmp/*/chats/session-*-"$1".jsonl; do
   case $file in
     */session-kept-*) ;;
-    *) [ -e "$file" ] && { mv -f "$file" "${file%/*}/session-kept-${file##*/session-}" || exit 1; } ;;
+    *) [ -e "$file" ] || continue
+       if [ -n "$kept" ]; then rm -f "$file" || exit 1
+       else mv -f "$file" "${file%/*}/session-kept-${file##*/session-}" || exit 1; fi ;;
   esac
 done
 shift
@@ -72,7 +76,9 @@ exec "$@"
 CLI, loading a session, starts recording it afresh in ``session-NOW-ID8.jsonl``, which wipes
 the conversation when that is its file's name (a load within the minute it started; Gemini
 CLI 0.61); a session file renamed ``session-kept-...`` is found by its id all the same, and
-its recording goes on there."""
+its recording goes on there. The fresh file such a load leaves beside the kept one holds no
+more than the session's start: it is removed before the next load (which would otherwise
+rename it over the kept one, or find it first)."""
 
 
 class GeminiOptions(AcpOptions):
