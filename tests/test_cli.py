@@ -174,7 +174,7 @@ def test_the_table_of_commands_is_the_commands_registered() -> None:
     summary its help says: a command added without a line there fails here."""
     load_commands()
     group = typer.main.get_group(app)
-    assert list(group.commands) == list(COMMANDS)
+    assert sorted(group.commands) == sorted(COMMANDS)  # registered as imported; listed as COMMANDS
     for name, command in group.commands.items():
         assert _module(command) == f"nodeprov.cli.{COMMANDS[name][0]}", name
         assert command.get_short_help_str(200) == summary(name)
@@ -187,7 +187,10 @@ def test_agents_lists_each_agent_its_routes_and_what_it_takes(monkeypatch: pytes
     assert listed.exit_code == 0, listed.output
     rows = {row["name"]: row for row in map(json.loads, listed.stdout.splitlines())}
     assert rows["claude"]["default"] is True
-    assert rows["codex"]["capabilities"] == {"streaming": True, "structured_output": True, "images": True}
+    codex = {"streaming": True, "structured_output": True, "acp": False, "images": True}
+    assert rows["codex"]["capabilities"] == codex
+    assert rows["gemini"]["capabilities"] == {**codex, "structured_output": False, "acp": True}
+    assert rows["acp"]["capabilities"]["acp"] is True
     assert {"id": "o3-mini", "vision": False}.items() <= next(
         model for model in rows["codex"]["models"] if model["id"] == "o3-mini"
     ).items()

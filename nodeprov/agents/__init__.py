@@ -152,6 +152,9 @@ class Capabilities:
     """Messages arrive as the agent works, not only at the end of a turn."""
     structured_output: bool
     """It honours :attr:`AgentOptions.output_schema`."""
+    acp: bool = False
+    """It speaks the Agent Client Protocol (:mod:`nodeprov.agents.acp`): its file and terminal
+    requests are served on the node, its permission requests by the run's permission."""
 
 
 class StateKey(TypedDict):

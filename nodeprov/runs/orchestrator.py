@@ -460,17 +460,10 @@ class Orchestrator:
         await drive.events.wait_ended()
 
     async def release_kept_node(self, run_id: str) -> None:
-        """Destroy the node kept for ``run_id``'s resume now, not at its keep time: the
-        resume then provisions a fresh one, the agent's session restored from the store
-        (and the workspace from its checkpoint). Nothing happens when no node is kept; one
-        that cannot be destroyed is logged and left to reconcile.
-
-        Raises:
-            RunStateError: the run is live (a resume may be taking its node).
-            StoreError: the store failed.
-        """
-        record = await self.store.run(run_id)
-        if record is not None and RunState(record.state).live:
+        """Destroy the node kept for ``run_id``'s resume now, not at its keep time (the resume
+        then provisions a fresh one); one that cannot be is logged and left to reconcile.
+        Raises RunStateError: the run is live (a resume may be taking its node); StoreError."""
+        if (record := await self.store.run(run_id)) is not None and RunState(record.state).live:
             raise RunStateError(f"run {run_id} is {record.state}: its node is in use")
         await self._plane.nodes.drop_kept(run_id)
 

@@ -81,6 +81,9 @@ class CapabilitiesOut(BaseModel):
     streaming: bool = Field(description="Messages arrive as the agent works, not only at a turn's end.")
     structured_output: bool = Field(description="It honours the `output_schema` option.")
     images: bool = Field(description="It takes image blocks in a prompt.")
+    acp: bool = Field(
+        description="It speaks the Agent Client Protocol (its fs and terminal requests served on the node)."
+    )
 
 
 class ModelOut(BaseModel):

@@ -50,7 +50,7 @@ class AcpAgent(Agent[OptionsT]):
     agent's ``HOME``: its settings and sessions go there, so that two workspaces never see
     each other's sessions and nothing comes from the node's own home."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(streaming=True, structured_output=False)
+    capabilities: ClassVar[Capabilities] = Capabilities(streaming=True, structured_output=False, acp=True)
     # Anthropic's, the stricter of the model APIs known: whether the agent takes images at
     # all, its initialize says (AcpSession).
     image_limits: ClassVar[ImageLimits | None] = ANTHROPIC_IMAGE_LIMITS
