@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite as three pytest processes at once (this machine has two cores, and
 # most tests wait on engines, not on a core): tests/ (the fast tests, whose nodes are local
-# directories of their own and fakes) and the agents' conformance on local nodes in one; the
-# Docker, local, store and CLI tests and the agents' conformance on Docker nodes in another;
-# the providers reached over SSH (SSH, EC2, Codespaces), Kubernetes and the agents'
-# conformance on their nodes in the third. Each
+# directories of their own and fakes) and the agents' conformance and checkpoints on local
+# nodes in one; the Docker, local, store and CLI tests and the agents' conformance and
+# checkpoints on Docker nodes in another; the providers reached over SSH (SSH, EC2,
+# Codespaces), Kubernetes and the agents' conformance and checkpoints on their nodes in the
+# third. Each
 # process has its own temporary directory, sshd and cluster. Nodes never cross: garbage
 # collection runs per provider, and every engine's tests (Docker's, the SSH hosts',
 # Kubernetes') are in one process. The reports follow one another; the exit status is the
@@ -17,8 +18,8 @@ engines=()
 remote=()
 for file in integration/test_*.py; do
     case $file in
-        *agent_conformance_local*) fast+=("$file") ;;
-        *agent_conformance_docker*) engines+=("$file") ;;
+        *agent_conformance_local* | *checkpoints_agents_local*) fast+=("$file") ;;
+        *agent_conformance_docker* | *checkpoints_agents_docker*) engines+=("$file") ;;
         *ssh* | *ec2* | *codespaces* | *kubernetes* | *agent_conformance* | *checkpoints_agents*) remote+=("$file") ;;
         *) engines+=("$file") ;;
     esac
