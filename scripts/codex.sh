@@ -5,6 +5,8 @@
 # carries it under vendor/TRIPLE/bin/codex). Installs Debian's npm when npm is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/_npm_tool.sh
+. scripts/_npm_tool.sh
 
 version=0.169.0
 dir=$PWD/.tools/codex-$version
@@ -24,32 +26,12 @@ find_binary() {  # the native binary the platform package carries, if installed
 }
 
 if ! binary=$(find_binary); then
-    if ! command -v npm >/dev/null; then
-        if [ "$(id -u)" != 0 ]; then
-            echo "codex: npm is missing and installing it needs root" >&2
-            exit 1
-        fi
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-    fi
-    staging=$dir.partial.$$
-    rm -rf "$staging"
-    trap 'rm -rf "$staging"' EXIT
-    mkdir -p "$staging"
-    npm install --prefix "$staging" --no-audit --no-fund --loglevel=error --silent \
-        "@openai/codex@$version" >/dev/null
-    rm -rf "$dir"
-    mv "$staging" "$dir"
-    trap - EXIT
+    npm_install codex "$dir" "@openai/codex@$version"
     binary=$(find_binary) || {
         echo "codex: no native binary for $(uname -m) in $dir" >&2
         exit 1
     }
 fi
 "$binary" --version >/dev/null 2>&1 || { echo "codex: $binary does not run" >&2; exit 1; }
-# Linked where nodeprov looks after PATH (nodeprov/agents/_installed.py): found with nothing exported.
-bin_dir=${XDG_DATA_HOME:-$HOME/.local/share}/nodeprov/bin
-case $bin_dir in /*) ;; *) bin_dir=$HOME/.local/share/nodeprov/bin ;; esac
-mkdir -p "$bin_dir"
-ln -sfn "$binary" "$bin_dir/codex"
+link_for_nodeprov codex "$binary"
 echo "$binary"

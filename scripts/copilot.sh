@@ -10,6 +10,8 @@
 # checks its ACP handshake. Its model cannot be faked here: it needs a live key.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/_npm_tool.sh
+. scripts/_npm_tool.sh
 
 version=1.0.102
 dir=$PWD/.tools/copilot-$version
@@ -24,24 +26,8 @@ find_binary() {  # the platform package's binary, if installed
 }
 
 if ! binary=$(find_binary); then
-    if ! command -v npm >/dev/null; then
-        if [ "$(id -u)" != 0 ]; then
-            echo "copilot: npm is missing and installing it needs root" >&2
-            exit 1
-        fi
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-    fi
-    staging=$dir.partial.$$
-    rm -rf "$staging"
-    trap 'rm -rf "$staging"' EXIT
-    mkdir -p "$staging"
     # No scripts: neither package has any; npm picks the platform package (os, cpu, libc).
-    npm install --prefix "$staging" --no-audit --no-fund --loglevel=error --silent --ignore-scripts \
-        "@github/copilot@$version" >/dev/null
-    rm -rf "$dir"
-    mv "$staging" "$dir"
-    trap - EXIT
+    npm_install copilot "$dir" "@github/copilot@$version" --ignore-scripts
     binary=$(find_binary) || {
         echo "copilot: no native binary for $(uname -m) in $dir" >&2
         exit 1

@@ -5,6 +5,8 @@
 # node.js 20 or later on PATH). Installs Debian's npm when npm is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/_npm_tool.sh
+. scripts/_npm_tool.sh
 
 version=0.61.0
 dir=$PWD/.tools/gemini-$version
@@ -16,27 +18,11 @@ find_launcher() {  # the package's launcher, if installed
 }
 
 if ! launcher=$(find_launcher); then
-    if ! command -v npm >/dev/null; then
-        if [ "$(id -u)" != 0 ]; then
-            echo "gemini: npm is missing and installing it needs root" >&2
-            exit 1
-        fi
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-    fi
-    staging=$dir.partial.$$
-    rm -rf "$staging"
-    trap 'rm -rf "$staging"' EXIT
-    mkdir -p "$staging"
     # No scripts: the CLI itself has none; of its optional native modules, @github/keytar's
     # only copies its prebuilt binary (without it the CLI keeps secrets in a file, which it
     # falls back to anyway where no keyring runs) and node-pty's compiles with node-gyp. The
     # CLI takes @lydell/node-pty first, whose platform package carries its binary prebuilt.
-    npm install --prefix "$staging" --no-audit --no-fund --loglevel=error --silent --ignore-scripts \
-        "@google/gemini-cli@$version" >/dev/null
-    rm -rf "$dir"
-    mv "$staging" "$dir"
-    trap - EXIT
+    npm_install gemini "$dir" "@google/gemini-cli@$version" --ignore-scripts
     launcher=$(find_launcher) || {
         echo "gemini: no launcher bundle/gemini.js in $dir" >&2
         exit 1
@@ -51,9 +37,5 @@ GEMINI_CLI_HOME=$check_home GEMINI_CLI_NO_RELAUNCH=true "$launcher" --version >/
 }
 rm -rf "$check_home"
 trap - EXIT
-# Linked where nodeprov looks after PATH (nodeprov/agents/_installed.py): found with nothing exported.
-bin_dir=${XDG_DATA_HOME:-$HOME/.local/share}/nodeprov/bin
-case $bin_dir in /*) ;; *) bin_dir=$HOME/.local/share/nodeprov/bin ;; esac
-mkdir -p "$bin_dir"
-ln -sfn "$launcher" "$bin_dir/gemini"
+link_for_nodeprov gemini "$launcher"
 echo "$launcher"

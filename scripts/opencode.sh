@@ -5,6 +5,8 @@
 # carries it under bin/opencode). Installs Debian's npm when npm is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/_npm_tool.sh
+. scripts/_npm_tool.sh
 
 version=1.18.33
 dir=$PWD/.tools/opencode-$version
@@ -22,33 +24,13 @@ find_binary() {  # the platform package's binary that runs here: the baseline on
 }
 
 if ! binary=$(find_binary); then
-    if ! command -v npm >/dev/null; then
-        if [ "$(id -u)" != 0 ]; then
-            echo "opencode: npm is missing and installing it needs root" >&2
-            exit 1
-        fi
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-    fi
-    staging=$dir.partial.$$
-    rm -rf "$staging"
-    trap 'rm -rf "$staging"' EXIT
-    mkdir -p "$staging"
     # No scripts: opencode-ai's postinstall only copies the platform package's binary, which
     # is used where it lies.
-    npm install --prefix "$staging" --no-audit --no-fund --loglevel=error --silent --ignore-scripts \
-        "opencode-ai@$version" >/dev/null
-    rm -rf "$dir"
-    mv "$staging" "$dir"
-    trap - EXIT
+    npm_install opencode "$dir" "opencode-ai@$version" --ignore-scripts
     binary=$(find_binary) || {
         echo "opencode: no native binary that runs on $(uname -m) in $dir" >&2
         exit 1
     }
 fi
-# Linked where nodeprov looks after PATH (nodeprov/agents/_installed.py): found with nothing exported.
-bin_dir=${XDG_DATA_HOME:-$HOME/.local/share}/nodeprov/bin
-case $bin_dir in /*) ;; *) bin_dir=$HOME/.local/share/nodeprov/bin ;; esac
-mkdir -p "$bin_dir"
-ln -sfn "$binary" "$bin_dir/opencode"
+link_for_nodeprov opencode "$binary"
 echo "$binary"

@@ -11,6 +11,8 @@
 # checks its ACP handshake.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/_npm_tool.sh
+. scripts/_npm_tool.sh
 
 version=0.24.4
 dir=$PWD/.tools/qwen-$version
@@ -22,25 +24,9 @@ find_launcher() {  # the package's launcher, if installed
 }
 
 if ! launcher=$(find_launcher); then
-    if ! command -v npm >/dev/null; then
-        if [ "$(id -u)" != 0 ]; then
-            echo "qwen: npm is missing and installing it needs root" >&2
-            exit 1
-        fi
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-    fi
-    staging=$dir.partial.$$
-    rm -rf "$staging"
-    trap 'rm -rf "$staging"' EXIT
-    mkdir -p "$staging"
     # No scripts: the CLI itself has none; its optional native modules (sharp, node-pty, the
     # clipboard's) take their platform packages, which carry their binaries prebuilt.
-    npm install --prefix "$staging" --no-audit --no-fund --loglevel=error --silent --ignore-scripts \
-        "@qwen-code/qwen-code@$version" >/dev/null
-    rm -rf "$dir"
-    mv "$staging" "$dir"
-    trap - EXIT
+    npm_install qwen "$dir" "@qwen-code/qwen-code@$version" --ignore-scripts
     launcher=$(find_launcher) || {
         echo "qwen: no launcher cli-entry.js in $dir" >&2
         exit 1
