@@ -16,11 +16,9 @@ from .app import (
     SettingOption,
     StoreOption,
     app,
-    checkpoints,
     errors,
     open_store,
     parse_settings,
-    retention,
     summary,
 )
 from .runs import (
@@ -28,7 +26,10 @@ from .runs import (
     AgentOption,
     IdleTimeoutOption,
     MessageEnvOption,
+    NewRunModelOption,
     PermissionOption,
+    PoolWaitOption,
+    ShipCliOption,
     agent_options,
 )
 
@@ -47,19 +48,13 @@ def acp(  # noqa: PLR0917 - one parameter per command-line option
     pool: Annotated[
         str | None, typer.Option(help="Claim each session's node from this warm pool (`nodeprov pool`).")
     ] = None,
-    pool_wait: Annotated[
-        bool, typer.Option(help="When the pool has no node ready, wait for one rather than make one cold.")
-    ] = False,
-    model: Annotated[
-        str, typer.Option(help="'scripted' for the built-in offline model, else a real model's name.")
-    ] = SCRIPTED,
+    pool_wait: PoolWaitOption = False,
+    model: NewRunModelOption = SCRIPTED,
     agent: AgentOption = None,
     option: AgentOptionsOption = None,
     env: MessageEnvOption = None,
     permission: PermissionOption = None,
-    ship_cli: Annotated[
-        bool | None, typer.Option(help="Make this machine's agent CLI available on the node (as `run`).")
-    ] = None,
+    ship_cli: ShipCliOption = None,
     workspace: Annotated[str, typer.Option(help="Workspace of the sessions' runs.")] = "default",
     checkpoint: Annotated[
         str,
@@ -107,23 +102,10 @@ def acp(  # noqa: PLR0917 - one parameter per command-line option
 
 async def _serve(template: RunSpec, store_url: str | None) -> None:
     from ..editors import EditorServer, StdioPipes
-    from ..fleet import provider_settings_from_env
-    from ..runs import KEPT_AGENT_GRACE, Orchestrator
-    from .drive import reconcile_first
+    from .drive import command_plane, reconcile_first
 
     await template.agent_name()  # an agent that does not load is said now, not at the first prompt
-    async with (
-        await open_store(store_url) as store,
-        Orchestrator(
-            store,
-            provider_settings=provider_settings_from_env(),
-            agent_grace=KEPT_AGENT_GRACE,  # a run's, unless it says
-            take_over=False,
-            keep_pools=[template.pool] if template.pool else False,
-            retention=retention(),
-            checkpoints=checkpoints(),
-        ) as plane,
-    ):
+    async with await open_store(store_url) as store, command_plane(store, template.pool) as plane:
         await reconcile_first(plane)
         pipes = StdioPipes()
         try:

@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import anyio
 import anyio.abc
@@ -24,7 +24,10 @@ from .app import checkpoints, fail, open_store, retention
 from .events import show_event
 from .render import err, out
 
-__all__ = ["RunRequest", "Start", "drive_run", "reconcile_first"]
+if TYPE_CHECKING:
+    from ..store import Store
+
+__all__ = ["RunRequest", "Start", "command_plane", "drive_run", "reconcile_first"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,18 +48,7 @@ async def drive_run(request: RunRequest, start: Start) -> str:
     pause it on Ctrl-C, SIGTERM or SIGHUP; return its outcome. A signal that comes while the
     run starts pauses it as soon as it exists (keeping its node with ``--keep-node``). The
     orchestrator has the environment's provider settings (``NODEPROV_<PROVIDER>_<FIELD>``)."""
-    async with (
-        await open_store(request.store) as store,
-        Orchestrator(
-            store,
-            provider_settings=provider_settings_from_env(),
-            agent_grace=KEPT_AGENT_GRACE,  # a run's, unless it says
-            take_over=False,
-            keep_pools=[request.pool] if request.pool else False,
-            retention=retention(),
-            checkpoints=checkpoints(),
-        ) as orchestrator,
-    ):
+    async with await open_store(request.store) as store, command_plane(store, request.pool) as orchestrator:
         await reconcile_first(orchestrator)
         freeze_start_up()
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
@@ -78,6 +70,22 @@ async def drive_run(request: RunRequest, start: Start) -> str:
     elif outcome == "error":
         fail(active.error or "the run failed")
     return outcome
+
+
+def command_plane(store: Store, pool: str | None) -> Orchestrator:
+    """The control plane of a command that drives runs (``run``, ``resume``..., ``acp``): the
+    environment's provider settings (``NODEPROV_<PROVIDER>_<FIELD>``), agents kept
+    ``KEPT_AGENT_GRACE`` unless a run says, no take-over of other control planes' runs, the
+    run's ``pool`` kept filled while it runs, the environment's retention and checkpoints."""
+    return Orchestrator(
+        store,
+        provider_settings=provider_settings_from_env(),
+        agent_grace=KEPT_AGENT_GRACE,  # a run's, unless it says
+        take_over=False,
+        keep_pools=[pool] if pool else False,
+        retention=retention(),
+        checkpoints=checkpoints(),
+    )
 
 
 async def reconcile_first(orchestrator: Orchestrator) -> None:

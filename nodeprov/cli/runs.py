@@ -38,9 +38,12 @@ __all__ = [
     "IdleTimeoutOption",
     "ImageOption",
     "MessageEnvOption",
+    "NewRunModelOption",
     "OutputSchemaOption",
     "PauseAfterTurnOption",
     "PermissionOption",
+    "PoolWaitOption",
+    "ShipCliOption",
     "TimeoutOption",
     "agent_options",
     "exit_for",
@@ -111,6 +114,19 @@ PauseAfterTurnOption = Annotated[
         "(with --keep-node) and agent session."
     ),
 ]
+PoolWaitOption = Annotated[
+    bool, typer.Option(help="When the pool has no node ready, wait for one rather than make one cold.")
+]
+NewRunModelOption = Annotated[
+    str, typer.Option(help="'scripted' for the built-in offline model, else a real model's name.")
+]
+ShipCliOption = Annotated[
+    bool | None,
+    typer.Option(
+        help="Make this machine's agent CLI available on the node (mounted read-only, or used in "
+        "place). Default: on where the provider's nodes are on this machine (local)."
+    ),
+]
 OutputSchemaOption = Annotated[
     typer.FileText | None,
     typer.Option(help="A JSON schema file the agent's result must match; the result is then parsed."),
@@ -176,25 +192,15 @@ def run(  # noqa: PLR0917 - one parameter per command-line option
             help="Claim the node from this warm pool (`nodeprov pool`): its provider, settings, template."
         ),
     ] = None,
-    pool_wait: Annotated[
-        bool, typer.Option(help="When the pool has no node ready, wait for one rather than make one cold.")
-    ] = False,
-    model: Annotated[
-        str, typer.Option(help="'scripted' for the built-in offline model, else a real model's name.")
-    ] = SCRIPTED,
+    pool_wait: PoolWaitOption = False,
+    model: NewRunModelOption = SCRIPTED,
     agent: AgentOption = None,
     option: AgentOptionsOption = None,
     env: MessageEnvOption = None,
     permission: PermissionOption = None,
     max_turns: Annotated[int | None, typer.Option(help="Stop after this many turns (claude).")] = None,
     output_schema: OutputSchemaOption = None,
-    ship_cli: Annotated[
-        bool | None,
-        typer.Option(
-            help="Make this machine's agent CLI available on the node (mounted read-only, or used in "
-            "place). Default: on where the provider's nodes are on this machine (local)."
-        ),
-    ] = None,
+    ship_cli: ShipCliOption = None,
     workspace: Annotated[
         str, typer.Option(help="Workspace whose agent session this run continues.")
     ] = "default",
