@@ -13,6 +13,7 @@ import anyio
 import httpx
 import pytest
 
+from nodeprov.node.ownership import process_start_time
 from tests.serving import serving
 
 pytestmark = pytest.mark.anyio
@@ -120,8 +121,4 @@ async def test_a_client_that_leaves_an_exec_stops_its_process(tmp_path: Path) ->
 
 
 def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return process_start_time(pid) is not None  # a process that vanishes mid-read is gone too (ESRCH)
