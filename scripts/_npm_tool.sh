@@ -1,7 +1,8 @@
 # What the scripts that install an agent CLI from the npm registry at a pinned version share
-# (codex.sh, opencode.sh, gemini.sh, qwen.sh, copilot.sh): sourced by them, not run. Each
-# script keeps what is its own: its version and package, where its launcher lies in the
-# install, how it is checked, and whether it is linked for nodeprov.
+# (codex.sh, opencode.sh, gemini.sh, qwen.sh, copilot.sh; examples.sh takes its npm from here
+# too): sourced by them, not run. Each script keeps what is its own: its version and package,
+# where its launcher lies in the install, how it is checked, and whether it is linked for
+# nodeprov.
 
 # ensure_npm NAME: installs Debian's nodejs and npm when npm is missing. That needs root:
 # otherwise "NAME: npm is missing and installing it needs root" on stderr and exit 1.

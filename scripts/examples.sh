@@ -10,14 +10,9 @@ cd "$(dirname "$0")/.."
 exec 9<"$0"
 flock 9  # one install at a time: `npm ci` empties node_modules/ first
 
-if ! command -v npm >/dev/null; then
-    if [ "$(id -u)" != 0 ]; then
-        echo "examples: npm is missing and installing it needs root" >&2
-        exit 1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-fi
+# shellcheck source=scripts/_npm_tool.sh
+. scripts/_npm_tool.sh
+ensure_npm examples
 major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$major" -lt 20 ]; then
     echo "examples: Node.js $(node --version) is too old: the examples need 20 or later" >&2
