@@ -51,7 +51,6 @@ import json
 import logging
 import os
 import posixpath
-import re
 import secrets
 import shutil
 from collections.abc import AsyncIterator, Sequence
@@ -84,7 +83,7 @@ from . import (
     ToolResult,
     ToolUse,
 )
-from ._files import archive_file, read_lines, write_images, write_jsonl
+from ._files import archive_file, read_lines, workspace_key, write_images, write_jsonl
 from ._guard import start_agent
 from ._installed import installed_cli
 from .per_turn import PerTurnSession
@@ -101,7 +100,6 @@ _SANDBOX: dict[str, list[str]] = {
 }
 # Lookups of other hosts (plugins, analytics) are off: a node may have no way out but the model's.
 _QUIET = ["--skip-git-repo-check", "--disable", "plugins", "-c", "analytics.enabled=false"]
-_PROJECT_PREFIX = "codex-"
 _STDERR_TAIL_LINES = 20
 _EXIT_TIMEOUT = 10.0  # for the process to exit once its turn is over
 _WRAPPER = """\
@@ -217,8 +215,7 @@ class CodexAgent(Agent[CodexOptions]):
     def state_key(self, node: NodeHandle, workspace: str = "default") -> str:
         """``codex-`` and the workspace's name (letters, digits, ``.``, ``_``, ``-``) and a
         hash of it: the name of the workspace's ``CODEX_HOME`` on every node."""
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", workspace)[:40]
-        return f"{_PROJECT_PREFIX}{safe}-{hashlib.sha256(workspace.encode()).hexdigest()[:12]}"
+        return workspace_key("codex", workspace)
 
     def command(
         self, node: NodeHandle, *, resume: str | None, schema_file: str | None, images: Sequence[str] = ()
